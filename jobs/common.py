@@ -1,0 +1,96 @@
+"""What every job shares: the Spark session, stage paths, the counts JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from refactx_index.config import Config
+
+log = logging.getLogger(__name__)
+
+
+def spark_session(cfg: Config, app_name: str = "refactx_index"):
+    """A SparkSession for ``cfg.spark`` (``local[*]`` by default).
+
+    Python workers run the driver's interpreter, so Arrow UDFs see the same
+    virtual environment (and the pinned pyspark) as the driver.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(cfg.spark.master)
+        .config("spark.driver.memory", cfg.spark.driver_memory)
+        .config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in cfg.spark.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def write_counts(cfg: Config, stage: str, counts: dict[str, Any], name: str = "counts.json") -> Path:
+    """Write a stage's counts next to its outputs (atomically: tmp file + rename)."""
+    out = cfg.stage_dir(stage)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(counts, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_counts(cfg: Config, stage: str, name: str = "counts.json") -> dict[str, Any]:
+    path = cfg.stage_dir(stage) / name
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def job_arg_parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", help="TOML config file (environment REFACTX__SECTION__FIELD overrides it)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one config field (repeatable)",
+    )
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: expected SECTION.FIELD=VALUE")
+        overrides[key.strip()] = value
+    return Config.load(args.config, overrides=overrides)
+
+
+def run_job_main(stage: str, description: str, run, argv: Sequence[str] | None = None) -> int:
+    """The whole ``main()`` of a job: parse config, start Spark, run, log counts."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = job_arg_parser(description).parse_args(argv)
+    cfg = config_from_args(args)
+    spark = spark_session(cfg, f"refactx_index:{stage}")
+    started = time.monotonic()
+    try:
+        counts = run(spark, cfg)
+    finally:
+        spark.stop()
+    log.info("%s done in %.1fs: %s", stage, time.monotonic() - started, json.dumps(counts, default=str))
+    return 0

@@ -1,0 +1,44 @@
+"""Exception hierarchy of refactx_index.
+
+Modelled on psycopg's: one base class, a small tree below it, so callers can
+catch exactly the outcome they care about (a missing index is not a lost
+connection, and neither is a corrupt row).
+"""
+
+from __future__ import annotations
+
+
+class RefactxError(Exception):
+    """Base class of every error raised by refactx_index."""
+
+
+class ConfigError(RefactxError):
+    """The configuration is invalid or incomplete."""
+
+
+class FormatError(RefactxError):
+    """A stored row or subtree cannot be decoded (corrupt, truncated, unknown version)."""
+
+
+class IndexNotFound(RefactxError):
+    """No active build serves the requested index name."""
+
+
+class VocabularyMismatch(RefactxError):
+    """The index was built for another tokenizer than the one supplied."""
+
+
+class DatabaseUnavailable(RefactxError):
+    """The database could not be reached, or the connection was lost and a retry failed."""
+
+
+class QueryTimeout(RefactxError):
+    """A lookup exceeded the configured statement timeout."""
+
+
+class LoadError(RefactxError):
+    """Loading a build into PostgreSQL failed; the served index is untouched."""
+
+
+class ValidationFailed(LoadError):
+    """A loaded build failed validation and was not activated."""

@@ -1,0 +1,358 @@
+"""The one definition of the stored tree format, shared by the Spark jobs and the runtime.
+
+A build is a set of rows ``(prefix, node)``:
+
+* ``prefix`` -- the token ids of a stored prefix, each a big-endian ``uint32``
+  (so byte order equals token order); the root is the empty string.
+* ``node`` -- a *fragment*: the part of the tree below ``prefix`` that is stored in
+  this row, as a breadth-first trie. Node 0 is the row's own prefix. A fragment
+  node is either complete (all its descendants are in the fragment) or
+  *external*: its children live in the row keyed by its own full prefix, and the
+  fragment records only its leaf count.
+
+Which prefixes get rows is the build's cut rule (see ``jobs/prefix_rows.py``):
+a prefix with more than ``T`` facts below it and shorter than ``D`` tokens is
+expanded one level (its children are external); any other row root stores its
+whole subtree. ``T = 1`` is the "single-fact tail" of DESIGN.md, ``len == D`` its
+depth cut.
+
+Fragment encoding, version 1 (all integers little-endian)::
+
+    header  <BBBBBBI   version=1, flags, token_width, count_width, leaves_width, 0, n_nodes
+    body    tokens        token_width  x (n_nodes - 1)   token of nodes 1..n-1
+            child_count   count_width  x n_nodes         children per node (BFS order)
+            ends          bitmap, ceil(n_nodes / 8) bytes, np.packbits order
+            external      bitmap, ceil(n_nodes / 8) bytes
+            ext_leaves    leaves_width x popcount(external)
+
+``flags`` bit 0: the body is zlib-compressed (used when that is smaller). Widths
+are the smallest of 1, 2, 4, 8 bytes that hold the largest value. In BFS order
+the children of every node are contiguous and sorted by token, so decoding is a
+handful of numpy calls: no per-element Python work, and no ``pickle``.
+
+Leaf counts are not stored for complete nodes: ``leaves = ends + ext_leaves +
+sum(leaves of children)`` is recomputed on decode, level by level.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .errors import FormatError
+
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<BBBBBBI")
+_FLAG_ZLIB = 1
+_COMPRESS_MIN_BYTES = 64
+_MAX_TOKEN = 2**32 - 1
+
+
+# --------------------------------------------------------------------------- prefixes
+
+
+def encode_prefix(tokens: Sequence[int] | np.ndarray) -> bytes:
+    """Key bytes of a prefix: big-endian uint32 per token (root: ``b""``)."""
+    arr = np.asarray(tokens, dtype=np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() > _MAX_TOKEN):
+        raise ValueError("token ids must lie in [0, 2**32)")
+    return arr.astype(">u4").tobytes()
+
+
+def decode_prefix(key: bytes) -> np.ndarray:
+    if len(key) % 4:
+        raise FormatError(f"prefix key of {len(key)} bytes is not a multiple of 4")
+    return np.frombuffer(key, dtype=">u4").astype(np.int64)
+
+
+# --------------------------------------------------------------------------- widths
+
+
+def _width_for(max_value: int) -> int:
+    if max_value < 2**8:
+        return 1
+    if max_value < 2**16:
+        return 2
+    if max_value < 2**32:
+        return 4
+    return 8
+
+
+_DTYPES = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
+
+
+def _as(arr: np.ndarray, width: int) -> bytes:
+    return np.ascontiguousarray(arr, dtype=_DTYPES[width]).tobytes()
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def encode_fragment(
+    tokens: np.ndarray,
+    child_count: np.ndarray,
+    ends: np.ndarray,
+    external: np.ndarray,
+    ext_leaves: np.ndarray,
+    *,
+    compress: bool = True,
+) -> bytes:
+    """Encode a BFS fragment given as arrays (node 0 = the row's prefix).
+
+    ``tokens`` has ``n - 1`` entries (nodes 1..n-1), the others ``n``;
+    ``ext_leaves`` has one entry per external node, in node order.
+    """
+    child_count = np.asarray(child_count, dtype=np.int64)
+    n = int(child_count.size)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    ends = np.asarray(ends, dtype=bool)
+    external = np.asarray(external, dtype=bool)
+    ext_leaves = np.asarray(ext_leaves, dtype=np.int64)
+    if n == 0 or tokens.size != n - 1 or ends.size != n or external.size != n:
+        raise ValueError("fragment arrays have inconsistent lengths")
+    if int(child_count.sum()) != n - 1:
+        raise ValueError("child counts do not add up to the node count")
+    if int(external.sum()) != ext_leaves.size:
+        raise ValueError("one ext_leaves entry is needed per external node")
+    tw = _width_for(int(tokens.max()) if tokens.size else 0)
+    if tw == 8:
+        raise ValueError("token ids must lie in [0, 2**32)")
+    cw = _width_for(int(child_count.max()))
+    lw = _width_for(int(ext_leaves.max()) if ext_leaves.size else 0)
+    body = b"".join(
+        (
+            _as(tokens, tw),
+            _as(child_count, cw),
+            np.packbits(ends).tobytes(),
+            np.packbits(external).tobytes(),
+            _as(ext_leaves, lw),
+        )
+    )
+    flags = 0
+    if compress and len(body) >= _COMPRESS_MIN_BYTES:
+        packed = zlib.compress(body, 6)
+        if len(packed) < len(body):
+            body, flags = packed, _FLAG_ZLIB
+    return _HEADER.pack(FORMAT_VERSION, flags, tw, cw, lw, 0, n) + body
+
+
+def encode_children(
+    child_tokens: Sequence[int] | np.ndarray,
+    child_leaves: Sequence[int] | np.ndarray,
+    ends: bool,
+    *,
+    compress: bool = True,
+) -> bytes:
+    """An expanded row: its children, all external, with their leaf counts."""
+    toks = np.asarray(child_tokens, dtype=np.int64)
+    leaves = np.asarray(child_leaves, dtype=np.int64)
+    order = np.argsort(toks, kind="stable")
+    toks, leaves = toks[order], leaves[order]
+    if toks.size > 1 and np.any(toks[1:] == toks[:-1]):
+        raise ValueError("duplicate child token")
+    if np.any(leaves < 1):
+        raise ValueError("every child must have at least one leaf")
+    k = toks.size
+    return encode_fragment(
+        tokens=toks,
+        child_count=np.concatenate(([k], np.zeros(k, dtype=np.int64))),
+        ends=np.concatenate(([bool(ends)], np.zeros(k, dtype=bool))),
+        external=np.concatenate(([False], np.ones(k, dtype=bool))),
+        ext_leaves=leaves,
+        compress=compress,
+    )
+
+
+def suffix_matrix(suffixes: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Pad token sequences into a matrix (``-1`` past each end) plus their lengths."""
+    seqs = [np.asarray(s, dtype=np.int64) for s in suffixes]
+    lengths = np.fromiter((s.size for s in seqs), dtype=np.int64, count=len(seqs))
+    width = int(lengths.max()) if lengths.size else 0
+    mat = np.full((len(seqs), width), -1, dtype=np.int64)
+    if width:
+        mask = np.arange(width)[None, :] < lengths[:, None]
+        mat[mask] = np.concatenate(seqs) if seqs else []
+    return mat, lengths
+
+
+def encode_subtree(suffixes: Iterable[Sequence[int]], *, compress: bool = True) -> bytes:
+    """A complete row: the trie of every suffix below the row's prefix.
+
+    ``suffixes`` are the facts' remaining tokens after the prefix (an empty one
+    means the prefix itself is a fact). Duplicates are allowed and collapse.
+    Vectorized: sort the padded matrix, then derive each BFS level from the
+    longest common prefix of neighbouring rows.
+    """
+    mat, lengths = suffix_matrix(suffixes)
+    if mat.shape[0] == 0:
+        raise ValueError("a subtree needs at least one fact")
+    if mat.size and (mat.max() > _MAX_TOKEN):
+        raise ValueError("token ids must lie in [0, 2**32)")
+    # lexicographic sort; -1 padding sorts a fact before its extensions
+    order = np.lexsort(mat.T[::-1]) if mat.shape[1] else np.arange(mat.shape[0])
+    mat, lengths = mat[order], lengths[order]
+    rows, width = mat.shape
+    # lcp[r] = common prefix length of rows r-1 and r (0 for r = 0)
+    if rows > 1 and width:
+        differs = mat[1:] != mat[:-1]
+        first_diff = np.where(differs.any(axis=1), differs.argmax(axis=1), width)
+        lcp = np.concatenate(([0], first_diff))
+    else:
+        lcp = np.zeros(rows, dtype=np.int64)
+    root_ends = bool((lengths == 0).any())
+    level_tokens: list[np.ndarray] = []
+    level_counts: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]  # root's count set below
+    level_ends: list[np.ndarray] = [np.array([root_ends])]
+    prev_starts = np.zeros(1, dtype=np.int64)  # root spans all rows
+    for depth in range(width):
+        new = (lengths > depth) & ((lcp <= depth) | (np.arange(rows) == 0))
+        starts = np.flatnonzero(new)
+        if starts.size == 0:
+            break
+        parent = np.searchsorted(prev_starts, starts, side="right") - 1
+        level_counts[-1] = np.bincount(parent, minlength=prev_starts.size)
+        level_tokens.append(mat[starts, depth])
+        level_ends.append(lengths[starts] == depth + 1)
+        level_counts.append(np.zeros(starts.size, dtype=np.int64))
+        prev_starts = starts
+    tokens = np.concatenate(level_tokens) if level_tokens else np.zeros(0, np.int64)
+    n = tokens.size + 1
+    return encode_fragment(
+        tokens=tokens,
+        child_count=np.concatenate(level_counts),
+        ends=np.concatenate(level_ends),
+        external=np.zeros(n, dtype=bool),
+        ext_leaves=np.zeros(0, dtype=np.int64),
+        compress=compress,
+    )
+
+
+# --------------------------------------------------------------------------- decode
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A decoded row. Arrays are indexed by node (0 = the row's own prefix)."""
+
+    tokens: np.ndarray  # int64[n]; tokens[0] is unused (-1)
+    child_start: np.ndarray  # int64[n]
+    child_count: np.ndarray  # int64[n]
+    ends: np.ndarray  # bool[n]
+    external: np.ndarray  # bool[n]
+    leaves: np.ndarray  # int64[n]
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.child_count.size)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.tokens, self.child_start, self.child_count,
+                                      self.ends, self.external, self.leaves))
+
+    def children(self, node: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens (sorted) and leaf counts of the children of ``node``."""
+        s = int(self.child_start[node])
+        e = s + int(self.child_count[node])
+        return self.tokens[s:e], self.leaves[s:e]
+
+    def child(self, node: int, token: int) -> int:
+        """Index of the child of ``node`` reached by ``token``, or -1."""
+        s = int(self.child_start[node])
+        e = s + int(self.child_count[node])
+        i = s + int(np.searchsorted(self.tokens[s:e], token))
+        if i < e and self.tokens[i] == token:
+            return i
+        return -1
+
+    def walk(self, tokens: Sequence[int]) -> int:
+        """Follow ``tokens`` from node 0 inside this fragment; -1 if it leaves the tree.
+
+        Stops (returning that node) at an external node even if tokens remain --
+        callers check ``external`` and continue in the next row.
+        """
+        node = 0
+        for t in tokens:
+            if self.external[node]:
+                return node
+            node = self.child(node, int(t))
+            if node < 0:
+                return -1
+        return node
+
+
+def decode_fragment(data: bytes | memoryview) -> Fragment:
+    data = bytes(data)
+    if len(data) < _HEADER.size:
+        raise FormatError("fragment shorter than its header")
+    version, flags, tw, cw, lw, _, n = _HEADER.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise FormatError(f"fragment format version {version}; this runtime reads {FORMAT_VERSION}")
+    if tw not in _DTYPES or cw not in _DTYPES or lw not in _DTYPES or n < 1:
+        raise FormatError("fragment header is corrupt")
+    body = data[_HEADER.size:]
+    if flags & _FLAG_ZLIB:
+        try:
+            body = zlib.decompress(body)
+        except zlib.error as exc:
+            raise FormatError(f"fragment body does not decompress: {exc}") from exc
+    nb = (n + 7) // 8
+    sizes = [tw * (n - 1), cw * n, nb, nb]
+    offs = np.cumsum([0] + sizes)
+    if len(body) < offs[-1]:
+        raise FormatError("fragment body is truncated")
+    tokens = np.empty(n, dtype=np.int64)
+    tokens[0] = -1
+    tokens[1:] = np.frombuffer(body, _DTYPES[tw], n - 1, offs[0])
+    child_count = np.frombuffer(body, _DTYPES[cw], n, offs[1]).astype(np.int64)
+    ends = np.unpackbits(np.frombuffer(body, np.uint8, nb, offs[2]), count=n).astype(bool)
+    external = np.unpackbits(np.frombuffer(body, np.uint8, nb, offs[3]), count=n).astype(bool)
+    n_ext = int(external.sum())
+    if len(body) != offs[-1] + lw * n_ext:
+        raise FormatError("fragment body length does not match its header")
+    ext_leaves = np.frombuffer(body, _DTYPES[lw], n_ext, offs[4]).astype(np.int64)
+    if int(child_count.sum()) != n - 1 or np.any(child_count[external] != 0):
+        raise FormatError("fragment child counts are inconsistent")
+    child_start = np.empty(n, dtype=np.int64)
+    child_start[0] = 1
+    np.cumsum(child_count[:-1], out=child_start[1:])
+    child_start[1:] += 1
+    leaves = ends.astype(np.int64)
+    leaves[external] += ext_leaves
+    parent = np.repeat(np.arange(n), child_count)  # parent of nodes 1..n-1
+    # BFS levels are contiguous; accumulate leaves from the deepest level up
+    bounds = [(0, 1)]
+    while True:
+        s, e = bounds[-1]
+        ns = int(child_start[s]) if s < n else n
+        ne = int(child_start[e - 1] + child_count[e - 1])
+        if ne <= ns:
+            break
+        bounds.append((ns, ne))
+    for s, e in reversed(bounds[1:]):
+        np.add.at(leaves, parent[s - 1 : e - 1], leaves[s:e])
+    if np.any(leaves < 1):
+        raise FormatError("fragment has a node with no fact below it")
+    return Fragment(tokens, child_start, child_count, ends, external, leaves)
+
+
+def iter_suffixes(frag: Fragment, node: int = 0) -> Iterable[tuple[tuple[int, ...], bool]]:
+    """Every path from ``node`` to a fact end or an external node: (tokens, is_external).
+
+    For tests and validation tools; not used on the lookup path.
+    """
+    stack: list[tuple[int, tuple[int, ...]]] = [(node, ())]
+    while stack:
+        i, path = stack.pop()
+        if frag.ends[i]:
+            yield path, False
+        if frag.external[i]:
+            yield path, True
+            continue
+        s = int(frag.child_start[i])
+        for j in range(s + int(frag.child_count[i]) - 1, s - 1, -1):
+            stack.append((j, path + (int(frag.tokens[j]),)))

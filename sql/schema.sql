@@ -1,0 +1,48 @@
+-- refactx_index catalog and tree tables. Idempotent: safe to run on every load.
+-- The schema name is substituted by the loader (default "refactx").
+
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- One row per build. status: loading -> loaded -> validated -> active -> retired | failed
+CREATE TABLE IF NOT EXISTS {schema}.builds (
+    build_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name              text        NOT NULL,            -- index name served to readers
+    table_name        text        NOT NULL UNIQUE,     -- partition holding this build's rows
+    tokenizer         text        NOT NULL,            -- vocabulary name
+    tokenizer_hash    text        NOT NULL,            -- sha256 of tokenizer.json
+    vocab_size        integer     NOT NULL,
+    source            text        NOT NULL,
+    dump_date         text        NOT NULL,
+    depth             integer     NOT NULL,            -- D
+    subtree_threshold integer     NOT NULL,            -- T
+    format_version    integer     NOT NULL,
+    fact_prefix       text        NOT NULL,
+    fact_suffix       text        NOT NULL,
+    facts             bigint,
+    rows              bigint,
+    table_bytes       bigint,
+    index_bytes       bigint,
+    parquet_path      text,
+    status            text        NOT NULL DEFAULT 'loading',
+    message           text,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    loaded_at         timestamptz,
+    activated_at      timestamptz,
+    CHECK (status IN ('loading', 'loaded', 'validated', 'active', 'retired', 'failed'))
+);
+
+-- Which build serves each index name. Switching is one UPDATE in one transaction.
+CREATE TABLE IF NOT EXISTS {schema}.active (
+    name      text PRIMARY KEY,
+    build_id  bigint NOT NULL REFERENCES {schema}.builds (build_id),
+    since     timestamptz NOT NULL DEFAULT now()
+);
+
+-- The tree rows of every build; one LIST partition per build, attached once loaded.
+-- Each partition has a unique B-tree on prefix; readers query the partition named in
+-- the catalog by primary-key equality.
+CREATE TABLE IF NOT EXISTS {schema}.tree (
+    build_id  bigint NOT NULL,
+    prefix    bytea  NOT NULL,   -- big-endian uint32 per token; root = ''
+    node      bytea  NOT NULL    -- fragment, refactx_index.format
+) PARTITION BY LIST (build_id);
