@@ -113,6 +113,8 @@ class PgConfig:
     load_workers: int = 2
     validate_sample: int = 1000
     statement_timeout_ms: int = 5000
+    # index name served per vocabulary; {source} and {vocabulary} are substituted
+    index_name: str = "{source}-{vocabulary}"
 
 
 @dataclass

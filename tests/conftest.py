@@ -1,0 +1,103 @@
+"""Shared fixtures: real Spark (local mode), a real PostgreSQL database per test
+module, real tokenizer files from ../shared. Tests that need ../shared skip with
+a clear message when it is absent."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("REFACTX_SHARED", ROOT.parent / "shared"))
+DATA = SHARED / "data"
+TOKENIZERS = SHARED / "tokenizers"
+VOCABULARIES = ["qwen2.5", "llama3", "mistral-7b-v0.1", "phi-3-mini", "gpt2"]
+
+# A server for tests: REFACTX_TEST_PG (a DSN to an admin database), else the local
+# PostgreSQL of DEVELOPERS.md, else an embedded one started for the session.
+LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared, skipping the test when it is missing."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} is absent (../shared not beside the project)")
+    return path
+
+
+def tokenizer_dir(name: str) -> Path:
+    return shared_path("tokenizers", name)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from refactx_index.config import Config
+    from jobs.common import spark_session
+
+    cfg = Config()
+    cfg.spark.master = "local[2]"
+    cfg.spark.shuffle_partitions = 4
+    cfg.spark.driver_memory = "2g"
+    cfg.spark.conf = {
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+        "spark.default.parallelism": "4",
+    }
+    session = spark_session(cfg, "refactx_index-tests")
+    yield session
+    session.stop()
+
+
+def _server_dsn(tmp_path_factory) -> tuple[str, object | None]:
+    import psycopg
+
+    for dsn in filter(None, [os.environ.get("REFACTX_TEST_PG"), LOCAL_PG]):
+        try:
+            with psycopg.connect(dsn, connect_timeout=3):
+                return dsn, None
+        except psycopg.OperationalError:
+            continue
+    import pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    return server.get_uri(), server
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory):
+    dsn, server = _server_dsn(tmp_path_factory)
+    yield dsn
+    if server is not None:
+        server.cleanup()
+
+
+@pytest.fixture()
+def pg_dsn(pg_server):
+    """A fresh database for one test, dropped afterwards."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"refactx_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    params = conninfo_to_dict(pg_server)
+    params["dbname"] = name
+    yield make_conninfo(**params)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture()
+def cfg(tmp_path):
+    """A Config rooted in a temporary build directory."""
+    from refactx_index.config import Config
+
+    c = Config()
+    c.paths.build_root = str(tmp_path / "build")
+    c.spark.master = "local[2]"
+    c.spark.shuffle_partitions = 4
+    return c
