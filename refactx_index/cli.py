@@ -1,0 +1,350 @@
+"""``refactx-index``: build indexes and look into them.
+
+Commands:
+  demo      build an index from a real Wikidata extract and print facts read back from PostgreSQL
+  build     run the pipeline (all stages, or --stages) for a config
+  complete  completions of a text prefix in a served index, with their leaf counts
+  builds    list the builds in the catalog and which one serves each index name
+
+The pipeline commands need the ``pipeline`` extra (pyspark, pyarrow, tokenizers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .config import Config, VocabularyConfig
+from .errors import RefactxError
+
+log = logging.getLogger("refactx_index.cli")
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_GRAPH = PROJECT_ROOT / "examples" / "mini-graph.nt"
+
+# counts shown in the per-stage summary line, when a stage reports them
+_SUMMARY_KEYS = (
+    "lines_in", "lines", "rows_in", "statements", "terms", "properties", "sitelinks", "labels",
+    "facts", "distinct_facts", "encoded", "reused", "rows", "rejected", "rejects", "build_id",
+)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _progress(total: int, desc: str):
+    """A tqdm bar on stderr when tqdm is installed and stderr is a terminal-ish stream."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the cli extra is optional
+        return None
+    return tqdm(total=total, desc=desc, unit="stage", file=sys.stderr, leave=True)
+
+
+def _flatten(counts: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(counts, dict):
+        for key, value in counts.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+    else:
+        out[prefix[:-1]] = counts
+    return out
+
+
+def _summary(counts: dict[str, Any]) -> str:
+    flat = _flatten(counts)
+    shown = [f"{k}={v}" for k, v in flat.items() if k.rsplit(".", 1)[-1] in _SUMMARY_KEYS]
+    if not shown:
+        shown = [f"{k}={v}" for k, v in list(flat.items())[:8]]
+    return ", ".join(shown[:14])
+
+
+def _config_from(args: argparse.Namespace) -> Config:
+    overrides: dict[str, Any] = {}
+    for item in getattr(args, "set", []) or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: expected SECTION.FIELD=VALUE")
+        overrides[key.strip()] = value
+    cfg = Config.load(getattr(args, "config", None), overrides=overrides)
+    if getattr(args, "dsn", None):
+        cfg.pg.dsn = args.dsn
+    return cfg
+
+
+def _run_build(cfg: Config, stages: Sequence[str] | None) -> list[Any]:
+    from jobs.common import spark_session
+    from jobs.pipeline import run_pipeline, select_stages
+
+    selected = select_stages(cfg, stages)
+    bar = _progress(len(selected), "build")
+
+    def on_stage(stage: str, result) -> None:
+        if result is None:
+            if bar is not None:
+                bar.set_postfix_str(stage)
+            return
+        if bar is not None:
+            bar.update(1)
+            bar.write(f"  {stage:<12} {result.seconds:6.1f}s  {_summary(result.counts)}")
+        else:
+            print(f"  {stage:<12} {result.seconds:6.1f}s  {_summary(result.counts)}", file=sys.stderr)
+
+    spark = spark_session(cfg, "refactx_index:build")
+    try:
+        return run_pipeline(spark, cfg, selected, on_stage)
+    finally:
+        if bar is not None:
+            bar.close()
+        spark.stop()
+
+
+def _load_tokenizer(path: str):
+    from tokenizers import Tokenizer
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if p.exists():
+        return Tokenizer.from_file(str(p))
+    return Tokenizer.from_pretrained(path)  # a hub name, when a hub is reachable
+
+
+def _decode(tokenizer, ids: Sequence[int]) -> str:
+    return tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def enumerate_completions(index, prefix_ids: Sequence[int], limit: int) -> list[tuple[list[int], int]]:
+    """Up to ``limit`` complete facts below ``prefix_ids``: (suffix ids, 1), depth-first
+    in token order, walking the served tree through ``next_tokens``."""
+    found: list[tuple[list[int], int]] = []
+    stack: list[list[int]] = [[]]
+    while stack and len(found) < limit:
+        suffix = stack.pop()
+        step = index.next_tokens(list(prefix_ids) + suffix)
+        if step.ends:
+            found.append((suffix, 1))
+        for tok in reversed(step.tokens.tolist()):
+            stack.append(suffix + [int(tok)])
+    return found
+
+
+def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) -> int:
+    """Print the next-token choices after ``text`` and some whole facts below it."""
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    step = index.next_tokens(ids)
+    total = int(step.leaves.sum()) + int(step.ends)
+    print(f"{text!r}: {total} fact(s) below, {len(step.tokens)} next token(s)", file=out)
+    order = step.leaves.argsort()[::-1][:limit]
+    for i in order:
+        tok = int(step.tokens[i])
+        print(f"  {int(step.leaves[i]):>8}  {_decode(tokenizer, [tok])!r}", file=out)
+    facts = enumerate_completions(index, ids, limit)
+    if facts:
+        print("  facts:", file=out)
+        for suffix, _ in facts:
+            print(f"    {_decode(tokenizer, list(ids) + suffix).strip()}", file=out)
+    return total
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    cfg = _config_from(args)
+    stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
+    results = _run_build(cfg, stages)
+    report = {r.stage: r.counts for r in results}
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    print(f"build outputs under {cfg.build_dir()}", file=sys.stderr)
+    return 0
+
+
+def _demo_config(args: argparse.Namespace) -> tuple[Config, str]:
+    """The demo's config: the real extract and Qwen2.5 from ../shared, or the example graph
+    with a vocabulary trained here when ../shared is absent."""
+    shared = Path(args.shared).resolve()
+    cfg = _config_from(args)
+    cfg.paths.build_root = args.build_root
+    cfg.paths.source = "wikidata"
+    sample = shared / "data" / "wikidata" / "truthy-2018-sample500-en.nt"
+    if sample.exists() and not args.offline_vocabulary:
+        cfg.paths.dump_date = "2018-sample500"
+        cfg.input.dumps = [str(sample)]
+        sitelinks = shared / "data" / "wikipedia" / "wikidatawiki-20150113-wb_items_per_site.head1MiB.sql"
+        if sitelinks.exists():
+            cfg.input.wb_items_per_site = str(sitelinks)
+        vocab = args.vocabulary or f"qwen2.5={shared / 'tokenizers' / 'qwen2.5'}"
+        cfg.tokenize.vocabularies = [VocabularyConfig.parse(vocab)]
+        return cfg, args.prefix or " <Northern Ireland> <"
+    log.warning("%s not found: using %s and a vocabulary trained on it", sample, EXAMPLE_GRAPH)
+    cfg.paths.dump_date = "example"
+    cfg.input.dumps = [str(EXAMPLE_GRAPH)]
+    if args.vocabulary:
+        cfg.tokenize.vocabularies = [VocabularyConfig.parse(args.vocabulary)]
+    else:
+        vocab_dir = Path(cfg.build_dir()) / "demo-vocabulary"
+        train_example_vocabulary(EXAMPLE_GRAPH, vocab_dir)
+        cfg.tokenize.vocabularies = [VocabularyConfig(name="example-bpe", path=str(vocab_dir))]
+    return cfg, args.prefix or " <Northern Ireland> <"
+
+
+def train_example_vocabulary(source: Path, out_dir: Path, vocab_size: int = 2000) -> Path:
+    """Train a small byte-level BPE vocabulary on a graph's own text (no hub needed)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "tokenizer.json"
+    if path.exists():
+        return path
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tok.train_from_iterator(source.read_text(encoding="utf-8").splitlines(), trainer=trainer)
+    tok.save(str(path))
+    return path
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from jobs.common import read_counts
+
+    from .embedded import pg_dsn
+    from .pg import open_index
+
+    cfg, prefix_text = _demo_config(args)
+    vocab = cfg.tokenize.vocabularies[0]
+    print(f"refactx-index demo: {', '.join(cfg.input.dumps)} with vocabulary {vocab.name} ({vocab.path})")
+    print(f"outputs under {cfg.build_dir()}; PostgreSQL: {cfg.pg.dsn or 'embedded in ' + cfg.pg.embedded_dir}")
+    with pg_dsn(cfg) as dsn:
+        cfg.pg.dsn = dsn
+        results = _run_build(cfg, None)
+        print("\nstage counts:")
+        for r in results:
+            print(f"  {r.stage:<12} {r.seconds:6.1f}s  {_summary(r.counts)}")
+        name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab.name)
+        tokenizer = _load_tokenizer(vocab.path)
+        print(f"\nreading back index {name!r} from PostgreSQL through refactx_index.open_index:")
+        with open_index(dsn, name, schema=cfg.pg.schema) as index:
+            if show_completions(index, tokenizer, prefix_text, args.limit) == 0:
+                # the prefix is not in this graph: show the first subject instead
+                first = enumerate_completions(index, [], 1)
+                if first:
+                    text = _decode(tokenizer, first[0][0])
+                    alt = text[: text.index("> <") + 3] if "> <" in text else text
+                    show_completions(index, tokenizer, alt, args.limit)
+        print(f"\nstage JSON files: {cfg.build_dir()}/<stage>/counts.json")
+        validate = read_counts(cfg, "validate")
+        if validate:
+            print(f"validation: {_summary(validate)}")
+    return 0
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    from .embedded import pg_dsn
+    from .pg import open_index
+
+    cfg = _config_from(args)
+    with pg_dsn(cfg) as dsn, open_index(dsn, args.index, schema=cfg.pg.schema) as index:
+        show_completions(index, _load_tokenizer(args.tokenizer), args.text, args.limit)
+    return 0
+
+
+def cmd_builds(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from .embedded import pg_dsn
+
+    cfg = _config_from(args)
+    schema = cfg.pg.schema
+    with pg_dsn(cfg) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            f"SELECT b.build_id, b.name, b.tokenizer, b.status, b.facts, b.rows, "
+            f"coalesce(b.table_bytes, 0) + coalesce(b.index_bytes, 0), b.created_at, "
+            f"a.build_id IS NOT NULL FROM {schema}.builds b "
+            f"LEFT JOIN {schema}.active a ON a.build_id = b.build_id ORDER BY b.build_id"
+        ).fetchall()
+    print(f"{'id':>5} {'name':<28} {'tokenizer':<16} {'status':<10} {'facts':>10} {'rows':>10} {'bytes':>12}  active")
+    for bid, name, tok, status, facts, nrows, nbytes, created, active in rows:
+        print(f"{bid:>5} {name:<28} {tok:<16} {status:<10} {facts or 0:>10} {nrows or 0:>10} {nbytes:>12}  {'*' if active else ''}")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML config file (see conf/); REFACTX__SECTION__FIELD env vars override it")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override one config field, e.g. --set tree.depth=6 (repeatable)")
+    p.add_argument("--dsn", help="PostgreSQL DSN (default: pg.dsn, else an embedded server in pg.embedded_dir)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="refactx-index",
+        description="Build prefix-tree indexes of knowledge-graph facts (Spark + PostgreSQL) and query them.",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="build an index from a real extract and show facts read back",
+                          description="Build an index from ../shared's real Wikidata extract with the Qwen2.5 "
+                          "vocabulary (or, without ../shared, from examples/mini-graph.nt with a vocabulary "
+                          "trained on it), load it into PostgreSQL and print stage counts and completions.")
+    _add_common(demo)
+    demo.add_argument("--shared", default=str(PROJECT_ROOT.parent / "shared"), help="the shared data folder (default: ../shared)")
+    demo.add_argument("--build-root", default="build/demo", help="where the stage outputs go (default: build/demo)")
+    demo.add_argument("--vocabulary", help="NAME=PATH of a tokenizer directory or hub name (default: qwen2.5 from --shared)")
+    demo.add_argument("--prefix", help="text prefix to complete (default: ' <Northern Ireland> <')")
+    demo.add_argument("--limit", type=int, default=10, help="how many completions and facts to print")
+    demo.add_argument("--offline-vocabulary", action="store_true", help=argparse.SUPPRESS)
+    demo.set_defaults(func=cmd_demo)
+
+    build = sub.add_parser("build", help="run the pipeline for a config",
+                           description="Run the stages parse, sitelinks, labels, verbalize, tokenize, prefix_rows, "
+                           "load, validate, activate (or --stages) in one Spark application.")
+    _add_common(build)
+    build.add_argument("--stages", help="comma-separated subset of stages to run, in pipeline order")
+    build.add_argument("--json", action="store_true", help="print all stage counts as JSON on stdout")
+    build.set_defaults(func=cmd_build)
+
+    complete = sub.add_parser("complete", help="completions of a text prefix in a served index",
+                              description="Tokenize TEXT with the index's vocabulary and print the allowed next "
+                              "tokens with their leaf counts, and some whole facts below it.")
+    _add_common(complete)
+    complete.add_argument("--index", required=True, help="index name, e.g. wikidata-qwen2.5")
+    complete.add_argument("--tokenizer", required=True, help="tokenizer directory or tokenizer.json of the index's vocabulary")
+    complete.add_argument("--limit", type=int, default=10, help="how many completions and facts to print")
+    complete.add_argument("text", help="text prefix, e.g. ' <Northern Ireland> <'")
+    complete.set_defaults(func=cmd_complete)
+
+    builds = sub.add_parser("builds", help="list builds in the catalog", description="List every build in the "
+                            "catalog with its status, counts and bytes; '*' marks the active build of its name.")
+    _add_common(builds)
+    builds.set_defaults(func=cmd_builds)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    try:
+        return args.func(args)
+    except RefactxError as exc:
+        print(f"refactx-index: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

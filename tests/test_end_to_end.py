@@ -1,0 +1,149 @@
+"""The whole path on the real extract: N-Triples -> ... -> PostgreSQL -> refactx_index.
+
+One build with two different vocabularies (Qwen2.5 and Mistral, which adds BOS by
+default); every check runs for both.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from refactx_index.config import Config, VocabularyConfig
+from refactx_index.format import decode_fragment
+
+from .conftest import shared_path, tokenizer_dir
+
+pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
+
+VOCABS = ["qwen2.5", "mistral-7b-v0.1"]
+
+
+@pytest.fixture(scope="module")
+def module_db(pg_server):
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"refactx_e2e_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    params = conninfo_to_dict(pg_server)
+    params["dbname"] = name
+    yield make_conninfo(**params)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def built(spark, module_db, tmp_path_factory):
+    from jobs.pipeline import run_pipeline
+
+    cfg = Config()
+    cfg.paths.build_root = str(tmp_path_factory.mktemp("e2e") / "build")
+    cfg.paths.dump_date = "2018-sample500"
+    cfg.input.dumps = [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))]
+    cfg.input.wb_items_per_site = str(
+        shared_path("data", "wikipedia", "wikidatawiki-20150113-wb_items_per_site.head1MiB.sql")
+    )
+    cfg.tokenize.vocabularies = [VocabularyConfig(name=v, path=str(tokenizer_dir(v))) for v in VOCABS]
+    cfg.tree.depth = 6
+    cfg.tree.subtree_threshold = 16
+    cfg.pg.dsn = module_db
+    results = {r.stage: r.counts for r in run_pipeline(spark, cfg)}
+    return cfg, results
+
+
+def _tokens_by_fact(spark, cfg: Config, vocab: str) -> dict[int, tuple[int, ...]]:
+    rows = spark.read.parquet(str(cfg.stage_dir("tokenize") / vocab / "tokens")).collect()
+    return {r.fact_id: tuple(r.token_ids) for r in rows}
+
+
+def _facts_text(spark, cfg: Config) -> dict[int, str]:
+    rows = spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts")).select("fact_id", "text").collect()
+    return {r.fact_id: r.text for r in rows}
+
+
+def _open(cfg: Config, vocab: str):
+    from refactx_index.pg import open_index
+
+    name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab)
+    return open_index(cfg.pg.dsn, name, schema=cfg.pg.schema)
+
+
+def _enumerate(index) -> set[tuple[int, ...]]:
+    """Every stored sequence, walking the served tree from its root through next_tokens."""
+    found: set[tuple[int, ...]] = set()
+    stack: list[tuple[int, ...]] = [()]
+    while stack:
+        prefix = stack.pop()
+        step = index.next_tokens(list(prefix))
+        if step.ends:
+            found.add(prefix)
+        assert int(step.leaves.sum()) + int(step.ends) >= 1
+        stack.extend(prefix + (int(t),) for t in step.tokens)
+    return found
+
+
+def test_every_stage_reported_counts(built):
+    cfg, results = built
+    for stage in ("parse", "labels", "verbalize", "tokenize", "prefix_rows", "load", "validate", "activate"):
+        assert stage in results, f"stage {stage} did not run"
+        assert (cfg.stage_dir(stage) / "counts.json").exists()
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_tree_holds_exactly_the_tokenized_facts(spark, built, vocab):
+    from tokenizers import Tokenizer
+
+    cfg, _ = built
+    by_fact = _tokens_by_fact(spark, cfg, vocab)
+    texts = _facts_text(spark, cfg)
+    expected = set(by_fact.values())
+    assert len(expected) > 1000, "the real extract should give thousands of facts"
+    with _open(cfg, vocab) as index:
+        stored = _enumerate(index)
+    assert stored == expected
+
+    tok = Tokenizer.from_file(str(tokenizer_dir(vocab) / "tokenizer.json"))
+    special = {tok.token_to_id(t) for t in ("<s>", "</s>", "<|begin_of_text|>", "<|endoftext|>")} - {None}
+    for fact_id, ids in by_fact.items():
+        assert not special & set(ids), f"special token in {texts[fact_id]!r}"
+    # every stored sequence decodes back to its fact text (fact_prefix + text)
+    for fact_id, ids in list(by_fact.items())[:2000]:
+        decoded = tok.decode(list(ids), skip_special_tokens=False)
+        assert decoded.strip() == texts[fact_id].strip()
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_rows_are_unique_and_leaf_counts_add_up(built, vocab):
+    import psycopg
+
+    cfg, _ = built
+    schema = cfg.pg.schema
+    name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab)
+    with psycopg.connect(cfg.pg.dsn) as conn:
+        table, facts = conn.execute(
+            f"SELECT b.table_name, b.facts FROM {schema}.active a JOIN {schema}.builds b USING (build_id) "
+            "WHERE a.name = %s",
+            (name,),
+        ).fetchone()
+        rows = conn.execute(f"SELECT prefix, node FROM {schema}.{table}").fetchall()
+    prefixes = [bytes(p) for p, _ in rows]
+    assert len(prefixes) == len(set(prefixes)), "a prefix key appears twice"
+    row_leaves = {}
+    for prefix, node in rows:
+        frag = decode_fragment(node)
+        row_leaves[bytes(prefix)] = int(frag.leaves[0])
+        for i in range(frag.n_nodes):
+            _, child_leaves = frag.children(i)
+            assert int(child_leaves.sum()) + int(frag.ends[i]) == int(frag.leaves[i])
+    assert row_leaves[b""] == facts
+
+
+def test_llama_style_bos_never_stored(spark, built):
+    cfg, _ = built
+    by_fact = _tokens_by_fact(spark, cfg, "mistral-7b-v0.1")
+    firsts = np.array([ids[0] for ids in by_fact.values()])
+    assert not np.any(firsts == 1), "Mistral's BOS (id 1) leaked into stored sequences"

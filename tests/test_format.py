@@ -1,0 +1,86 @@
+"""The tree row format: round trips, the leaf-count invariant, corrupt input."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refactx_index.errors import FormatError
+from refactx_index.format import (
+    FORMAT_VERSION,
+    decode_fragment,
+    decode_prefix,
+    encode_children,
+    encode_prefix,
+    encode_subtree,
+    iter_suffixes,
+)
+
+token = st.sampled_from([0, 1, 2, 3, 255, 256, 65535, 65536, 151_000, 2**32 - 1])
+facts_strategy = st.lists(st.lists(token, min_size=0, max_size=12), min_size=1, max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(facts_strategy)
+def test_subtree_round_trip_and_invariant(facts):
+    expected = {tuple(f) for f in facts}
+    frag = decode_fragment(encode_subtree(facts))
+    assert {p for p, ext in iter_suffixes(frag) if not ext} == expected
+    assert int(frag.leaves[0]) == len(expected)
+    for i in range(frag.n_nodes):
+        toks, leaves = frag.children(i)
+        assert np.all(np.diff(toks) > 0), "children must be sorted and distinct"
+        assert int(leaves.sum()) + int(frag.ends[i]) == int(frag.leaves[i])
+
+
+def test_children_row_keeps_external_leaf_counts():
+    frag = decode_fragment(encode_children([70000, 5, 9], [3, 1, 2], ends=True))
+    toks, leaves = frag.children(0)
+    assert toks.tolist() == [5, 9, 70000]
+    assert leaves.tolist() == [1, 2, 3]
+    assert bool(frag.ends[0]) and int(frag.leaves[0]) == 7
+    assert frag.external[1:].all()
+    assert frag.child(0, 9) == 2 and frag.child(0, 10) == -1
+
+
+def test_prefix_keys_sort_like_token_sequences():
+    seqs = [[], [1], [1, 0], [2], [255, 1], [256], [70000, 3]]
+    keys = [encode_prefix(s) for s in seqs]
+    assert keys == sorted(keys)
+    for s, k in zip(seqs, keys):
+        assert decode_prefix(k).tolist() == s
+    with pytest.raises(ValueError):
+        encode_prefix([-1])
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda b: b[:5], "shorter than its header"),
+        (lambda b: bytes([FORMAT_VERSION + 1]) + b[1:], "version"),
+        (lambda b: b[:-1], None),
+        (lambda b: b[:10] + b"\x00" * (len(b) - 10), None),
+    ],
+)
+def test_corrupt_fragments_raise_format_error(mutate, message):
+    good = encode_subtree([[1, 2, 3], [1, 2, 4], [7]], compress=False)
+    with pytest.raises(FormatError, match=message):
+        decode_fragment(mutate(good))
+
+
+def test_compressed_body_that_does_not_inflate_is_a_format_error():
+    good = encode_subtree([list(range(i, i + 30)) for i in range(20)])
+    assert good[1] & 1, "a large fragment should be stored compressed"
+    bad = good[:12] + bytes(b ^ 0xFF for b in good[12:])
+    with pytest.raises(FormatError):
+        decode_fragment(bad)
+
+
+def test_header_layout_is_stable():
+    blob = encode_subtree([[5]], compress=False)
+    version, flags, tw, cw, lw, _, n = struct.unpack_from("<BBBBBBI", blob)
+    assert (version, flags, tw, n) == (FORMAT_VERSION, 0, 1, 2)
