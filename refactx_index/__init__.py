@@ -1,7 +1,18 @@
 """refactx_index: prefix-tree indexes of knowledge-graph facts for constrained generation.
 
-The runtime imports only numpy and psycopg (lazily); torch/transformers are optional.
+Importing the package loads only the exception classes; numpy and psycopg are
+imported when an index is opened, torch/transformers only by
+``refactx_index.generation`` (an optional extra).
+
+    from refactx_index import open_index
+    index = open_index("postgresql://...", "wikidata-qwen2.5", tokenizer="path/to/tokenizer.json")
+    index.next_tokens([...])  # NextTokens(tokens, leaves, ends)
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ConfigError,
@@ -14,19 +25,56 @@ from .errors import (
     ValidationFailed,
     VocabularyMismatch,
 )
-from .format import FORMAT_VERSION
+
+if TYPE_CHECKING:
+    from .cache import ByteLRUCache
+    from .format import FORMAT_VERSION
+    from .index import IndexInfo, NextTokens, TreeIndex
+    from .memory import MemoryTreeIndex, build_rows
+    from .pg import PgTreeIndex, open_index
 
 __version__ = "0.1.0"
 
+# name -> module that defines it; resolved on first access (PEP 562)
+_LAZY = {
+    "FORMAT_VERSION": ".format",
+    "ByteLRUCache": ".cache",
+    "IndexInfo": ".index",
+    "NextTokens": ".index",
+    "TreeIndex": ".index",
+    "MemoryTreeIndex": ".memory",
+    "build_rows": ".memory",
+    "PgTreeIndex": ".pg",
+    "open_index": ".pg",
+    "RefactxLogitsProcessor": ".generation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
+
+
 __all__ = [
     "FORMAT_VERSION",
+    "ByteLRUCache",
     "ConfigError",
     "DatabaseUnavailable",
     "FormatError",
+    "IndexInfo",
     "IndexNotFound",
     "LoadError",
+    "MemoryTreeIndex",
+    "NextTokens",
+    "PgTreeIndex",
     "QueryTimeout",
     "RefactxError",
+    "RefactxLogitsProcessor",
+    "TreeIndex",
     "ValidationFailed",
     "VocabularyMismatch",
+    "build_rows",
+    "open_index",
 ]

@@ -41,6 +41,9 @@ class InputConfig:
     wb_items_per_site: str = ""
     # optional property table (CSV: id,label,datatype) for extracts lacking propertyType lines
     property_table: str = ""
+    # IRI namespaces of entities (Q/P ids) and of direct claims (wdt:): a Wikibase's concept URI
+    entity_namespace: str = "http://www.wikidata.org/entity/"
+    direct_claim_namespace: str = "http://www.wikidata.org/prop/direct/"
 
 
 @dataclass

@@ -188,6 +188,29 @@ def encode_subtree(suffixes: Iterable[Sequence[int]], *, compress: bool = True) 
     longest common prefix of neighbouring rows.
     """
     mat, lengths = suffix_matrix(suffixes)
+    return _encode_suffix_matrix(mat, lengths, compress)
+
+
+def encode_subtree_flat(
+    values: np.ndarray, offsets: np.ndarray, *, compress: bool = True
+) -> bytes:
+    """``encode_subtree`` over suffixes given Arrow-style: ``values[offsets[i]:offsets[i+1]]``.
+
+    Builds the padded matrix with numpy only (no per-suffix Python objects), which is
+    what the Spark encoder feeds it from an Arrow list column.
+    """
+    values = np.asarray(values, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    width = int(lengths.max()) if lengths.size else 0
+    mat = np.full((lengths.size, width), -1, dtype=np.int64)
+    if width:
+        mask = np.arange(width)[None, :] < lengths[:, None]
+        mat[mask] = values[offsets[0] : offsets[-1]]
+    return _encode_suffix_matrix(mat, lengths, compress)
+
+
+def _encode_suffix_matrix(mat: np.ndarray, lengths: np.ndarray, compress: bool) -> bytes:
     if mat.shape[0] == 0:
         raise ValueError("a subtree needs at least one fact")
     if mat.size and (mat.max() > _MAX_TOKEN):

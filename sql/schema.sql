@@ -46,3 +46,8 @@ CREATE TABLE IF NOT EXISTS {schema}.tree (
     prefix    bytea  NOT NULL,   -- big-endian uint32 per token; root = ''
     node      bytea  NOT NULL    -- fragment, refactx_index.format
 ) PARTITION BY LIST (build_id);
+
+-- Added by the loader (compatible extensions of the tables above).
+-- dropped_at: when retention dropped the build's table (its catalog row stays as history).
+ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS dropped_at timestamptz;
+CREATE INDEX IF NOT EXISTS builds_name_idx ON {schema}.builds (name, build_id);

@@ -1,0 +1,266 @@
+"""Stage 7 -- load: Parquet prefix rows -> a fresh PostgreSQL partition per build.
+
+Per vocabulary: apply ``sql/schema.sql``; clean leftovers of killed loads; insert a
+``loading`` build; create ``{schema}.tree_b<build_id>`` (no index); bulk binary COPY
+from the Parquet files, one COPY per file over ``cfg.pg.load_workers`` connections,
+with the PGCOPY stream pre-encoded by numpy per Arrow batch; then the unique B-tree,
+ANALYZE, CHECK + ATTACH (``jobs.pgcatalog.attach``); record counts and bytes, status
+``loaded``. The served index is never touched: activation is a separate step.
+A load killed half-way leaves an unattached table and a ``loading`` row whose lock is
+free; the next run fails and drops them. Re-running a load makes a new build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import struct
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs import pgcatalog
+from jobs.common import read_counts, run_job_main, write_counts
+from refactx_index import format as fmt
+from refactx_index.config import Config, VocabularyConfig
+from refactx_index.embedded import pg_dsn
+from refactx_index.errors import LoadError
+
+log = logging.getLogger(__name__)
+
+STAGE = "load"
+COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+COPY_TRAILER = struct.pack(">h", -1)
+COPY_SQL = "COPY {schema}.{table} (build_id, prefix, node) FROM STDIN (FORMAT BINARY)"
+BATCH_ROWS = 65536
+
+
+# --------------------------------------------------------------------------- PGCOPY
+
+
+def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets[n+1], values) of an Arrow binary array, without copying."""
+    if arr.null_count:
+        raise LoadError("prefix/node columns must not contain nulls")
+    if pa.types.is_large_binary(arr.type):
+        off_type = np.int64
+    elif pa.types.is_binary(arr.type):
+        off_type = np.int32
+    else:
+        raise LoadError(f"expected a binary column, got {arr.type}")
+    _, off_buf, val_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, dtype=off_type)[arr.offset : arr.offset + len(arr) + 1]
+    values = np.frombuffer(val_buf, dtype=np.uint8) if val_buf is not None else np.zeros(0, np.uint8)
+    return offsets.astype(np.int64), values
+
+
+def _scatter(out: np.ndarray, dest_start: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
+    """Copy each row's bytes ``values[offsets[i]:offsets[i+1]]`` to ``out[dest_start[i]:]``."""
+    lens = np.diff(offsets)
+    total = int(lens.sum())
+    if total == 0:
+        return
+    dest = np.arange(offsets[0], offsets[-1], dtype=np.int64)
+    dest += np.repeat(dest_start - offsets[:-1], lens)
+    out[dest] = values[offsets[0] : offsets[-1]]
+
+
+def encode_copy_rows(build_id: int, prefix: pa.Array, node: pa.Array) -> bytes:
+    """PGCOPY binary tuples ``(build_id int8, prefix bytea, node bytea)`` for a batch.
+
+    Vectorized: row offsets by cumsum, fixed fields written through index arrays,
+    variable fields scattered in one fancy-indexing assignment each. No header/trailer.
+    """
+    p_off, p_val = _binary_parts(prefix)
+    n_off, n_val = _binary_parts(node)
+    p_len, n_len = np.diff(p_off), np.diff(n_off)
+    n = p_len.size
+    # int16 nfields | int32 8 | int64 build_id | int32 plen | prefix | int32 nlen | node
+    row_size = 22 + p_len + n_len
+    start = np.zeros(n, dtype=np.int64)
+    np.cumsum(row_size[:-1], out=start[1:])
+    out = np.empty(int(row_size.sum()), dtype=np.uint8)
+    head = np.frombuffer(struct.pack(">hiq", 3, 8, build_id), dtype=np.uint8)
+    out[start[:, None] + np.arange(14)] = head
+    out[start[:, None] + 14 + np.arange(4)] = p_len.astype(">i4").view(np.uint8).reshape(n, 4)
+    _scatter(out, start + 18, p_off, p_val)
+    node_len_at = start + 18 + p_len
+    out[node_len_at[:, None] + np.arange(4)] = n_len.astype(">i4").view(np.uint8).reshape(n, 4)
+    _scatter(out, node_len_at + 4, n_off, n_val)
+    return out.tobytes()
+
+
+def copy_file(dsn: str, schema: str, build_id: int, path: Path, batch_rows: int = BATCH_ROWS) -> int:
+    """COPY one Parquet file into the build's table (one transaction); returns rows copied."""
+    table = pgcatalog.table_name(build_id)
+    pf = pq.ParquetFile(path)
+    rows = 0
+    with psycopg.connect(dsn) as conn:
+        stmt = psycopg.sql.SQL(COPY_SQL).format(
+            schema=psycopg.sql.Identifier(schema), table=psycopg.sql.Identifier(table)
+        )
+        with conn.cursor() as cur:
+            with cur.copy(stmt) as copy:
+                copy.write(COPY_HEADER)
+                for batch in pf.iter_batches(batch_size=batch_rows, columns=["prefix", "node"]):
+                    copy.write(encode_copy_rows(build_id, batch.column(0), batch.column(1)))
+                    rows += batch.num_rows
+                copy.write(COPY_TRAILER)
+            if cur.rowcount != rows:
+                raise LoadError(f"COPY of {path} stored {cur.rowcount} rows, expected {rows}")
+    return rows
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def parquet_files(rows_dir: Path) -> list[Path]:
+    files = sorted(p for p in rows_dir.glob("*.parquet") if p.stat().st_size)
+    if not files:
+        raise LoadError(f"no Parquet files under {rows_dir}: run the prefix_rows stage first")
+    return files
+
+
+def parquet_row_count(files: list[Path]) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def tokenizer_meta(cfg: Config, vocab: VocabularyConfig) -> dict[str, Any]:
+    """``tokenize/<vocab>/meta.json`` when the tokenize job wrote it, else computed here."""
+    path = cfg.stage_dir("tokenize") / vocab.name / "meta.json"
+    if path.exists():
+        meta = json.loads(path.read_text())
+        missing = {"sha256", "vocab_size"} - set(meta)
+        if missing:
+            raise LoadError(f"{path} lacks {', '.join(sorted(missing))}")
+        return meta
+    tok_json = Path(vocab.path) / "tokenizer.json" if vocab.path else None
+    if tok_json is None or not tok_json.is_file():
+        raise LoadError(
+            f"{path} is absent and vocabulary {vocab.name!r} has no tokenizer.json at {vocab.path!r}"
+        )
+    from tokenizers import Tokenizer
+
+    return {
+        "name": vocab.name,
+        "path": str(tok_json.parent),
+        "sha256": hashlib.sha256(tok_json.read_bytes()).hexdigest(),
+        "vocab_size": Tokenizer.from_file(str(tok_json)).get_vocab_size(with_added_tokens=True),
+        "fact_prefix": cfg.tokenize.fact_prefix,
+        "fact_suffix": cfg.tokenize.fact_suffix,
+    }
+
+
+def index_name(cfg: Config, vocab: VocabularyConfig) -> str:
+    return cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab.name)
+
+
+# --------------------------------------------------------------------------- load
+
+
+def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str, Any]:
+    """Load one vocabulary's rows as a new build (status ``loaded``, not active)."""
+    schema = cfg.pg.schema
+    rows_dir = cfg.stage_dir("prefix_rows") / vocab.name / "rows"
+    files = parquet_files(rows_dir)
+    expected_rows = parquet_row_count(files)
+    tree_counts = read_counts(cfg, "prefix_rows", f"{vocab.name}/counts.json")
+    meta = tokenizer_meta(cfg, vocab)
+    name = index_name(cfg, vocab)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pgcatalog.apply_schema(conn, schema)
+        cleaned = pgcatalog.clean_leftovers(conn, schema)
+        build_id = pgcatalog.create_build(
+            conn,
+            schema,
+            {
+                "name": name,
+                "tokenizer": meta.get("name", vocab.name),
+                "tokenizer_hash": meta["sha256"],
+                "vocab_size": int(meta["vocab_size"]),
+                "source": cfg.paths.source,
+                "dump_date": cfg.paths.dump_date,
+                "depth": cfg.tree.depth,
+                "subtree_threshold": cfg.tree.subtree_threshold,
+                "format_version": fmt.FORMAT_VERSION,
+                "fact_prefix": meta.get("fact_prefix", cfg.tokenize.fact_prefix),
+                "fact_suffix": meta.get("fact_suffix", cfg.tokenize.fact_suffix),
+                "parquet_path": str(rows_dir),
+            },
+        )
+        log.info("build %d (%s): loading %d rows from %d files", build_id, name, expected_rows, len(files))
+        try:
+            started = time.monotonic()
+            workers = max(1, min(cfg.pg.load_workers, len(files)))
+            with ThreadPoolExecutor(workers, thread_name_prefix="copy") as pool:
+                copied = sum(pool.map(lambda f: copy_file(dsn, schema, build_id, f), files))
+            copy_s = time.monotonic() - started
+            if copied != expected_rows:
+                raise LoadError(f"copied {copied} rows, the Parquet holds {expected_rows}")
+            pgcatalog.attach(conn, schema, build_id)
+            table_bytes, index_bytes = pgcatalog.relation_bytes(
+                conn, schema, pgcatalog.table_name(build_id)
+            )
+            facts = tree_counts.get("distinct_facts")
+            pgcatalog.set_status(
+                conn, schema, build_id, "loaded",
+                rows=copied, facts=facts, table_bytes=table_bytes, index_bytes=index_bytes,
+                loaded_at=_now(conn),
+            )
+        except BaseException as exc:
+            # a clean failure: drop the table, keep the row as history
+            pgcatalog.set_status(conn, schema, build_id, "failed", message=f"load failed: {exc}"[:2000])
+            pgcatalog.drop_build_table(conn, schema, build_id)
+            raise
+        finally:
+            pgcatalog.release_loading_lock(conn, build_id)
+    counts = {
+        "build_id": build_id,
+        "name": name,
+        "table_name": pgcatalog.table_name(build_id),
+        "rows": copied,
+        "facts": facts,
+        "table_bytes": table_bytes,
+        "index_bytes": index_bytes,
+        "bytes_per_fact": (table_bytes + index_bytes) / facts if facts else None,
+        "copy_seconds": round(copy_s, 3),
+        "rows_per_second": round(copied / copy_s) if copy_s > 0 else None,
+        "cleaned": cleaned,
+    }
+    log.info("build %d loaded: %s", build_id, counts)
+    return counts
+
+
+def _now(conn: psycopg.Connection):
+    return conn.execute("SELECT now()").fetchone()[0]
+
+
+def load_all(cfg: Config, dsn: str) -> dict[str, Any]:
+    """Load every configured vocabulary and write ``load/counts.json``."""
+    result = {"vocabularies": {v.name: load_vocabulary(cfg, dsn, v) for v in cfg.tokenize.vocabularies}}
+    write_counts(cfg, STAGE, result)
+    return result
+
+
+def run(spark, cfg: Config) -> dict:
+    """Job entry point (Spark is not needed: pyarrow reads, psycopg COPYs)."""
+    del spark
+    with pg_dsn(cfg) as dsn:
+        return load_all(cfg, dsn)
+
+
+def main(argv=None) -> int:
+    return run_job_main(STAGE, "Load prefix rows into a fresh PostgreSQL partition", run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

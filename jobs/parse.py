@@ -1,0 +1,490 @@
+"""Stage 1, parse: Wikidata truthy N-Triples -> statements, terms, properties, rejects.
+
+Two phases, one scan of the dump:
+
+1. **lex** (JVM only): every line of every input file is split, validated and
+   classified with Spark SQL string/regex functions into one staged Parquet
+   dataset partitioned by ``kind`` (statement | term | property_type | reject |
+   skip). Skipped lines keep only their reason, so counting them costs nothing
+   more than a re-read of a tiny column.
+2. **resolve** (on the staged Parquet): property datatypes (the dump's own
+   ``wikibase:propertyType`` lines, else a property table, else inferred from
+   the objects' shapes), the configured filters, literal unescaping (an Arrow
+   batch function called only for literals that contain a backslash), and the
+   outputs of ``jobs/schemas.py`` plus ``counts.json``.
+
+Literal values are validated in SQL (escapes, unescaped quotes, lone UTF-16
+surrogates), so the unescaper never sees a malformed literal.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from typing import Any, Iterable
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
+from pyspark.sql.types import StringType, StructType
+
+from refactx_index.config import Config
+from refactx_index.errors import ConfigError
+
+from .common import run_job_main, write_counts
+from .schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
+
+log = logging.getLogger(__name__)
+
+MAX_REJECT_LINE = 10_000
+
+# ---------------------------------------------------------------- lexical patterns (Java regex)
+IRI = r'<[^\x00-\x20<>"{}|^`\\]*>'
+BNODE = r"_:[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?"
+LANG_OR_DATATYPE = r"^(?:@[A-Za-z]+(?:-[A-Za-z0-9]+)*|\^\^" + IRI + r")?$"
+# every escape N-Triples allows in a literal; \U only up to U+10FFFF
+VALID_ESCAPE = r"""\\(?:[tbnrf"'\\]|u[0-9A-Fa-f]{4}|U(?:000[0-9A-Fa-f]|0010)[0-9A-Fa-f]{4})"""
+# an odd backslash run before \uD800-\uDBFF not followed by a low surrogate, or a low one alone
+LONE_SURROGATE = (
+    r"(?i)(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
+    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})"
+)
+GENID = r"^<[^>]*/\.well-known/genid/[^>]*>$"
+
+RDF_TYPE = "<http://www.w3.org/1999/02/22-rdf-syntax-ns#type>"
+TERM_PREDICATES = {
+    "<http://www.w3.org/2000/01/rdf-schema#label>": "label",
+    "<http://schema.org/description>": "description",
+    "<http://www.w3.org/2004/02/skos/core#altLabel>": "alias",
+}
+# both the current and the pre-2018 ontology namespace
+PROPERTY_TYPE = r"^<http://wikiba\.se/ontology(?:-beta)?#propertyType>$"
+WIKIBASE_NAME = r"^<http://wikiba\.se/ontology(?:-beta)?#([A-Za-z]+)>$"
+
+XSD = "http://www.w3.org/2001/XMLSchema#"
+LITERAL_KINDS = {
+    XSD + "dateTime": ("time", "Time"),
+    XSD + "decimal": ("quantity", "Quantity"),
+    "http://www.opengis.net/ont/geosparql#wktLiteral": ("coordinate", "GlobeCoordinate"),
+    "http://www.w3.org/1998/Math/MathML": ("other", "Math"),
+}
+
+# Wikidata JSON datatype names (property tables) -> RDF names (propertyType lines)
+JSON_DATATYPES = {
+    "wikibase-item": "WikibaseItem",
+    "wikibase-property": "WikibaseProperty",
+    "wikibase-lexeme": "WikibaseLexeme",
+    "wikibase-form": "WikibaseForm",
+    "wikibase-sense": "WikibaseSense",
+    "string": "String",
+    "external-id": "ExternalId",
+    "quantity": "Quantity",
+    "time": "Time",
+    "globe-coordinate": "GlobeCoordinate",
+    "monolingualtext": "Monolingualtext",
+    "url": "Url",
+    "commonsmedia": "CommonsMedia",
+    "math": "Math",
+    "geo-shape": "GeoShape",
+    "tabular-data": "TabularData",
+    "musical-notation": "MusicalNotation",
+    "entity-schema": "EntitySchema",
+}
+
+STAGED_PARTITION = "kind"
+
+
+# ---------------------------------------------------------------- phase 1: lex
+
+
+def _ns_id(term: Column, namespace: str, id_pattern: str) -> Column:
+    """The id in ``<namespace + id>``, or '' when ``term`` is not such an IRI."""
+    return F.regexp_extract(term, "^<" + re.escape(namespace) + "(" + id_pattern + ")>$", 1)
+
+
+def _kr(kind: str, reason: str | Column | None) -> Column:
+    reason_col = reason if isinstance(reason, Column) else F.lit(reason).cast("string")
+    return F.struct(F.lit(kind).alias("kind"), reason_col.alias("reason"))
+
+
+def lex_lines(
+    lines: DataFrame,
+    languages: Iterable[str],
+    entity_namespace: str,
+    direct_claim_namespace: str,
+) -> DataFrame:
+    """Classify raw lines (columns ``value``, ``source``) into staged rows.
+
+    Pure Spark SQL functions: no Python runs per line. Every input line yields
+    exactly one output row whose ``kind`` is statement, term, property_type,
+    reject (``reason`` says why) or skip (``reason`` says which valid line
+    this stage does not need).
+    """
+    langs = sorted({lang.lower() for lang in languages})
+    raw = F.col("value")
+    text = F.btrim(raw, F.lit(" \t\r"))
+    parts = F.split(text, r"[ \t]+", 3)
+    df = lines.select(
+        raw.alias("raw"),
+        F.col("source"),
+        text.alias("text"),
+        F.get(parts, 0).alias("s"),
+        F.get(parts, 1).alias("p"),
+        F.get(parts, 2).alias("rest"),
+    )
+    obj = F.btrim(F.expr("substring(rest, 1, length(rest) - 1)"), F.lit(" \t"))
+    df = df.withColumn("o", obj)
+    o = F.col("o")
+    is_lit = o.startswith('"')
+    suffix = F.substring_index(o, '"', -1)
+    body_len = F.length(o) - F.length(suffix) - 2
+    df = df.withColumn("suffix", F.when(is_lit, suffix)).withColumn(
+        "body", F.when(is_lit & (body_len >= 0), F.expr("substring(o, 2, length(o) - length(suffix) - 2)"))
+    )
+    body, sfx = F.col("body"), F.col("suffix")
+    has_backslash = body.contains("\\")
+    stripped = F.when(has_backslash, F.regexp_replace(body, VALID_ESCAPE, "")).otherwise(body)
+    s, p = F.col("s"), F.col("p")
+    term_re = "^(?:" + IRI + "|" + BNODE + ")$"
+
+    reason = (
+        F.when(~F.is_valid_utf8(F.col("raw")), "invalid_utf8")
+        .when(F.col("rest").isNull(), "too_few_terms")
+        .when(~F.col("rest").endswith("."), "missing_final_dot")
+        .when(~s.rlike(term_re), "bad_subject")
+        .when(~p.rlike("^" + IRI + "$"), "bad_predicate")
+        .when(is_lit & body.isNull(), "unterminated_literal")
+        .when(is_lit & ~sfx.rlike(LANG_OR_DATATYPE), "bad_language_or_datatype")
+        .when(is_lit & stripped.contains("\\"), "bad_escape")
+        .when(is_lit & stripped.contains('"'), "unescaped_quote")
+        .when(is_lit & has_backslash & body.rlike(LONE_SURROGATE), "lone_surrogate")
+        .when(~is_lit & ~o.rlike(term_re), "bad_object")
+    )
+    is_blank = (F.col("text") == "") | F.col("text").startswith("#")
+    df = df.withColumn("reason", F.when(~is_blank, reason))
+
+    lang = F.when(sfx.startswith("@"), F.lower(F.expr("substring(suffix, 2)")))
+    datatype = F.when(sfx.startswith("^^<"), F.expr("substring(suffix, 4, length(suffix) - 4)"))
+    df = df.withColumn("lang", lang).withColumn("literal_datatype", datatype)
+    lang_c, dt_c = F.col("lang"), F.col("literal_datatype")
+    lang_kept = lang_c.isin(langs) if langs else F.lit(True)
+
+    subject_id = _ns_id(s, entity_namespace, "[QP][1-9][0-9]*")
+    direct_pid = _ns_id(p, direct_claim_namespace, "P[1-9][0-9]*")
+    object_item = _ns_id(o, entity_namespace, "Q[1-9][0-9]*")
+    object_entity = _ns_id(o, entity_namespace, "[PL][1-9][0-9]*(?:-[FS][1-9][0-9]*)?")
+    df = df.withColumns(
+        {"subject_id": subject_id, "direct_pid": direct_pid, "object_item": object_item,
+         "object_entity": object_entity}
+    )
+    sid, pid, oitem, oent = (F.col(c) for c in ("subject_id", "direct_pid", "object_item", "object_entity"))
+    term_kind = F.lit(None).cast("string")
+    for iri, name in TERM_PREDICATES.items():
+        term_kind = F.when(p == iri, F.lit(name)).otherwise(term_kind)
+    df = df.withColumn("term_kind", term_kind)
+    tk = F.col("term_kind")
+    is_iri = o.startswith("<")
+    unknown_value = o.startswith("_:") | o.rlike(GENID)
+
+    kind_reason = (
+        F.when(is_blank, _kr("skip", "blank_or_comment"))
+        .when(F.col("reason").isNotNull(), _kr("reject", F.col("reason")))
+        .when((pid != "") & ~sid.startswith("Q"), _kr("skip", "non_item_subject"))
+        .when((pid != "") & unknown_value, _kr("skip", "unknown_value"))
+        .when((pid != "") & lang_c.isNotNull() & ~lang_kept, _kr("skip", "other_language"))
+        .when(pid != "", _kr("statement", None))
+        .when(tk.isNotNull() & (sid == ""), _kr("skip", "term_of_other_subject"))
+        .when(tk.isNotNull() & (lang_c.isNull() | ~lang_kept), _kr("skip", "other_language"))
+        .when(tk.isNotNull(), _kr("term", None))
+        .when(p.rlike(PROPERTY_TYPE) & sid.startswith("P") & o.rlike(WIKIBASE_NAME),
+              _kr("property_type", None))
+        .when((p == RDF_TYPE) & o.rlike("/prop/novalue/P[1-9][0-9]*>$"), _kr("skip", "no_value"))
+        .otherwise(_kr("skip", "other_predicate"))
+    )
+    df = df.withColumn("kr", kind_reason).withColumns({"kind": F.col("kr.kind"), "reason": F.col("kr.reason")})
+    kind = F.col("kind")
+
+    # object kind and the datatype its shape implies (used when no datatype is declared)
+    object_kind = F.when(oitem != "", "item")
+    inferred = F.when(oitem != "", "WikibaseItem")
+    for dt_iri, (okind, dtype) in LITERAL_KINDS.items():
+        object_kind = object_kind.when(dt_c == dt_iri, okind)
+        inferred = inferred.when(dt_c == dt_iri, dtype)
+    plain = is_lit & lang_c.isNull() & (dt_c.isNull() | (dt_c == XSD + "string"))
+    object_kind = object_kind.when(lang_c.isNotNull(), "monolingual").when(plain, "string").otherwise("other")
+    inferred = (
+        inferred.when(lang_c.isNotNull(), "Monolingualtext")
+        .when(plain, "String")
+        .when(oent.startswith("P"), "WikibaseProperty")
+        .when(oent.rlike("^L[0-9]+-F"), "WikibaseForm")
+        .when(oent.rlike("^L[0-9]+-S"), "WikibaseSense")
+        .when(oent.startswith("L"), "WikibaseLexeme")
+        .when(is_iri & o.contains("/wiki/Special:FilePath/"), "CommonsMedia")
+        .when(is_iri & o.rlike(r"/data/main/Data:[^>]*\.map>$"), "GeoShape")
+        .when(is_iri & o.rlike(r"/data/main/Data:[^>]*\.tab>$"), "TabularData")
+        .when(is_iri, "Url")
+    )
+    object_value = F.when(is_lit, body).when(is_iri & (oitem == ""), F.expr("substring(o, 2, length(o) - 2)"))
+
+    is_stmt, is_term = kind == "statement", kind == "term"
+    return df.select(
+        kind.alias("kind"),
+        F.col("reason"),
+        F.when(kind == "reject", F.col("source")).alias("source"),
+        F.when(kind == "reject", F.substring(F.make_valid_utf8(F.col("raw")), 1, MAX_REJECT_LINE)).alias("line"),
+        F.when(is_stmt | is_term | (kind == "property_type"), sid).alias("subject"),
+        F.when(is_stmt, pid).alias("property"),
+        F.when(is_stmt, object_kind).alias("object_kind"),
+        F.when(is_stmt & (oitem != ""), oitem).alias("object_item"),
+        F.when(is_stmt | is_term, object_value).alias("object_value"),
+        F.when(is_stmt, dt_c).alias("object_datatype"),
+        F.when(is_stmt | is_term, lang_c).alias("object_lang"),
+        F.when(is_stmt, inferred).alias("inferred_datatype"),
+        F.when(is_term, tk).alias("term_kind"),
+        F.when(is_stmt | is_term, is_lit & has_backslash).alias("has_escape"),
+        F.when(kind == "property_type", F.regexp_extract(o, WIKIBASE_NAME, 1)).alias("declared_datatype"),
+    )
+
+
+def read_dump_lines(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """Lines of every input file (globs and directories allowed; .gz/.bz2 by extension,
+    bz2 split across tasks). A missing input is a configuration error, not an empty build."""
+    if not paths:
+        raise ConfigError("input.dumps is empty: nothing to parse")
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()  # noqa: SLF001 (Hadoop glob API)
+    for path in paths:
+        hpath = jvm.org.apache.hadoop.fs.Path(path)
+        matches = hpath.getFileSystem(conf).globStatus(hpath)
+        if matches is None or len(matches) == 0:
+            raise ConfigError(f"input dump {path!r} matches no file")
+    # lineSep unset: \n, \r\n and \r all end a line (CRLF files parse like LF files)
+    return spark.read.text(paths).select(F.col("value"), F.input_file_name().alias("source"))
+
+
+# ---------------------------------------------------------------- phase 2: resolve
+
+
+_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.S)
+_SIMPLE = {"t": "\t", "b": "\b", "n": "\n", "r": "\r", "f": "\f", '"': '"', "'": "'", "\\": "\\"}
+
+
+def _replace_escape(m: re.Match) -> str:
+    hex4, hex8, simple = m.groups()
+    if simple is not None:
+        return _SIMPLE.get(simple, simple)
+    return chr(int(hex4 or hex8, 16))
+
+
+def unescape_literal(text: str) -> str:
+    """N-Triples literal escapes -> text. Surrogate pairs written as two \\u escapes
+    are joined; a lone surrogate (rejected in SQL before this runs) becomes U+FFFD."""
+    out = _ESCAPE.sub(_replace_escape, text)
+    if any("\ud800" <= ch <= "\udfff" for ch in out):
+        out = out.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return out
+
+
+@pandas_udf(StringType())
+def unescape_batch(values: pd.Series) -> pd.Series:
+    """Arrow batch unescaper; null in, null out (callers pass null for literals
+    without a backslash, so those rows cost one null bit)."""
+    mask = values.notna()
+    out = values.copy()
+    out[mask] = values[mask].map(unescape_literal)
+    return out
+
+
+def unescaped(value: Column, has_escape: Column) -> Column:
+    """``value`` with its escapes decoded, running Python only where ``has_escape``."""
+    return F.when(has_escape, unescape_batch(F.when(has_escape, value))).otherwise(value)
+
+
+def conform(df: DataFrame, schema: StructType) -> DataFrame:
+    """Columns of ``schema`` in its order and types."""
+    return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def read_property_table(spark: SparkSession, path: str) -> DataFrame:
+    """A CSV with header ``id,label,datatype``; datatypes in RDF (``WikibaseItem``) or
+    JSON (``wikibase-item``) spelling."""
+    table = spark.read.option("header", True).option("mode", "PERMISSIVE").csv(path)
+    missing = {"id", "datatype"} - set(table.columns)
+    if missing:
+        raise ConfigError(f"property table {path}: missing column(s) {', '.join(sorted(missing))}")
+    mapping = F.create_map([F.lit(x) for kv in JSON_DATATYPES.items() for x in kv])
+    dtype = F.btrim(F.col("datatype"))
+    label = F.col("label") if "label" in table.columns else F.lit(None).cast("string")
+    return table.select(
+        F.upper(F.btrim(F.col("id"))).alias("property"),
+        F.coalesce(F.element_at(mapping, F.lower(dtype)), dtype).alias("table_datatype"),
+        label.alias("table_label"),
+    ).where(F.col("property").rlike("^P[1-9][0-9]*$"))
+
+
+def resolve_properties(
+    statements: DataFrame,
+    terms: DataFrame,
+    declared: DataFrame,
+    table: DataFrame | None,
+    label_lang: str,
+) -> DataFrame:
+    """One row per property seen: datatype from the dump's propertyType lines, else
+    the property table, else the most frequent shape of its objects; label in
+    ``label_lang``. Columns: property, datatype, label, datatype_source."""
+    declared = declared.groupBy("property").agg(F.min("declared_datatype").alias("declared_datatype"))
+    shapes = statements.groupBy("property", "inferred_datatype").count()
+    inferred = shapes.where(F.col("inferred_datatype").isNotNull()).groupBy("property").agg(
+        F.max_by("inferred_datatype", F.struct("count", "inferred_datatype")).alias("inferred_datatype")
+    )
+    labels = (
+        terms.where((F.col("kind") == "label") & (F.col("lang") == label_lang) & F.col("entity").startswith("P"))
+        .groupBy(F.col("entity").alias("property"))
+        .agg(F.min("value").alias("term_label"))
+    )
+    ids = (
+        statements.select("property")
+        .union(declared.select("property"))
+        .union(labels.select("property"))
+    )
+    if table is not None:
+        ids = ids.union(table.select("property"))
+    props = ids.distinct().join(declared, "property", "left").join(inferred, "property", "left")
+    props = props.join(labels, "property", "left")
+    if table is not None:
+        props = props.join(table, "property", "left")
+    else:
+        props = props.withColumn("table_datatype", F.lit(None).cast("string")).withColumn(
+            "table_label", F.lit(None).cast("string")
+        )
+    dtype_source = (
+        F.when(F.col("declared_datatype").isNotNull(), "declared")
+        .when(F.col("table_datatype").isNotNull(), "table")
+        .when(F.col("inferred_datatype").isNotNull(), "inferred")
+        .otherwise("unknown")
+    )
+    return props.select(
+        "property",
+        F.coalesce("declared_datatype", "table_datatype", "inferred_datatype").alias("datatype"),
+        F.coalesce("term_label", "table_label").alias("label"),
+        dtype_source.alias("datatype_source"),
+    )
+
+
+def filter_reason(statements: DataFrame, properties: DataFrame, cfg: Config) -> DataFrame:
+    """``statements`` with ``datatype`` and ``filter_reason`` (null: kept).
+
+    The configured lists are literal sets in the plan (broadcast by construction);
+    the property table is small and broadcast; only the excluded-subject set,
+    derived from the data, is an anti-join."""
+    f = cfg.filter
+    df = statements.join(F.broadcast(properties.select("property", "datatype")), "property", "left")
+    keep = [d for d in f.keep_datatypes]
+    reason = (
+        F.when(F.col("property").isin(list(f.deny_properties)) if f.deny_properties else F.lit(False),
+               "denied_property")
+        .when(~F.col("property").isin(list(f.allow_properties)) if f.allow_properties else F.lit(False),
+              "not_in_allow_list")
+        .when(F.col("datatype").isNull(), "datatype_unknown")
+        .when(~F.col("datatype").isin(keep), F.concat(F.lit("datatype_"), F.col("datatype")))
+        .when((F.col("object_kind") == "other") & F.col("datatype").isin("WikibaseItem"), "object_not_item")
+    )
+    df = df.withColumn("filter_reason", reason)
+    if f.exclude_classes:
+        excluded = (
+            statements.where((F.col("property") == "P31") & F.col("object_item").isin(list(f.exclude_classes)))
+            .select(F.col("subject").alias("excluded_subject"))
+            .distinct()
+        )
+        df = df.join(excluded, df.subject == excluded.excluded_subject, "left").withColumn(
+            "filter_reason",
+            F.coalesce(F.col("filter_reason"),
+                       F.when(F.col("excluded_subject").isNotNull(), F.lit("excluded_class"))),
+        ).drop("excluded_subject")
+    return df
+
+
+# ---------------------------------------------------------------- the job
+
+
+def _delete(spark: SparkSession, path: str) -> None:
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()  # noqa: SLF001
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    hpath.getFileSystem(conf).delete(hpath, True)
+
+
+def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    """Parse ``cfg.input.dumps`` into ``parse/{statements,terms,properties,rejects}``."""
+    out = cfg.stage_dir("parse")
+    staged_path = str(out / "_staged")
+    languages = cfg.filter.languages or ["en"]
+
+    lines = read_dump_lines(spark, cfg.input.dumps)
+    staged = lex_lines(lines, languages, cfg.input.entity_namespace, cfg.input.direct_claim_namespace)
+    staged.write.mode("overwrite").partitionBy(STAGED_PARTITION).parquet(staged_path)
+
+    staged = spark.read.parquet(staged_path)
+    by_kind: dict[str, dict[str, int]] = {}
+    for row in staged.groupBy("kind", "reason").count().collect():
+        by_kind.setdefault(row["kind"], {})[row["reason"] or ""] = row["count"]
+
+    stmts = staged.where(F.col("kind") == "statement")
+    terms = staged.where(F.col("kind") == "term").select(
+        F.col("subject").alias("entity"),
+        F.col("term_kind").alias("kind"),
+        F.col("object_lang").alias("lang"),
+        unescaped(F.col("object_value"), F.col("has_escape")).alias("value"),
+    )
+    declared = staged.where(F.col("kind") == "property_type").select(
+        F.col("subject").alias("property"), "declared_datatype"
+    )
+    table = read_property_table(spark, cfg.input.property_table) if cfg.input.property_table else None
+
+    terms.write.mode("overwrite").parquet(str(out / "terms"))
+    terms = spark.read.parquet(str(out / "terms"))
+    props = resolve_properties(stmts, terms, declared, table, languages[0].lower())
+    props.write.mode("overwrite").parquet(str(out / "_properties_resolved"))
+    props = spark.read.parquet(str(out / "_properties_resolved"))
+    conform(props, PROPERTIES).write.mode("overwrite").parquet(str(out / "properties"))
+
+    flagged = filter_reason(stmts, props, cfg)
+    kept = flagged.where(F.col("filter_reason").isNull()).withColumn(
+        "object_value", unescaped(F.col("object_value"), F.col("has_escape"))
+    )
+    conform(kept, STATEMENTS).write.mode("overwrite").parquet(str(out / "statements"))
+    filtered = {
+        r["filter_reason"]: r["count"]
+        for r in flagged.where(F.col("filter_reason").isNotNull()).groupBy("filter_reason").count().collect()
+    }
+    conform(staged.where(F.col("kind") == "reject"), REJECTS).write.mode("overwrite").parquet(str(out / "rejects"))
+
+    datatype_sources = {r["datatype_source"]: r["count"] for r in props.groupBy("datatype_source").count().collect()}
+    rejected = by_kind.get("reject", {})
+    counts: dict[str, Any] = {
+        "lines_in": sum(sum(v.values()) for v in by_kind.values()),
+        "statements": spark.read.parquet(str(out / "statements")).count(),
+        "terms": terms.count(),
+        "properties": props.count(),
+        "rejected": sum(rejected.values()),
+        "rejected_by_reason": dict(sorted(rejected.items())),
+        "skipped_by_reason": dict(sorted(by_kind.get("skip", {}).items())),
+        "statements_seen": sum(by_kind.get("statement", {}).values()),
+        "statements_filtered_by_reason": dict(sorted(filtered.items())),
+        "property_types_declared": sum(by_kind.get("property_type", {}).values()),
+        "datatype_source": dict(sorted(datatype_sources.items())),
+        "datatype_inferred": datatype_sources.get("inferred", 0),
+    }
+    for scratch in ("_properties_resolved", "_staged"):
+        _delete(spark, str(out / scratch))
+    write_counts(cfg, "parse", counts)
+    log.info("parse: %s", counts)
+    return counts
+
+
+def main(argv=None) -> int:
+    return run_job_main("parse", "Parse Wikidata truthy N-Triples into statements, terms and properties.", run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

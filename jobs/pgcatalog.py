@@ -1,0 +1,237 @@
+"""The PostgreSQL catalog, shared by load, validate and activate.
+
+Statements live in ``sql/*.sql``; this module substitutes identifiers with
+``psycopg.sql`` (never string formatting of values) and runs them one by one.
+
+A build's life: ``loading`` (fresh unattached table ``tree_b<build_id>``, COPY) ->
+``loaded`` (unique index, ANALYZE, CHECK + ATTACH) -> ``validated`` -> ``active`` ->
+``retired``, or ``failed`` with a message. While a load runs, its process holds a
+session advisory lock on the build id; a ``loading`` build whose lock is free was
+left by a killed process, which is how :func:`clean_leftovers` tells it from a load
+still running elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg import sql
+
+log = logging.getLogger(__name__)
+
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+# advisory lock namespaces (the first key of pg_advisory_lock(int, int))
+LOCK_SCHEMA = 0x52465830  # "RFX0": schema creation
+LOCK_LOADING = 0x52465831  # "RFX1": a load in progress, second key = build id
+LOCK_ACTIVATE = 0x52465832  # "RFX2": activation/retention of an index name
+_TABLE_RE = re.compile(r"^tree_b(\d+)$")
+
+
+@lru_cache(maxsize=None)
+def _statements_text(name: str) -> tuple[str, ...]:
+    text = (SQL_DIR / name).read_text()
+    # our SQL files hold no "--" or ";" inside string literals, so this split is exact
+    body = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    return tuple(s.strip() for s in body.split(";") if s.strip())
+
+
+def statements(name: str, schema: str, **names: Any) -> list[sql.Composed]:
+    """The statements of ``sql/<name>``: ``{schema}`` and identifier placeholders substituted.
+
+    ``names`` values that are ``int`` become literals, ``str`` become identifiers.
+    """
+    subst: dict[str, sql.Composable] = {"schema": sql.Identifier(schema)}
+    for key, value in names.items():
+        subst[key] = sql.Literal(value) if isinstance(value, int) else sql.Identifier(value)
+    return [sql.SQL(s).format(**subst) for s in _statements_text(name)]
+
+
+def table_name(build_id: int) -> str:
+    """Bare table name of a build's partition (what ``builds.table_name`` stores)."""
+    return f"tree_b{int(build_id)}"
+
+
+def apply_schema(conn: psycopg.Connection, schema: str) -> None:
+    """Create or upgrade the catalog (idempotent; serialized against concurrent loaders)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_SCHEMA,))
+        for stmt in statements("schema.sql", schema):
+            conn.execute(stmt)
+
+
+def create_build(conn: psycopg.Connection, schema: str, fields: dict[str, Any]) -> int:
+    """Insert a ``loading`` build row and create its empty, unattached table.
+
+    The caller's session then holds the build's loading lock until it finishes.
+    """
+    with conn.transaction():
+        cols = list(fields) + ["table_name", "status"]
+        # table_name needs the id: insert a placeholder unique name, then set it
+        row = conn.execute(
+            sql.SQL("INSERT INTO {}.builds ({}) VALUES ({}) RETURNING build_id").format(
+                sql.Identifier(schema),
+                sql.SQL(", ").join(map(sql.Identifier, cols)),
+                sql.SQL(", ").join(sql.Placeholder() * len(cols)),
+            ),
+            [*fields.values(), f"pending-{id(fields)}-{fields.get('name')}", "loading"],
+        ).fetchone()
+        build_id = int(row[0])
+        table = table_name(build_id)
+        conn.execute(
+            sql.SQL("UPDATE {}.builds SET table_name = %s WHERE build_id = %s").format(
+                sql.Identifier(schema)
+            ),
+            (table, build_id),
+        )
+        conn.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_LOADING, build_id))
+        for stmt in statements("create_build_table.sql", schema, table=table):
+            conn.execute(stmt)
+    return build_id
+
+
+def release_loading_lock(conn: psycopg.Connection, build_id: int) -> None:
+    conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_LOADING, build_id))
+
+
+def attach(conn: psycopg.Connection, schema: str, build_id: int) -> None:
+    """Unique B-tree on prefix and ANALYZE, then CHECK + ATTACH in one short transaction."""
+    table = table_name(build_id)
+    create_index, analyze, check, attach_stmt = statements(
+        "attach.sql", schema, table=table, index=f"{table}_prefix_key",
+        check=f"{table}_build_id_check", build_id=int(build_id),
+    )
+    conn.execute(create_index)
+    conn.execute(analyze)
+    with conn.transaction():
+        conn.execute(check)
+        conn.execute(attach_stmt)
+
+
+def is_attached(conn: psycopg.Connection, schema: str, table: str) -> bool:
+    row = conn.execute(
+        """SELECT EXISTS (
+               SELECT 1 FROM pg_inherits i
+               JOIN pg_class c ON c.oid = i.inhrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+               JOIN pg_class p ON p.oid = i.inhparent
+              WHERE n.nspname = %s AND c.relname = %s AND p.relname = 'tree')""",
+        (schema, table),
+    ).fetchone()
+    return bool(row[0])
+
+
+def table_exists(conn: psycopg.Connection, schema: str, table: str) -> bool:
+    row = conn.execute(
+        "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL", (schema, table)
+    ).fetchone()
+    return bool(row[0])
+
+
+def drop_build_table(conn: psycopg.Connection, schema: str, build_id: int) -> None:
+    """Detach (when attached) and drop a build's table; mark the build row dropped."""
+    table = table_name(build_id)
+    detach, drop, mark = statements("retire.sql", schema, table=table, build_id=int(build_id))
+    with conn.transaction():
+        if table_exists(conn, schema, table) and is_attached(conn, schema, table):
+            conn.execute(detach)
+        conn.execute(drop)
+        conn.execute(mark)
+
+
+def set_status(
+    conn: psycopg.Connection, schema: str, build_id: int, status: str, **fields: Any
+) -> None:
+    """Update a build's status and any other columns (``message``, counts, times)."""
+    assignments = [sql.SQL("status = %s")]
+    values: list[Any] = [status]
+    for key, value in fields.items():
+        assignments.append(sql.SQL("{} = %s").format(sql.Identifier(key)))
+        values.append(value)
+    conn.execute(
+        sql.SQL("UPDATE {}.builds SET {} WHERE build_id = %s").format(
+            sql.Identifier(schema), sql.SQL(", ").join(assignments)
+        ),
+        [*values, build_id],
+    )
+
+
+def get_build(conn: psycopg.Connection, schema: str, build_id: int) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            sql.SQL("SELECT * FROM {}.builds WHERE build_id = %s").format(sql.Identifier(schema)),
+            (build_id,),
+        )
+        return cur.fetchone()
+
+
+def active_build(conn: psycopg.Connection, schema: str, name: str) -> int | None:
+    row = conn.execute(
+        sql.SQL("SELECT build_id FROM {}.active WHERE name = %s").format(sql.Identifier(schema)),
+        (name,),
+    ).fetchone()
+    return int(row[0]) if row else None
+
+
+def relation_bytes(conn: psycopg.Connection, schema: str, table: str) -> tuple[int, int]:
+    """(table bytes incl. TOAST, index bytes) of a build's table."""
+    row = conn.execute(
+        "SELECT pg_table_size(c.oid), pg_indexes_size(c.oid) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+        (schema, table),
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def clean_leftovers(conn: psycopg.Connection, schema: str) -> dict[str, list[int]]:
+    """Fail and drop builds left in ``loading`` by a dead process; drop orphaned tables.
+
+    A ``loading`` build whose advisory lock can be taken has no live loader (the lock
+    is a session lock: PostgreSQL releases it when the loader's connection dies).
+    """
+    s = sql.Identifier(schema)
+    interrupted: list[int] = []
+    loading = conn.execute(
+        sql.SQL("SELECT build_id FROM {}.builds WHERE status = 'loading' ORDER BY build_id").format(s)
+    ).fetchall()
+    for (build_id,) in loading:
+        got = conn.execute(
+            "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_LOADING, build_id)
+        ).fetchone()[0]
+        if not got:
+            continue  # a loader is alive
+        try:
+            set_status(conn, schema, build_id, "failed",
+                       message="load interrupted (loader process gone); cleaned by a later run")
+            drop_build_table(conn, schema, build_id)
+            interrupted.append(int(build_id))
+        finally:
+            release_loading_lock(conn, build_id)
+    orphans: list[int] = []
+    tables = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname ~ '^tree_b[0-9]+$'",
+        (schema,),
+    ).fetchall()
+    for (table,) in tables:
+        build_id = int(_TABLE_RE.match(table).group(1))
+        build = get_build(conn, schema, build_id)
+        if build is not None and (build["status"] == "loading" or is_attached(conn, schema, table)):
+            continue
+        log.warning("dropping orphaned table %s.%s", schema, table)
+        with conn.transaction():
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(s, sql.Identifier(table)))
+            if build is not None:
+                conn.execute(
+                    sql.SQL("UPDATE {}.builds SET dropped_at = now() WHERE build_id = %s").format(s),
+                    (build_id,),
+                )
+        orphans.append(build_id)
+    if interrupted or orphans:
+        log.info("cleaned leftovers: interrupted builds %s, orphaned tables %s", interrupted, orphans)
+    return {"interrupted_builds": interrupted, "orphaned_tables": orphans}

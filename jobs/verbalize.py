@@ -1,0 +1,407 @@
+"""Stage 4, verbalize: statements and terms -> de-duplicated textual facts.
+
+``<subject label> <property label> <object> .`` per kept statement, plus
+``<entity> <description> <…> .`` and ``<entity> <short description> <…> .`` once
+per entity that appears in a kept statement, plus optional inverse facts
+``<object> <inverse label> <subject> .`` for item-valued statements.
+
+Literal values are rendered for people by Spark SQL expressions (no Python UDF);
+the rules, with an example each, are in docs/verbalize.md. A statement that
+cannot be verbalized (a label is missing, a literal does not parse) is dropped
+and counted by reason in ``verbalize/counts.json``.
+
+Outputs: ``verbalize/facts`` (schema FACTS) and ``verbalize/counts.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from refactx_index.config import Config, VerbalizeConfig
+
+from .common import run_job_main, write_counts
+from .schemas import FACTS
+
+log = logging.getLogger(__name__)
+
+STAGE = "verbalize"
+DESCRIPTION_LABEL = "description"
+SHORT_DESCRIPTION_LABEL = "short description"
+# When two sources yield the same text, the fact keeps the first kind in this order.
+KIND_ORDER = ("statement", "inverse", "description", "short_description")
+
+# Java regexes, applied by Spark SQL functions
+_SPACES = r"(?U)\s+"
+_TIME = r"^([+-]?)(\d+)-(\d{2})-(\d{2})(?:T.*)?$"
+_DECIMAL = r"^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?)(\d+))?$"
+_POINT = r"^\s*(?:<([^>]*)>\s*)?(?i:point)\s*\(\s*(\S+)\s+(\S+)\s*\)\s*$"
+
+
+# ---------------------------------------------------------------- literal rendering
+def clean_text(col: Column) -> Column:
+    """Whitespace runs (newlines, tabs, Unicode spaces) to one space, trimmed: facts are one line."""
+    return F.trim(F.regexp_replace(col, _SPACES, " "))
+
+
+def render_decimal(col: Column) -> Column:
+    """``+1.500`` -> ``1.5``, ``+10`` -> ``10``, ``-0.20`` -> ``-0.2``, ``+0.0`` -> ``0``; null if not a decimal."""
+    value = F.trim(col)
+    matches = value.rlike(_DECIMAL) & value.rlike(r"\d")
+    sign = F.regexp_extract(value, _DECIMAL, 1)
+    integer = F.regexp_replace(F.regexp_extract(value, _DECIMAL, 2), r"^0+", "")
+    fraction = F.regexp_replace(F.regexp_extract(value, _DECIMAL, 3), r"0+$", "")
+    exp_sign = F.regexp_extract(value, _DECIMAL, 4)
+    exp_digits = F.regexp_replace(F.regexp_extract(value, _DECIMAL, 5), r"^0+", "")
+    integer = F.when(integer == "", F.lit("0")).otherwise(integer)
+    is_zero = (integer == "0") & (fraction == "")
+    mantissa = F.concat(
+        F.when((sign == "-") & ~is_zero, F.lit("-")).otherwise(F.lit("")),
+        integer,
+        F.when(fraction != "", F.concat(F.lit("."), fraction)).otherwise(F.lit("")),
+    )
+    exponent = F.when(
+        (exp_digits != "") & ~is_zero,
+        F.concat(F.lit("e"), F.when(exp_sign == "-", F.lit("-")).otherwise(F.lit("")), exp_digits),
+    ).otherwise(F.lit(""))
+    return F.when(matches, F.concat(mantissa, exponent))
+
+
+def render_time(col: Column) -> Column:
+    """``+1952-03-11T00:00:00Z`` -> ``1952-03-11``; ``-0500-01-01T…`` -> ``-0500-01-01``.
+
+    The time of day is dropped (Wikidata's finest precision is the day). Month or
+    day ``00`` (unknown, as in Wikibase JSON) shortens the date to ``1952-03`` or
+    ``1952``. Years keep at least four digits and a ``-`` sign (XSD 1.1 astronomical
+    numbering, as in the dump); a leading ``+`` is dropped. Null if not a date.
+    """
+    value = F.trim(col)
+    matches = value.rlike(_TIME)
+    sign = F.when(F.regexp_extract(value, _TIME, 1) == "-", F.lit("-")).otherwise(F.lit(""))
+    digits = F.regexp_replace(F.regexp_extract(value, _TIME, 2), r"^0+", "")
+    year = F.concat(sign, F.when(F.length(digits) < 4, F.lpad(digits, 4, "0")).otherwise(digits))
+    month = F.regexp_extract(value, _TIME, 3)
+    day = F.regexp_extract(value, _TIME, 4)
+    rendered = (
+        F.when(month == "00", year)
+        .when(day == "00", F.concat_ws("-", year, month))
+        .otherwise(F.concat_ws("-", year, month, day))
+    )
+    return F.when(matches, rendered)
+
+
+def render_coordinate(col: Column) -> Column:
+    """``Point(-5.84 54.5909)`` (WKT: longitude first) -> ``54.5909, -5.84`` (latitude first).
+
+    A globe IRI before the point (``<…/Q111> Point(…)``, coordinates on Mars) is
+    not rendered. Null if not a WKT point with two decimals.
+    """
+    value = F.trim(col)
+    lon = render_decimal(F.regexp_extract(value, _POINT, 2))
+    lat = render_decimal(F.regexp_extract(value, _POINT, 3))
+    return F.when(value.rlike(_POINT) & lat.isNotNull() & lon.isNotNull(), F.concat(lat, F.lit(", "), lon))
+
+
+def render_object(kind: Column, value: Column, object_label: Column) -> Column:
+    """The object as written in a fact; null when it cannot be rendered."""
+    text = clean_text(value)
+    rendered = (
+        F.when(kind == "item", object_label)
+        .when(kind == "time", render_time(value))
+        .when(kind == "quantity", render_decimal(value))
+        .when(kind == "coordinate", render_coordinate(value))
+        .otherwise(text)  # string, monolingual, other: the text itself
+    )
+    return F.when(rendered != "", rendered)
+
+
+def fact_text(subject: Column, predicate: Column, obj: Column) -> Column:
+    """``<subject> <predicate> <object> .``"""
+    return F.concat(F.lit("<"), subject, F.lit("> <"), predicate, F.lit("> <"), obj, F.lit("> ."))
+
+
+# ---------------------------------------------------------------- facts
+def label_table(labels: DataFrame) -> DataFrame:
+    """(entity, label) with labels cleaned to one line; empty labels count as missing."""
+    label = clean_text(F.col("label"))
+    return labels.select("entity", label.alias("label")).where(F.col("label") != "")
+
+
+def property_label_table(labels: DataFrame, properties: DataFrame | None) -> DataFrame:
+    """(property, property_label): the display label, else the parse stage's property label."""
+    from_labels = label_table(labels).where(F.col("entity").startswith("P")).select(
+        F.col("entity").alias("property"), F.col("label").alias("display")
+    )
+    if properties is None:
+        return from_labels.select("property", F.col("display").alias("property_label"))
+    from_parse = properties.select("property", clean_text(F.col("label")).alias("parsed")).where(
+        F.col("parsed") != ""
+    ).dropDuplicates(["property"])
+    return from_labels.join(from_parse, "property", "full").select(
+        "property", F.coalesce("display", "parsed").alias("property_label")
+    )
+
+
+def resolve_statements(statements: DataFrame, labels: DataFrame, property_labels: DataFrame) -> DataFrame:
+    """Statements with their labels and rendered object, and ``drop_reason`` (null: kept)."""
+    entity_labels = label_table(labels)
+    subjects = entity_labels.select(F.col("entity").alias("subject"), F.col("label").alias("subject_label"))
+    objects = entity_labels.select(F.col("entity").alias("object_item"), F.col("label").alias("object_label"))
+    joined = (
+        statements.join(subjects, "subject", "left")
+        .join(property_labels, "property", "left")
+        .join(objects, "object_item", "left")
+    )
+    kind = F.col("object_kind")
+    obj = render_object(kind, F.col("object_value"), F.col("object_label"))
+    reason = (
+        F.when(F.col("subject_label").isNull(), F.lit("missing_subject_label"))
+        .when(F.col("property_label").isNull(), F.lit("missing_property_label"))
+        .when((kind == "item") & F.col("object_label").isNull(), F.lit("missing_object_label"))
+        .when(obj.isNull() & kind.isin("time", "quantity", "coordinate"), F.concat(F.lit("unparseable_"), kind))
+        .when(obj.isNull(), F.lit("empty_object"))
+    )
+    return joined.select(
+        "subject",
+        "property",
+        "object_kind",
+        "object_item",
+        "subject_label",
+        "property_label",
+        "object_label",
+        obj.alias("object_text"),
+        reason.alias("drop_reason"),
+    )
+
+
+def statement_facts(resolved: DataFrame) -> DataFrame:
+    """(text, kind, property) of kept statements."""
+    return resolved.where(F.col("drop_reason").isNull()).select(
+        fact_text(F.col("subject_label"), F.col("property_label"), F.col("object_text")).alias("text"),
+        F.lit("statement").alias("kind"),
+        "property",
+    )
+
+
+def inverse_facts(resolved: DataFrame, inverse_labels: Mapping[str, str]) -> DataFrame | None:
+    """``<object> <inverse label> <subject> .`` for kept item statements with a configured inverse label."""
+    if not inverse_labels:
+        return None
+    pairs = [F.lit(x) for pid, label in sorted(inverse_labels.items()) for x in (pid, label.strip())]
+    inverse_label = F.create_map(*pairs)[F.col("property")]
+    return resolved.where(
+        F.col("drop_reason").isNull() & (F.col("object_kind") == "item") & inverse_label.isNotNull()
+    ).select(
+        fact_text(F.col("object_label"), inverse_label, F.col("subject_label")).alias("text"),
+        F.lit("inverse").alias("kind"),
+        "property",
+    )
+
+
+def described_entities(resolved: DataFrame) -> DataFrame:
+    """(entity, label) of every subject and item object of a kept statement."""
+    kept = resolved.where(F.col("drop_reason").isNull())
+    subjects = kept.select(F.col("subject").alias("entity"), F.col("subject_label").alias("label"))
+    objects = kept.where(F.col("object_kind") == "item").select(
+        F.col("object_item").alias("entity"), F.col("object_label").alias("label")
+    )
+    return subjects.unionByName(objects).dropDuplicates(["entity"])
+
+
+def description_facts(entities: DataFrame, terms: DataFrame, languages: Sequence[str]) -> DataFrame:
+    """``<entity> <description> <…> .``: one per entity, in the first configured language that has one."""
+    rank = F.array_position(F.array(*[F.lit(lang) for lang in languages]), F.col("lang"))
+    best = (
+        terms.where((F.col("kind") == "description") & F.col("lang").isin(list(languages)))
+        .select("entity", rank.alias("rank"), clean_text(F.col("value")).alias("value"))
+        .where(F.col("value") != "")
+        .groupBy("entity")
+        .agg(F.min_by("value", "rank").alias("value"))
+    )
+    return entities.join(best, "entity").select(
+        fact_text(F.col("label"), F.lit(DESCRIPTION_LABEL), F.col("value")).alias("text"),
+        F.lit("description").alias("kind"),
+        F.lit(None).cast("string").alias("property"),
+    )
+
+
+def short_description_facts(entities: DataFrame, sitelinks: DataFrame) -> DataFrame:
+    """``<entity> <short description> <…> .`` from the English Wikipedia short description."""
+    short = (
+        sitelinks.select("entity", clean_text(F.col("short_description")).alias("value"))
+        .where(F.col("value").isNotNull() & (F.col("value") != ""))
+        .groupBy("entity")
+        .agg(F.min("value").alias("value"))
+    )
+    return entities.join(short, "entity").select(
+        fact_text(F.col("label"), F.lit(SHORT_DESCRIPTION_LABEL), F.col("value")).alias("text"),
+        F.lit("short_description").alias("kind"),
+        F.lit(None).cast("string").alias("property"),
+    )
+
+
+def dedupe_facts(candidates: DataFrame) -> DataFrame:
+    """One row per distinct text (schema FACTS); ``fact_id = xxhash64(text)``.
+
+    A text produced by several sources keeps the first kind of KIND_ORDER (then
+    the smallest property), so the result does not depend on partitioning.
+    """
+    order = F.array_position(F.array(*[F.lit(k) for k in KIND_ORDER]), F.col("kind"))
+    first = (
+        candidates.select("text", F.struct(order.alias("order"), "kind", "property").alias("source"))
+        .groupBy("text")
+        .agg(F.min("source").alias("source"))
+    )
+    return first.select(
+        F.xxhash64("text").alias("fact_id"),
+        "text",
+        F.col("source.kind").alias("kind"),
+        F.col("source.property").alias("property"),
+    )
+
+
+def drop_id_collisions(facts: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(facts with unique fact_id, the colliding facts dropped).
+
+    With n facts about n^2 / 2^65 collisions are expected (0.02 for 800 million):
+    rare but possible, and a shared id would make the token datasets ambiguous.
+    The smallest text keeps the id; the others are dropped and counted.
+    """
+    colliding = facts.groupBy("fact_id").agg(F.count("*").alias("n"), F.min("text").alias("kept_text")).where(
+        F.col("n") > 1
+    )
+    flagged = facts.join(F.broadcast(colliding.select("fact_id", "kept_text")), "fact_id", "left")
+    is_loser = F.col("kept_text").isNotNull() & (F.col("text") != F.col("kept_text"))
+    kept = flagged.where(~is_loser).select(*FACTS.fieldNames())
+    dropped = flagged.where(is_loser).select(*FACTS.fieldNames())
+    return kept, dropped
+
+
+def verbalize(
+    statements: DataFrame,
+    labels: DataFrame,
+    properties: DataFrame | None,
+    terms: DataFrame | None,
+    sitelinks: DataFrame | None,
+    vcfg: VerbalizeConfig,
+    languages: Sequence[str] = ("en",),
+) -> tuple[DataFrame, DataFrame]:
+    """(facts before the id-collision check, resolved statements with ``drop_reason``).
+
+    ``facts`` has the FACTS schema and distinct texts.
+    """
+    resolved = resolve_statements(statements, labels, property_label_table(labels, properties))
+    parts = [statement_facts(resolved)]
+    if vcfg.inverse:
+        inverse = inverse_facts(resolved, vcfg.inverse_labels)
+        if inverse is None:
+            log.warning("verbalize.inverse is on but verbalize.inverse_labels is empty: no inverse facts")
+        else:
+            parts.append(inverse)
+    entities = None
+    if (vcfg.descriptions and terms is not None) or (vcfg.short_descriptions and sitelinks is not None):
+        entities = described_entities(resolved)
+    if vcfg.descriptions and terms is not None:
+        parts.append(description_facts(entities, terms, languages))
+    if vcfg.short_descriptions and sitelinks is not None:
+        parts.append(short_description_facts(entities, sitelinks))
+    candidates = parts[0]
+    for part in parts[1:]:
+        candidates = candidates.unionByName(part)
+    return dedupe_facts(candidates), resolved
+
+
+# ---------------------------------------------------------------- job
+def _read(spark: SparkSession, path: Path, required: bool) -> DataFrame | None:
+    if not path.exists():
+        if required:
+            raise FileNotFoundError(f"{path} is missing: run the stage that writes it first")
+        log.info("%s is absent: its facts are skipped", path)
+        return None
+    return spark.read.parquet(str(path))
+
+
+def _count_map(rows: Sequence[Any]) -> dict[str, int]:
+    return {str(key): int(n) for key, n in sorted(rows, key=lambda r: str(r[0])) if key is not None}
+
+
+def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    """Read parse/labels/sitelinks outputs, write verbalize/facts and counts.json."""
+    statements = _read(spark, cfg.stage_dir("parse") / "statements", required=True)
+    labels = _read(spark, cfg.stage_dir("labels") / "labels", required=True)
+    properties = _read(spark, cfg.stage_dir("parse") / "properties", required=False)
+    terms = _read(spark, cfg.stage_dir("parse") / "terms", required=False) if cfg.verbalize.descriptions else None
+    sitelinks = (
+        _read(spark, cfg.stage_dir("sitelinks") / "sitelinks", required=False)
+        if cfg.verbalize.short_descriptions
+        else None
+    )
+    facts, resolved = verbalize(
+        statements, labels, properties, terms, sitelinks, cfg.verbalize, cfg.filter.languages or ["en"]
+    )
+    resolved.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        by_reason = resolved.groupBy("drop_reason").count().collect()
+        statements_in = sum(int(r["count"]) for r in by_reason)
+        dropped = _count_map([(r["drop_reason"], r["count"]) for r in by_reason])
+
+        staged = cfg.stage_dir(STAGE) / "_deduped"
+        facts.write.mode("overwrite").parquet(str(staged))
+    finally:
+        resolved.unpersist()
+    deduped = spark.read.parquet(str(staged))
+    kept, collided = drop_id_collisions(deduped)
+    out = cfg.stage_dir(STAGE) / "facts"
+    kept.write.mode("overwrite").parquet(str(out))
+
+    written = spark.read.parquet(str(out))
+    by_kind_property = written.groupBy("kind", "property").count().collect()
+    by_kind: dict[str, int] = {}
+    by_property: dict[str, int] = {}
+    for row in by_kind_property:
+        by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + int(row["count"])
+        if row["property"] is not None:
+            by_property[row["property"]] = by_property.get(row["property"], 0) + int(row["count"])
+    collisions = collided.count()
+    if collisions:
+        dropped["fact_id_collision"] = collisions
+    facts_out = sum(by_kind.values())
+    candidates = deduped.count()
+    counts = {
+        "statements_in": statements_in,
+        "statements_kept": statements_in - sum(v for k, v in dropped.items() if k != "fact_id_collision"),
+        "dropped": dropped,
+        "facts": facts_out,
+        "distinct_texts": candidates,
+        "by_kind": dict(sorted(by_kind.items())),
+        "by_property": dict(sorted(by_property.items())),
+        "inputs": {
+            "properties": properties is not None,
+            "terms": terms is not None,
+            "sitelinks": sitelinks is not None,
+        },
+    }
+    _remove_tree(spark, staged)
+    write_counts(cfg, STAGE, counts)
+    return counts
+
+
+def _remove_tree(spark: SparkSession, path: Path) -> None:
+    """Delete a staging directory through Hadoop's FileSystem (local or distributed)."""
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(str(path))
+    hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(hadoop_path, True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_job_main(STAGE, "Verbalize statements, descriptions and short descriptions into facts", run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

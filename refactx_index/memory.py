@@ -1,0 +1,276 @@
+"""An in-memory index for small graphs (a corporate graph of 10k triples needs no database).
+
+It stores exactly the rows a PostgreSQL build would hold (same cut rule, same
+fragment encoding) and walks them with the same code, so both indexes give the same
+answers. It can be saved to and loaded from one file:
+
+    magic        8 bytes   b"RFXTREE1"
+    header_len   uint32 LE
+    header       JSON (utf-8): the IndexInfo fields, "records", "crc32"
+    records      per row: prefix_len uint32 LE, node_len uint32 LE, prefix, node
+
+Nothing in the file is unpickled or evaluated; every length is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import zlib
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from .cache import ByteLRUCache
+from .errors import FormatError
+from .format import FORMAT_VERSION, encode_children, encode_subtree
+from .index import (
+    IndexInfo,
+    RowTreeIndex,
+    check_vocabulary,
+    fragment_nbytes,
+    prefix_key,
+    tokenizer_sha256,
+    vocabulary_size,
+)
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"RFXTREE1"
+_U32 = struct.Struct("<I")
+_RECORD = struct.Struct("<II")
+DEFAULT_CACHE_BYTES = 64 << 20
+
+
+def build_rows(
+    sequences: Iterable[Sequence[int]], depth: int, threshold: int
+) -> dict[bytes, bytes]:
+    """The rows ``{prefix key: fragment}`` of the tree of ``sequences`` under the cut rule.
+
+    A prefix with more than ``threshold`` facts below it and shorter than ``depth``
+    tokens is expanded one level (its children are external rows); any other row
+    stores its whole subtree. Duplicate sequences collapse. This is the reference
+    the Spark job must agree with, row for row.
+    """
+    if depth < 0:
+        raise ValueError("depth must be >= 0")
+    if threshold < 1:
+        raise ValueError("threshold must be >= 1")
+    seqs = sorted({tuple(int(t) for t in s) for s in sequences})
+    if not seqs:
+        raise ValueError("an index needs at least one fact")
+    if len(seqs[0]) == 0:
+        raise ValueError("a fact must have at least one token")
+    rows: dict[bytes, bytes] = {}
+    # explicit stack: (lo, hi, d) -- seqs[lo:hi] share their first d tokens
+    stack = [(0, len(seqs), 0)]
+    while stack:
+        lo, hi, d = stack.pop()
+        key = prefix_key(seqs[lo][:d])
+        if hi - lo <= threshold or d >= depth:
+            rows[key] = encode_subtree([s[d:] for s in seqs[lo:hi]])
+            continue
+        ends = len(seqs[lo]) == d  # sorted: the prefix itself comes first
+        i = lo + 1 if ends else lo
+        toks: list[int] = []
+        counts: list[int] = []
+        while i < hi:
+            tok = seqs[i][d]
+            j = i + 1
+            while j < hi and seqs[j][d] == tok:
+                j += 1
+            toks.append(tok)
+            counts.append(j - i)
+            stack.append((i, j, d + 1))
+            i = j
+        rows[key] = encode_children(toks, counts, ends)
+    return rows
+
+
+def encode_texts(tokenizer: object, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of ``texts`` without special tokens (no BOS), batch-encoded."""
+    batch = getattr(tokenizer, "encode_batch", None)
+    if batch is not None:  # tokenizers.Tokenizer
+        return [e.ids for e in batch(list(texts), add_special_tokens=False)]
+    return list(tokenizer(list(texts), add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+
+
+def load_tokenizer(path: str | os.PathLike[str]):
+    """A ``tokenizers.Tokenizer`` from ``tokenizer.json`` or the directory holding it."""
+    from tokenizers import Tokenizer
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    return Tokenizer.from_file(str(p))
+
+
+class MemoryTreeIndex(RowTreeIndex):
+    """The rows of one build held in a dict; decoded rows cached like the PostgreSQL index."""
+
+    def __init__(
+        self, rows: Mapping[bytes, bytes], info: IndexInfo, *, cache_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
+        if b"" not in rows:
+            raise FormatError("an index needs a root row (key b'')")
+        super().__init__(info, ByteLRUCache(cache_bytes, fragment_nbytes))
+        self._rows = dict(rows)
+
+    @property
+    def rows(self) -> Mapping[bytes, bytes]:
+        return self._rows
+
+    def _fetch_rows(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        rows = self._rows
+        return {k: rows[k] for k in keys if k in rows}
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_sequences(
+        cls,
+        sequences: Iterable[Sequence[int]],
+        *,
+        name: str = "memory",
+        tokenizer: str = "",
+        tokenizer_hash: str = "",
+        vocab_size: int = 0,
+        depth: int = 8,
+        threshold: int = 64,
+        fact_prefix: str = " ",
+        fact_suffix: str = "",
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> "MemoryTreeIndex":
+        """An index of token sequences (already tokenized facts)."""
+        seqs = {tuple(int(t) for t in s) for s in sequences}
+        rows = build_rows(seqs, depth, threshold)
+        info = IndexInfo(
+            name=name,
+            tokenizer=tokenizer,
+            tokenizer_hash=tokenizer_hash,
+            vocab_size=vocab_size,
+            depth=depth,
+            subtree_threshold=threshold,
+            format_version=FORMAT_VERSION,
+            fact_prefix=fact_prefix,
+            fact_suffix=fact_suffix,
+            facts=len(seqs),
+            rows=len(rows),
+        )
+        return cls(rows, info, cache_bytes=cache_bytes)
+
+    @classmethod
+    def from_facts(
+        cls,
+        facts: Iterable[str],
+        tokenizer: object,
+        *,
+        name: str = "memory",
+        fact_prefix: str = " ",
+        fact_suffix: str = "",
+        depth: int = 8,
+        threshold: int = 64,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> "MemoryTreeIndex":
+        """Tokenize ``fact_prefix + fact + fact_suffix`` for each fact text and index them.
+
+        ``tokenizer`` is a ``tokenizers.Tokenizer``, a transformers tokenizer, or a
+        path to ``tokenizer.json`` (or its directory; then the vocabulary is
+        fingerprinted by sha256 like a PostgreSQL build).
+        """
+        vocab_name, digest = "", ""
+        if isinstance(tokenizer, (str, os.PathLike)):
+            path = Path(tokenizer)
+            vocab_name = (path if path.is_dir() else path.parent).name
+            digest = tokenizer_sha256(path)
+            tokenizer = load_tokenizer(path)
+        texts = [f"{fact_prefix}{f}{fact_suffix}" for f in facts]
+        ids = encode_texts(tokenizer, texts)
+        empty = sum(1 for s in ids if not s)
+        if empty:
+            raise ValueError(f"{empty} facts tokenize to no token at all")
+        log.info("indexing %d facts (%d texts)", len({tuple(s) for s in ids}), len(texts))
+        return cls.from_sequences(
+            ids,
+            name=name,
+            tokenizer=vocab_name,
+            tokenizer_hash=digest,
+            vocab_size=vocabulary_size(tokenizer),
+            depth=depth,
+            threshold=threshold,
+            fact_prefix=fact_prefix,
+            fact_suffix=fact_suffix,
+            cache_bytes=cache_bytes,
+        )
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the rows and the build description to one file (atomically replaced)."""
+        parts: list[bytes] = []
+        for key in sorted(self._rows):
+            node = self._rows[key]
+            parts.append(_RECORD.pack(len(key), len(node)))
+            parts.append(key)
+            parts.append(node)
+        body = b"".join(parts)
+        header = asdict(self._info)
+        header.update(records=len(self._rows), crc32=zlib.crc32(body))
+        head = json.dumps(header, sort_keys=True).encode("utf-8")
+        tmp = Path(f"{os.fspath(path)}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(MAGIC + _U32.pack(len(head)) + head + body)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        tokenizer: object | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> "MemoryTreeIndex":
+        """Read a file written by :meth:`save`; checks its format and, if given, the vocabulary."""
+        data = Path(path).read_bytes()
+        if data[: len(MAGIC)] != MAGIC:
+            raise FormatError(f"{path}: not a refactx_index tree file")
+        pos = len(MAGIC)
+        if len(data) < pos + 4:
+            raise FormatError(f"{path}: truncated header")
+        (head_len,) = _U32.unpack_from(data, pos)
+        pos += 4
+        try:
+            header = json.loads(data[pos : pos + head_len].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise FormatError(f"{path}: header is not JSON: {exc}") from exc
+        pos += head_len
+        if not isinstance(header, dict):
+            raise FormatError(f"{path}: header is not a JSON object")
+        body = memoryview(data)[pos:]
+        if zlib.crc32(body) != header.get("crc32"):
+            raise FormatError(f"{path}: checksum mismatch (truncated or corrupt file)")
+        known = {f.name for f in fields(IndexInfo)}
+        try:
+            info = IndexInfo(**{k: v for k, v in header.items() if k in known})
+        except TypeError as exc:
+            raise FormatError(f"{path}: header lacks fields: {exc}") from exc
+        if info.format_version != FORMAT_VERSION:
+            raise FormatError(
+                f"{path}: format version {info.format_version}; this runtime reads {FORMAT_VERSION}"
+            )
+        rows: dict[bytes, bytes] = {}
+        end = len(data)
+        while pos < end:
+            if pos + _RECORD.size > end:
+                raise FormatError(f"{path}: truncated record header")
+            klen, nlen = _RECORD.unpack_from(data, pos)
+            pos += _RECORD.size
+            if pos + klen + nlen > end or klen % 4:
+                raise FormatError(f"{path}: corrupt record")
+            key = data[pos : pos + klen]
+            rows[key] = data[pos + klen : pos + klen + nlen]
+            pos += klen + nlen
+        if len(rows) != header.get("records"):
+            raise FormatError(f"{path}: {len(rows)} records, header says {header.get('records')}")
+        check_vocabulary(info, tokenizer)
+        return cls(rows, info, cache_bytes=cache_bytes)

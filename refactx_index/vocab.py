@@ -1,0 +1,323 @@
+"""Vocabularies: load a ``tokenizers.Tokenizer``, identify it, and know its special ids.
+
+Shared by the tokenize job (driver and Python workers) and the runtime, so it
+imports neither pyspark nor ``tokenizers`` at module level.
+
+A vocabulary is named in configuration by a directory holding ``tokenizer.json``,
+a path to such a file, or a hub name (resolved through ``huggingface_hub`` to a
+locally cached ``tokenizer.json``). It is identified by the sha256 of that file:
+an index built with one file is only valid for the same file.
+
+Tokenizers are always returned with ``encode_special_tokens = True``: a fact
+whose text happens to contain ``<|endoftext|>`` or ``</s>`` is encoded as those
+characters, never as the special token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tokenizers import Tokenizer
+
+log = logging.getLogger(__name__)
+
+TOKENIZER_FILE = "tokenizer.json"
+# Names in tokenizer_config.json / special_tokens_map.json whose tokens must never
+# appear inside a stored fact.
+_SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """One vocabulary as the pipeline and the runtime see it."""
+
+    name: str
+    path: str  # as configured: a directory, a tokenizer.json, or a hub name
+    file: str  # the resolved local tokenizer.json
+    sha256: str  # of the tokenizer.json bytes
+    vocab_size: int  # including added tokens
+    # ids never allowed in a stored fact: special added tokens, BOS/EOS/UNK/PAD of the
+    # tokenizer config, ids the post-processor inserts, added tokens that strip spaces
+    forbidden_ids: tuple[int, ...]
+
+    def tokenizer(self) -> "Tokenizer":
+        """The tokenizer, loaded once per process (cached by file and hash)."""
+        return cached_tokenizer(self.file, self.sha256)
+
+
+def resolve_tokenizer_file(path: str) -> Path:
+    """The local ``tokenizer.json`` for a directory, a file, or a hub name."""
+    if not path:
+        raise ConfigError("vocabulary path is empty: give a directory with tokenizer.json, a file, or a hub name")
+    local = Path(path).expanduser()
+    if local.is_dir():
+        candidate = local / TOKENIZER_FILE
+        if not candidate.is_file():
+            raise ConfigError(f"vocabulary directory {local} has no {TOKENIZER_FILE}")
+        return candidate
+    if local.is_file():
+        return local
+    if local.is_absolute() or path.startswith((".", "~")) or path.count("/") > 1:
+        raise ConfigError(f"vocabulary path {path} does not exist")
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigError(f"vocabulary {path!r} is not a local path and huggingface_hub is not installed") from exc
+    try:
+        return Path(hf_hub_download(path, TOKENIZER_FILE))
+    except Exception as exc:  # the hub raises many types (offline, gated, missing file)
+        raise ConfigError(f"vocabulary {path!r}: not a local path and not loadable from the hub: {exc}") from exc
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_tokenizer(file: str | Path) -> "Tokenizer":
+    """A fresh tokenizer from a ``tokenizer.json``, with special tokens encoded as text."""
+    from tokenizers import Tokenizer
+
+    return _for_facts(Tokenizer.from_file(str(file)))
+
+
+def _for_facts(tokenizer: "Tokenizer") -> "Tokenizer":
+    """Special tokens encoded as text; no truncation or padding (a long fact is a reject, not cut)."""
+    tokenizer.encode_special_tokens = True
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+_cache: dict[tuple[str, str], "Tokenizer"] = {}
+_cache_lock = threading.Lock()
+
+
+def cached_tokenizer(file: str | Path, sha256: str) -> "Tokenizer":
+    """The tokenizer of ``file``, loaded once per process and checked against ``sha256``.
+
+    Spark reuses Python workers between tasks, so each worker reads and parses the
+    file once. A file that changed since the driver hashed it is an error, not a
+    silent mix of two vocabularies in one index.
+    """
+    key = (str(file), sha256)
+    with _cache_lock:
+        tokenizer = _cache.get(key)
+        if tokenizer is None:
+            actual = file_sha256(file)
+            if actual != sha256:
+                raise ConfigError(f"{file}: sha256 {actual} differs from the expected {sha256} (file changed?)")
+            tokenizer = load_tokenizer(file)
+            _cache[key] = tokenizer
+        return tokenizer
+
+
+def cached_tokenizer_from_bytes(data: bytes, sha256: str) -> "Tokenizer":
+    """The tokenizer serialized in ``data`` (a tokenizer.json), parsed once per process.
+
+    Spark ships the file's bytes to Python workers inside the task closure, so
+    executors need no shared file system; each worker parses them once.
+    """
+    key = ("<bytes>", sha256)
+    with _cache_lock:
+        tokenizer = _cache.get(key)
+        if tokenizer is None:
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != sha256:
+                raise ConfigError(f"tokenizer bytes have sha256 {actual}, expected {sha256}")
+            from tokenizers import Tokenizer
+
+            tokenizer = _for_facts(Tokenizer.from_buffer(data))
+            _cache[key] = tokenizer
+        return tokenizer
+
+
+def _config_special_tokens(directory: Path) -> set[str]:
+    """Token strings named as BOS/EOS/UNK/PAD/... beside the tokenizer.json."""
+    names: set[str] = set()
+    for fname in ("tokenizer_config.json", "special_tokens_map.json"):
+        path = directory / fname
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+        for role in _SPECIAL_ROLES:
+            value = data.get(role)
+            if isinstance(value, dict):
+                value = value.get("content")
+            if isinstance(value, str) and value:
+                names.add(value)
+        for value in data.get("additional_special_tokens") or []:
+            if isinstance(value, dict):
+                value = value.get("content")
+            if isinstance(value, str):
+                names.add(value)
+    return names
+
+
+def _post_processor_tokens(spec: Any) -> set[str]:
+    """Special token strings a post-processor may insert (TemplateProcessing, BERT, ...)."""
+    found: set[str] = set()
+    if isinstance(spec, dict):
+        if spec.get("type") == "TemplateProcessing":
+            found.update((spec.get("special_tokens") or {}).keys())
+        for key in ("sep", "cls"):
+            value = spec.get(key)
+            if isinstance(value, list) and value and isinstance(value[0], str):
+                found.add(value[0])
+        for child in spec.get("processors") or []:
+            found |= _post_processor_tokens(child)
+    return found
+
+
+def forbidden_token_ids(tokenizer: "Tokenizer", file: str | Path) -> tuple[int, ...]:
+    """Ids that must never appear in a stored fact, sorted.
+
+    - every added token marked special;
+    - BOS/EOS/UNK/PAD... named in ``tokenizer_config.json``/``special_tokens_map.json``
+      beside the file, and the tokens the post-processor inserts (Llama-3 and Mistral
+      add BOS by default);
+    - added tokens that strip the spaces around them (Phi-3's ``</s>`` is a
+      non-special added token with ``rstrip``: text containing it would not
+      decode back to itself).
+    """
+    file = Path(file)
+    ids: set[int] = set()
+    for token_id, added in tokenizer.get_added_tokens_decoder().items():
+        if added.special or added.lstrip or added.rstrip:
+            ids.add(int(token_id))
+    spec = json.loads(file.read_text(encoding="utf-8")).get("post_processor")
+    for token in _config_special_tokens(file.parent) | _post_processor_tokens(spec):
+        token_id = tokenizer.token_to_id(token)
+        if token_id is not None:
+            ids.add(int(token_id))
+    return tuple(sorted(ids))
+
+
+def open_vocabulary(name: str, path: str) -> Vocabulary:
+    """Resolve, hash and inspect a configured vocabulary (on the driver)."""
+    file = resolve_tokenizer_file(path)
+    sha256 = file_sha256(file)
+    tokenizer = cached_tokenizer(file, sha256)
+    return Vocabulary(
+        name=name,
+        path=path,
+        file=str(file),
+        sha256=sha256,
+        vocab_size=int(tokenizer.get_vocab_size(with_added_tokens=True)),
+        forbidden_ids=forbidden_token_ids(tokenizer, file),
+    )
+
+
+def decode_continuation(tokenizer: "Tokenizer", ids: Sequence[int]) -> str:
+    """The text ``ids`` add when they follow other text, leading spaces included.
+
+    SentencePiece decoders (Mistral, Llama-2, Phi-3: a ``Strip`` decoder step)
+    drop one leading space of a *whole* sequence, so ``decode([▁<, ...])`` returns
+    ``"<..."`` although the ids encode ``" <..."``. A fact always follows other
+    text (``Fact:``), so the faithful reading is as a continuation: decode it
+    after an anchor token and remove the anchor's own text.
+    """
+    anchor = tokenizer.encode("a", add_special_tokens=False).ids
+    head = tokenizer.decode(anchor, skip_special_tokens=False)
+    full = tokenizer.decode(list(anchor) + list(ids), skip_special_tokens=False)
+    if not full.startswith(head):  # pragma: no cover - no known decoder does this
+        raise ValueError("decoder output does not extend the anchor's text")
+    return full[len(head):]
+
+
+# Facts are generated after this trigger text; they are encoded in its context so
+# their ids are those a model writes there (see encode_facts).
+CONTEXT = "Fact:"
+
+# Outcome of encoding one fact (EncodedFacts.status)
+ENCODED_OK = 0
+ENCODED_FORBIDDEN_TOKEN = 1  # a special/BOS/EOS/UNK id would be stored
+ENCODED_MERGES_WITH_CONTEXT = 2  # the fact's first token fuses with the trigger text
+
+
+@dataclass(frozen=True)
+class EncodedFacts:
+    """Token ids of a batch of facts as flat arrays (Arrow list layout)."""
+
+    offsets: Any  # numpy int64, len n+1: ids of fact i are values[offsets[i]:offsets[i+1]]
+    values: Any  # numpy int32
+    status: Any  # numpy int8, len n: ENCODED_*
+
+    def ids(self, i: int) -> list[int]:
+        return self.values[self.offsets[i]:self.offsets[i + 1]].tolist()
+
+
+def encode_facts(
+    tokenizer: "Tokenizer",
+    texts: Sequence[str],
+    forbidden_ids: Sequence[int],
+    fact_prefix: str = " ",
+    fact_suffix: str = "",
+) -> EncodedFacts:
+    """Token ids of ``fact_prefix + text + fact_suffix`` for each text, as a model writes them after ``Fact:``.
+
+    Each text is encoded after the trigger ``CONTEXT`` and the trigger's ids are
+    cut off, in one ``encode_batch_fast`` call without special tokens. Encoding in
+    context matters for SentencePiece vocabularies that prepend a dummy ``▁``
+    (Phi-3): alone, ``" <Danny"`` becomes ``▁ ▁< D…`` (two spaces once it follows
+    ``Fact:``); in context it is ``▁< D…``, the ids the model produces. For
+    vocabularies without that quirk the ids equal a plain encoding.
+
+    A fact is flagged (``status``), not raised on, when its ids contain a forbidden
+    id or when its first token fuses with the trigger (so it has no ids of its own).
+    ``decode_continuation(ids) == fact_prefix + text + fact_suffix`` for every fact
+    with status ``ENCODED_OK``.
+    """
+    import numpy as np
+
+    context_ids = np.asarray(tokenizer.encode(CONTEXT, add_special_tokens=False).ids, dtype=np.int32)
+    k = len(context_ids)
+    n = len(texts)
+    encodings = tokenizer.encode_batch_fast(
+        [f"{CONTEXT}{fact_prefix}{text}{fact_suffix}" for text in texts], add_special_tokens=False
+    )
+    id_lists = [e.ids for e in encodings]
+    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=n)
+    full_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=full_offsets[1:])
+    full = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(full_offsets[-1]))
+
+    status = np.zeros(n, dtype=np.int8)
+    # the first k ids of each row must be the trigger's own ids
+    context_kept = lengths >= k
+    starts = full_offsets[:-1]
+    for j in range(k):
+        position = np.minimum(starts + j, max(len(full) - 1, 0))
+        context_kept &= full[position] == context_ids[j] if len(full) else False
+    status[~context_kept] = ENCODED_MERGES_WITH_CONTEXT
+
+    # drop the trigger's ids: keep positions at or after row start + k
+    row_of = np.repeat(np.arange(n), lengths)
+    keep = (np.arange(len(full)) - full_offsets[row_of]) >= k
+    values = full[keep]
+    fact_lengths = np.maximum(lengths - k, 0)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(fact_lengths, out=offsets[1:])
+    if forbidden_ids:
+        bad = np.isin(values, np.asarray(forbidden_ids, dtype=np.int32))
+        if bad.any():
+            bad_rows = np.unique(np.repeat(np.arange(n), fact_lengths)[bad])
+            status[bad_rows] = np.where(status[bad_rows] == ENCODED_OK, ENCODED_FORBIDDEN_TOKEN, status[bad_rows])
+    return EncodedFacts(offsets=offsets, values=values, status=status)

@@ -1,0 +1,156 @@
+"""The environment traps, kept from coming back.
+
+1. apache-airflow-providers-apache-spark 6.x depends on ``pyspark-client``, which installs
+   its own copy of pyspark's Python files over pyspark's. With different versions the driver
+   runs one version's Python against the other's JVM, and Arrow UDFs (the tokenizer's hot
+   path) fail in the Python workers. constraints.txt pins both to one version; these tests
+   check the installed result and run real Arrow UDFs.
+2. The runtime package must stay slim: ``import refactx_index`` must not pull in Spark,
+   torch, transformers or any other pipeline dependency.
+"""
+
+import base64
+import hashlib
+import importlib.metadata as metadata
+import json
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Top-level modules the runtime must not import (its dependencies are numpy and psycopg)
+PIPELINE_MODULES = {
+    "pyspark",
+    "py4j",
+    "pyarrow",
+    "pandas",
+    "tokenizers",
+    "transformers",
+    "torch",
+    "airflow",
+    "jobs",
+}
+# Runtime submodules that exist to use an optional extra (generation: torch, transformers)
+OPTIONAL_EXTRA_SUBMODULES = re.compile(r"^refactx_index\.(generat\w*|logits\w*|hf\w*)$")
+
+
+def _pinned(requirement_file: Path, name: str) -> str | None:
+    pattern = re.compile(rf"^{re.escape(name)}==(\S+)\s*$", re.IGNORECASE)
+    for line in requirement_file.read_text().splitlines():
+        match = pattern.match(line.strip())
+        if match:
+            return match.group(1)
+    return None
+
+
+def test_pyspark_and_pyspark_client_are_pinned_to_one_version():
+    constraints = ROOT / "constraints.txt"
+    pyspark_pin = _pinned(constraints, "pyspark")
+    assert pyspark_pin, "constraints.txt must pin pyspark"
+    assert _pinned(constraints, "pyspark-client") == pyspark_pin
+
+
+def test_installed_pyspark_and_pyspark_client_versions_match():
+    import pyspark
+
+    pyspark_version = metadata.version("pyspark")
+    try:
+        client_version = metadata.version("pyspark-client")
+    except metadata.PackageNotFoundError:
+        pytest.skip("pyspark-client is not installed (no Airflow extra): nothing can overwrite pyspark")
+    assert client_version == pyspark_version
+    # the Python files actually imported are those of the installed pyspark distribution
+    assert pyspark.__version__ == pyspark_version
+
+
+def test_pyspark_python_files_on_disk_are_pyspark_own():
+    """Every .py file pyspark installed still has the hash in pyspark's RECORD: nothing
+    (pyspark-client of another version, a partial reinstall) has overwritten it."""
+    dist = metadata.distribution("pyspark")
+    checked, changed = 0, []
+    for file in dist.files or ():
+        if file.suffix != ".py" or file.hash is None:
+            continue
+        digest = hashlib.new(file.hash.mode, file.read_binary()).digest()
+        if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != file.hash.value:
+            changed.append(str(file))
+        checked += 1
+    assert checked > 100, "pyspark's RECORD lists too few Python files to be a real install"
+    assert changed == [], f"{len(changed)} pyspark files differ from pyspark's RECORD, e.g. {changed[:5]}"
+
+
+@pytest.mark.spark
+def test_map_in_arrow_runs_in_python_workers(spark):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def add_length(batches):
+        for batch in batches:
+            text = batch.column("text")
+            yield pa.RecordBatch.from_arrays(
+                [batch.column("id"), text, pc.utf8_length(text)], names=["id", "text", "length"]
+            )
+
+    df = spark.createDataFrame([(1, "Q42"), (2, "Douglas Adams"), (3, "")], "id long, text string")
+    out = df.mapInArrow(add_length, "id long, text string, length int").orderBy("id").collect()
+    assert [(r.id, r.length) for r in out] == [(1, 3), (2, 13), (3, 0)]
+
+
+@pytest.mark.spark
+def test_pandas_udf_runs_in_python_workers(spark):
+    import pandas as pd
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import pandas_udf
+
+    # no `from __future__ import annotations` in this module: pandas_udf reads these hints
+    @pandas_udf("string")
+    def fact(subject: pd.Series, obj: pd.Series) -> pd.Series:
+        return "<" + subject + "> <" + obj + "> ."
+
+    df = spark.createDataFrame([("Northern Ireland", "United Kingdom"), ("Q1", "Q2")], "s string, o string")
+    out = sorted(r.f for r in df.select(fact(F.col("s"), F.col("o")).alias("f")).collect())
+    assert out == ["<Northern Ireland> <United Kingdom> .", "<Q1> <Q2> ."]
+
+
+def _runtime_submodules() -> list[str]:
+    import refactx_index
+
+    names = [
+        info.name
+        for info in pkgutil.walk_packages(refactx_index.__path__, prefix="refactx_index.")
+        if not OPTIONAL_EXTRA_SUBMODULES.match(info.name)
+    ]
+    return sorted(names)
+
+
+def _modules_after_import(modules: list[str]) -> set[str]:
+    """Top-level module names present after importing ``modules`` in a fresh interpreter."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted({m.partition('.')[0] for m in sys.modules})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(result.stdout))
+
+
+def test_runtime_package_imports_no_pipeline_dependency():
+    loaded = _modules_after_import(["refactx_index"])
+    assert "refactx_index" in loaded
+    assert loaded & PIPELINE_MODULES == set()
+
+
+def test_runtime_submodules_import_no_pipeline_dependency():
+    submodules = _runtime_submodules()
+    assert "refactx_index.config" in submodules
+    loaded = _modules_after_import(submodules)
+    assert loaded & PIPELINE_MODULES == set(), f"importing {submodules}"

@@ -1,0 +1,246 @@
+"""Constrained generation with a tiny randomly initialised causal LM and the real gpt2
+vocabulary: facts written after the trigger are stored facts, without repeats, in
+batches and with beam search."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from .conftest import tokenizer_dir
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from refactx_index.generation import DEAD, FACT, FREE, RefactxLogitsProcessor  # noqa: E402
+from refactx_index.memory import MemoryTreeIndex, encode_texts, load_tokenizer  # noqa: E402
+
+EOS = 50256
+COMPANIES = ["Acme Corp", "Globex", "Initech", "Umbrella", "Hooli", "Stark Industries"]
+PROPERTIES = [("founded in", ["1990", "1989", "2001", "1999", "1977", "2010"]),
+              ("headquarters", ["Paris", "Berlin", "Austin", "Raccoon City", "Palo Alto", "New York"]),
+              ("industry", ["tools", "energy", "software", "pharmaceuticals", "search", "defense"])]
+
+
+def corporate_facts() -> list[str]:
+    """30 facts of a small corporate graph; one is a token-level prefix of another."""
+    facts = [f"<{c}> <{p}> <{vals[i]}>" for i, c in enumerate(COMPANIES) for p, vals in PROPERTIES]
+    facts += [f"<{c}> <chief executive> <{ceo}>" for c, ceo in
+              zip(COMPANIES, ["Jane Roe", "Hank Scorpio", "Bill Lumbergh", "Albert Wesker",
+                              "Gavin Belson", "Tony Stark"])]
+    facts += ["<Acme Corp> <slogan> <We make things>",
+              "<Acme Corp> <slogan> <We make things> <since 1990>"]
+    facts += [f"<{a}> <competitor> <{b}>" for a, b in
+              [("Globex", "Initech"), ("Initech", "Globex"), ("Hooli", "Acme Corp"),
+               ("Umbrella", "Stark Industries")]]
+    assert len(facts) == len(set(facts)) == 30
+    return facts
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(tokenizer_dir("gpt2"))
+
+
+@pytest.fixture(scope="module")
+def index(tokenizer):
+    return MemoryTreeIndex.from_facts(corporate_facts(), tokenizer, depth=3, threshold=2)
+
+
+@pytest.fixture(scope="module")
+def stored(index, tokenizer) -> set[tuple[int, ...]]:
+    return {tuple(s) for s in encode_texts(tokenizer, [" " + f for f in corporate_facts()])}
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=50257, n_positions=1024, n_embd=32, n_layer=2,
+                                     n_head=2, bos_token_id=EOS, eos_token_id=EOS)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def facts_after_triggers(ids: list[int], trigger: tuple[int, ...], stored) -> list[tuple]:
+    """Independent reading of a row: after each trigger, the longest run of tokens that
+    stays on the tree. Returns those runs (each must be a stored fact, or the row ends
+    inside the tree)."""
+    prefixes = {s[:i] for s in stored for i in range(len(s) + 1)}
+    runs = []
+    k = len(trigger)
+    for start in [i + k for i in range(len(ids) - k + 1) if tuple(ids[i:i + k]) == trigger]:
+        run: tuple[int, ...] = ()
+        for tok in ids[start:]:
+            if run + (tok,) not in prefixes:
+                break
+            run += (tok,)
+        runs.append((run, start + len(run) == len(ids)))
+    return runs
+
+
+class ForceTrigger(transformers.LogitsProcessor):
+    """Test driver: whenever a row is in free text, write "\\nFact:" (a random model
+    would not), so that facts follow one another."""
+
+    def __init__(self, constrained: RefactxLogitsProcessor, trigger: list[int]) -> None:
+        self.constrained, self.trigger = constrained, trigger
+
+    def __call__(self, input_ids, scores):
+        for r, row in enumerate(input_ids.tolist()):
+            if self.constrained.state(row).mode != FREE:
+                continue
+            k = next((k for k in range(len(self.trigger) - 1, 0, -1)
+                      if row[-k:] == self.trigger[:k]), 0)
+            scores[r] = float("-inf")
+            scores[r, self.trigger[k]] = 0.0
+        return scores
+
+
+def generate(model, input_ids, attention_mask, processors, **kwargs):
+    return model.generate(
+        input_ids=input_ids, attention_mask=attention_mask,
+        logits_processor=transformers.LogitsProcessorList(processors),
+        pad_token_id=EOS, eos_token_id=EOS, **kwargs,
+    )
+
+
+def test_trigger_tokens_and_states_follow_the_ids(index, tokenizer, stored):
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    assert (29054, 25) in proc.trigger_ids and (19020, 25) in proc.trigger_ids
+    prompt = tokenizer.encode("Known facts. Fact:", add_special_tokens=False).ids
+    st = proc.state(prompt)
+    assert st.mode == FACT and st.prefix == () and st.constrained
+    assert proc.state(prompt[:-1]).mode == FREE
+    fact = sorted(stored)[0]
+    st = proc.state(prompt + list(fact))
+    assert st.mode == FACT and st.ends and not st.constrained  # may end: released
+    after = proc.state(prompt + list(fact) + [198])
+    assert after.mode == FREE and fact in after.done
+    # the same fact cannot end again in the same row
+    head = prompt + list(fact) + [198] + prompt[-2:]
+    for j in range(len(fact)):  # somewhere along the path the repeat is cut off
+        st = proc.state(head + list(fact[:j]))
+        assert st.mode == FACT and st.constrained
+        if fact[j] not in st.allowed.tolist():
+            break
+    else:
+        raise AssertionError("the fact could be written twice")
+    # only a prompt can write the blocked token (generation is masked): a dead end
+    assert proc.state(head + list(fact[: j + 1])).mode == DEAD
+
+
+def test_mask_is_applied_in_place_to_constrained_rows_only(index, tokenizer, stored):
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    fact_row = tokenizer.encode("x Fact:", add_special_tokens=False).ids
+    free_row = tokenizer.encode("x Fac t", add_special_tokens=False).ids
+    width = max(len(fact_row), len(free_row))
+    ids = torch.tensor([[EOS] * (width - len(fact_row)) + fact_row,
+                        [EOS] * (width - len(free_row)) + free_row])
+    scores = torch.randn(2, 50257)
+    before = scores.clone()
+    out = proc(ids, scores)
+    assert out.data_ptr() == scores.data_ptr()
+    assert torch.equal(out[1], before[1])
+    allowed = torch.isfinite(out[0]).nonzero().flatten().tolist()
+    assert allowed == sorted({s[0] for s in stored})
+    assert torch.equal(out[0, allowed], before[0, allowed])
+
+
+def test_dead_end_forces_eos_and_warns(index, tokenizer, caplog):
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    foreign = tokenizer.encode("Fact: <Nobody> <knows>", add_special_tokens=False).ids
+    scores = torch.zeros(1, 50257)
+    with caplog.at_level(logging.WARNING, logger="refactx_index.generation"):
+        proc(torch.tensor([foreign]), scores)
+    assert proc.state(foreign).mode == DEAD and "dead end" in caplog.text
+    assert torch.isfinite(scores[0]).nonzero().flatten().tolist() == [EOS]
+
+
+def test_every_fact_is_stored_and_thirty_in_a_row_never_repeat(model, index, tokenizer, stored):
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    trigger = tokenizer.encode("\nFact:", add_special_tokens=False).ids
+    prompt = tokenizer.encode("Corporate facts:\nFact:", add_special_tokens=False).ids
+    ids = torch.tensor([prompt])
+    out = generate(model, ids, torch.ones_like(ids), [proc, ForceTrigger(proc, trigger)],
+                   do_sample=False, max_new_tokens=900)
+    row = out[0].tolist()
+    runs = facts_after_triggers(row, tuple(trigger[1:]), stored)
+    facts = [run for run, _ in runs if run]
+    assert len(facts) == 30, len(facts)
+    assert all(f in stored for f in facts)
+    assert len(set(facts)) == 30  # no duplicates: the whole graph, each fact once
+    acme = tokenizer.encode(" <Acme Corp> <slogan> <We make things>", add_special_tokens=False).ids
+    assert tuple(acme) in facts  # a fact that is a prefix of another was produced ...
+    assert any(len(f) > len(acme) and f[:len(acme)] == tuple(acme) for f in facts)  # ... and the longer one
+    # the 31st trigger is a dead end: the row is forced to end there
+    assert row[-1] == EOS and runs[-1][0] == ()
+
+
+def test_batch_of_two_prompts_with_three_beams_stays_in_the_tree(model, index, tokenizer, stored):
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    prompts = ["Here is what I know about companies. Fact:", "Fact:"]
+    encoded = [tokenizer.encode(p, add_special_tokens=False).ids for p in prompts]
+    width = max(map(len, encoded))
+    ids = torch.tensor([[EOS] * (width - len(e)) + e for e in encoded])  # left padding
+    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    out = generate(model, ids, mask, [proc], num_beams=3, num_return_sequences=3,
+                   do_sample=False, max_new_tokens=25)
+    assert out.shape[0] == 6
+    triggers = [(19020, 25), (29054, 25)]
+    for r, row in enumerate(out.tolist()):
+        trigger = triggers[r // 3]
+        runs = facts_after_triggers(row[:width], trigger, stored)
+        assert runs, "the prompt's trigger is found"
+        generated = row[width:]
+        while generated and generated[-1] == EOS:
+            generated.pop()
+        prefixes = {s[:i] for s in stored for i in range(len(s) + 1)}
+        run: tuple[int, ...] = ()
+        for tok in generated:
+            if run + (tok,) not in prefixes:
+                break
+            run += (tok,)
+        # the row either stopped inside the tree or left it exactly at a stored fact
+        assert run == tuple(generated) or run in stored, (r, generated)
+        assert len(run) >= 1
+
+
+def test_prefix_fact_is_produced_when_the_model_ends_there(model, tokenizer):
+    short = " <Acme Corp> <slogan> <We make things>"
+    index = MemoryTreeIndex.from_facts([short.strip(), short.strip() + " <since 1990>"], tokenizer)
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    short_ids = tuple(tokenizer.encode(short, add_special_tokens=False).ids)
+
+    class EndAtFact(transformers.LogitsProcessor):  # the "model" prefers to stop where it may
+        def __call__(self, input_ids, scores):
+            for r, row in enumerate(input_ids.tolist()):
+                st = proc.state(row)
+                if st.mode == FACT and st.ends:
+                    scores[r, EOS] = float("inf")
+            return scores
+
+    prompt = torch.tensor([tokenizer.encode("Fact:", add_special_tokens=False).ids])
+    out = generate(model, prompt, torch.ones_like(prompt), [proc, EndAtFact()],
+                   do_sample=False, max_new_tokens=40)
+    generated = tuple(out[0, prompt.shape[1]:].tolist())
+    assert generated == short_ids + (EOS,)
+    assert proc.state(out[0].tolist()).done == frozenset({short_ids})
+
+
+def test_generation_against_postgres_index(pg_dsn, model, tokenizer, stored):
+    from refactx_index import open_index
+
+    from .pgtree import load_tree
+
+    load_tree(pg_dsn, "corp", stored, depth=3, threshold=2, vocab_size=50257)
+    with open_index(pg_dsn, "corp") as pg_index:
+        proc = RefactxLogitsProcessor(pg_index, tokenizer, eos_token_id=EOS)
+        prompt = torch.tensor([tokenizer.encode("Fact:", add_special_tokens=False).ids])
+        out = generate(model, prompt, torch.ones_like(prompt), [proc], do_sample=True,
+                       top_k=0, max_new_tokens=20)
+        generated = out[0, prompt.shape[1]:].tolist()
+        st = proc.state(out[0].tolist())
+        fact = st.prefix if st.mode == FACT else next(iter(st.done))
+        assert fact in stored or any(s[:len(fact)] == fact for s in stored)
+        assert generated[: len(fact)] == list(fact)

@@ -1,0 +1,315 @@
+"""Load, validate, activate, retain: real Spark output, real PostgreSQL (a fresh database per test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from refactx_index import format as fmt
+from refactx_index.config import VocabularyConfig
+from refactx_index.errors import LoadError, ValidationFailed
+
+pytestmark = [pytest.mark.spark, pytest.mark.pg]
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("REFACTX_SHARED", ROOT.parent / "shared"))
+
+VOCAB = "toy"
+FACTS = [
+    [1, 2, 3],
+    [1, 2],
+    [1, 2, 4, 5, 6, 7, 8, 9],
+    [1, 7],
+    [1, 8, 9],
+    [70000, 1, 2],
+    [70000, 1, 3],
+    [5],
+    [5, 5, 5, 5, 5, 5, 5, 5, 5],
+    [6, 1],
+]
+
+
+def make_cfg(cfg, pg_dsn, *, depth=3, threshold=1):
+    cfg.pg.dsn = pg_dsn
+    cfg.pg.validate_sample = 50
+    cfg.tokenize.vocabularies = [VocabularyConfig(VOCAB, "")]
+    cfg.tree.depth, cfg.tree.subtree_threshold = depth, threshold
+    return cfg
+
+
+def write_tokens(spark, cfg, facts):
+    from jobs.schemas import TOKENS
+
+    vocab_dir = cfg.stage_dir("tokenize") / VOCAB
+    spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS).write.mode(
+        "overwrite"
+    ).parquet(str(vocab_dir / "tokens"))
+    meta = {"name": VOCAB, "path": "", "sha256": "0" * 64, "vocab_size": 100000,
+            "fact_prefix": " ", "fact_suffix": ""}
+    (vocab_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def build(spark, cfg, facts=FACTS, *, activate=True) -> int:
+    """tokens -> prefix rows -> load -> validate -> activate; returns the build id."""
+    from jobs import activate as activate_job
+    from jobs import load, prefix_rows, validate
+
+    write_tokens(spark, cfg, facts)
+    prefix_rows.run(spark, cfg)
+    build_id = load.run(spark, cfg)["vocabularies"][VOCAB]["build_id"]
+    if activate:
+        validate.run(spark, cfg)
+        activate_job.run(spark, cfg)
+    return build_id
+
+
+def read_active(dsn, schema, name):
+    """The reader's contract: the active build, then rows by prefix from its table."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            f"SELECT a.build_id, b.* FROM {schema}.active a JOIN {schema}.builds b USING (build_id) "
+            "WHERE a.name = %s",
+            (name,),
+        ).fetchone()
+        if row is None:
+            return None, None
+        build_id = row[0]
+        cols = [d.name for d in conn.execute(f"SELECT * FROM {schema}.builds LIMIT 0").description]
+        table = row[1 + cols.index("table_name")]
+        nodes = conn.execute(
+            f"SELECT prefix, node FROM {schema}.{table} WHERE prefix = ANY(%s)", ([b""],)
+        ).fetchall()
+    return build_id, fmt.decode_fragment(nodes[0][1])
+
+
+def builds(dsn, schema):
+    with psycopg.connect(dsn) as conn:
+        conn.row_factory = psycopg.rows.dict_row
+        return {r["build_id"]: r for r in conn.execute(f"SELECT * FROM {schema}.builds ORDER BY build_id")}
+
+
+def tables(dsn, schema):
+    with psycopg.connect(dsn) as conn:
+        return {r[0] for r in conn.execute(
+            "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE nspname = %s AND relname LIKE 'tree_b%%' AND relkind = 'r'", (schema,))}
+
+
+def test_copy_encoder_matches_write_row(pg_dsn):
+    """The numpy-built PGCOPY stream stores exactly what write_row stores."""
+    from jobs.load import COPY_HEADER, COPY_TRAILER, encode_copy_rows
+
+    rng = np.random.default_rng(1)
+    prefixes = [b""] + [rng.bytes(4 * int(rng.integers(1, 5))) for _ in range(300)]
+    nodes = [rng.bytes(int(rng.integers(1, 400))) for _ in prefixes]
+    arr_p, arr_n = pa.array(prefixes, pa.binary()), pa.array(nodes, pa.binary())
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("CREATE TABLE a (build_id bigint, prefix bytea, node bytea)")
+        conn.execute("CREATE TABLE b (LIKE a)")
+        with conn.cursor().copy("COPY a FROM STDIN (FORMAT BINARY)") as cp:
+            cp.write(COPY_HEADER)
+            # a sliced batch too: Arrow offsets that do not start at 0
+            cp.write(encode_copy_rows(7, arr_p.slice(0, 100), arr_n.slice(0, 100)))
+            cp.write(encode_copy_rows(7, arr_p.slice(100), arr_n.slice(100)))
+            cp.write(COPY_TRAILER)
+        with conn.cursor().copy("COPY b FROM STDIN (FORMAT BINARY)") as cp:
+            cp.set_types(["int8", "bytea", "bytea"])
+            for p, n in zip(prefixes, nodes):
+                cp.write_row((7, p, n))
+        a = conn.execute("SELECT * FROM a ORDER BY prefix, node").fetchall()
+        b = conn.execute("SELECT * FROM b ORDER BY prefix, node").fetchall()
+    assert a == b and len(a) == len(prefixes)
+
+
+def test_load_validate_activate_and_switch(spark, cfg, pg_dsn):
+    cfg = make_cfg(cfg, pg_dsn)
+    schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
+    first = build(spark, cfg)
+    active, root = read_active(pg_dsn, schema, name)
+    assert active == first
+    assert root.leaves[0] == len(FACTS)
+    b = builds(pg_dsn, schema)[first]
+    assert b["status"] == "active" and b["table_name"] == f"tree_b{first}"
+    assert b["facts"] == len(FACTS) and b["rows"] > 1 and b["table_bytes"] > 0 and b["index_bytes"] > 0
+    assert b["depth"] == 3 and b["subtree_threshold"] == 1 and b["format_version"] == fmt.FORMAT_VERSION
+    load_counts = json.loads((cfg.stage_dir("load") / "counts.json").read_text())
+    assert load_counts["vocabularies"][VOCAB]["build_id"] == first
+
+    more = FACTS + [[9, 9, 9]]
+    second = build(spark, cfg, more)
+    active, root = read_active(pg_dsn, schema, name)
+    assert active == second and root.leaves[0] == len(more)
+    assert builds(pg_dsn, schema)[first]["status"] == "retired"
+    with psycopg.connect(pg_dsn) as conn:  # attached, with the CHECK that made ATTACH cheap
+        parts = conn.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'tree' ORDER BY 1"
+        ).fetchall()
+        assert [p[0] for p in parts] == sorted([f"tree_b{first}", f"tree_b{second}"])
+        assert conn.execute(f"SELECT count(DISTINCT build_id) FROM {schema}.tree").fetchone()[0] == 2
+
+
+def test_validation_failure_keeps_previous_build(spark, cfg, pg_dsn):
+    from jobs import activate as activate_job
+    from jobs import validate
+
+    cfg = make_cfg(cfg, pg_dsn)
+    schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
+    first = build(spark, cfg)
+    second = build(spark, cfg, activate=False)
+    # corrupt one child row: drop a fact from its subtree so its leaves disagree with the parent
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(
+            f"UPDATE {schema}.tree_b{second} SET node = %s WHERE prefix = %s",
+            (fmt.encode_subtree([[2]]), fmt.encode_prefix([1])),
+        )
+    with pytest.raises(ValidationFailed, match="leaves"):
+        validate.run(spark, cfg)
+    b = builds(pg_dsn, schema)[second]
+    assert b["status"] == "failed" and "sum(child_leaves)" in b["message"]
+    with pytest.raises(LoadError, match="validated"):
+        activate_job.run(spark, cfg)
+    active, root = read_active(pg_dsn, schema, name)
+    assert active == first and root.leaves[0] == len(FACTS)
+
+
+def test_validation_walk_catches_a_missing_fact(spark, cfg, pg_dsn):
+    """Leaf counts can be consistent while a fact is unreachable: the sampled walk finds it."""
+    from jobs import validate
+
+    cfg = make_cfg(cfg, pg_dsn)
+    build_id = build(spark, cfg, activate=False)
+    with psycopg.connect(pg_dsn) as conn:
+        # same shape and counts, other tokens: [6, 1] becomes [6, 2]
+        conn.execute(
+            f"UPDATE {cfg.pg.schema}.tree_b{build_id} SET node = %s WHERE prefix = %s",
+            (fmt.encode_subtree([[2]]), fmt.encode_prefix([6])),
+        )
+    with pytest.raises(ValidationFailed, match="not in the tree"):
+        validate.run(spark, cfg)
+
+
+def test_retention_drops_oldest_builds(spark, cfg, pg_dsn):
+    cfg = make_cfg(cfg, pg_dsn)
+    cfg.pg.retention = 2
+    schema = cfg.pg.schema
+    ids = [build(spark, cfg, FACTS + [[100 + i]]) for i in range(4)]
+    b = builds(pg_dsn, schema)
+    assert [b[i]["dropped_at"] is not None for i in ids] == [True, True, False, False]
+    assert tables(pg_dsn, schema) == {f"tree_b{ids[2]}", f"tree_b{ids[3]}"}
+    assert b[ids[3]]["status"] == "active" and b[ids[2]]["status"] == "retired"
+
+
+def _synthetic_rows(path: Path, n_rows: int, n_files: int) -> None:
+    """Many unique rows (keys 1..n) so that a COPY lasts long enough to be interrupted."""
+    path.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for f, chunk in enumerate(np.array_split(np.arange(1, n_rows + 1), n_files)):
+        keys = chunk.astype(">u4").tobytes()
+        offsets = np.arange(chunk.size + 1, dtype=np.int32) * 4
+        prefix = pa.Array.from_buffers(pa.binary(), chunk.size, [None, pa.py_buffer(offsets), pa.py_buffer(keys)])
+        node_len = 48
+        nodes = pa.Array.from_buffers(
+            pa.binary(), chunk.size,
+            [None, pa.py_buffer(np.arange(chunk.size + 1, dtype=np.int32) * node_len),
+             pa.py_buffer(rng.bytes(chunk.size * node_len))],
+        )
+        depth = pa.array(np.ones(chunk.size, dtype=np.int32))
+        leaves = pa.array(np.ones(chunk.size, dtype=np.int64))
+        pq.write_table(pa.table({"prefix": prefix, "node": nodes, "depth": depth, "leaves": leaves}),
+                       path / f"part-{f:05d}.parquet")
+
+
+def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg, pg_dsn, tmp_path):
+    from jobs import activate as activate_job
+    from jobs import load, validate
+
+    cfg = make_cfg(cfg, pg_dsn)
+    cfg.pg.load_workers = 1
+    schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
+    first = build(spark, cfg)
+    rows_dir = cfg.stage_dir("prefix_rows") / VOCAB / "rows"
+    real_rows = tmp_path / "real_rows"
+    rows_dir.rename(real_rows)
+    _synthetic_rows(rows_dir, 600_000, 3)
+
+    params = conninfo_to_dict(pg_dsn)
+    params["application_name"] = "refactx_killed_loader"
+    loader_cfg = cfg.to_dict()
+    loader_cfg["pg"]["dsn"] = make_conninfo(**params)
+    code = ("import json, sys; from refactx_index.config import Config, from_dict; from jobs.load import load_all; "
+            "load_all(from_dict(Config, json.loads(sys.argv[1])), sys.argv[2])")
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(loader_cfg), loader_cfg["pg"]["dsn"]],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    dbname = params["dbname"]
+    deadline = time.monotonic() + 120
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        while True:  # poll the server's COPY progress (no sleeping)
+            copied = conn.execute(
+                "SELECT coalesce(max(p.tuples_processed), 0) FROM pg_stat_progress_copy p "
+                "JOIN pg_database d ON d.oid = p.datid WHERE d.datname = %s", (dbname,)
+            ).fetchone()[0]
+            if copied > 0:
+                break
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the loader's COPY never started"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        while conn.execute(  # the server notices the dead client's connections
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'refactx_killed_loader'"
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline, "the killed loader's sessions did not go away"
+
+    b = builds(pg_dsn, schema)
+    killed = max(b)
+    assert killed != first and b[killed]["status"] == "loading"
+    active, root = read_active(pg_dsn, schema, name)
+    assert active == first and root.leaves[0] == len(FACTS)
+
+    # re-run with the real rows: cleans the leftovers, completes, activates
+    rows_dir_tmp = tmp_path / "synthetic"
+    rows_dir.rename(rows_dir_tmp)
+    real_rows.rename(rows_dir)
+    counts = load.run(spark, cfg)["vocabularies"][VOCAB]
+    assert counts["cleaned"]["interrupted_builds"] == [killed]
+    b = builds(pg_dsn, schema)
+    assert b[killed]["status"] == "failed" and "interrupted" in b[killed]["message"]
+    assert f"tree_b{killed}" not in tables(pg_dsn, schema)
+    validate.run(spark, cfg)
+    activate_job.run(spark, cfg)
+    active, root = read_active(pg_dsn, schema, name)
+    assert active == counts["build_id"] and root.leaves[0] == len(FACTS)
+
+
+def test_orphaned_table_is_dropped(cfg, pg_dsn):
+    from jobs import pgcatalog
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        pgcatalog.apply_schema(conn, cfg.pg.schema)
+        conn.execute(f"CREATE TABLE {cfg.pg.schema}.tree_b999 (LIKE {cfg.pg.schema}.tree)")
+        cleaned = pgcatalog.clean_leftovers(conn, cfg.pg.schema)
+    assert cleaned["orphaned_tables"] == [999]
+    assert tables(pg_dsn, cfg.pg.schema) == set()
+
+
+def test_tokenizer_meta_computed_from_real_tokenizer(cfg):
+    from jobs.load import tokenizer_meta
+
+    path = SHARED / "tokenizers" / "gpt2"
+    if not path.exists():
+        pytest.skip(f"{path} is absent (../shared not beside the project)")
+    meta = tokenizer_meta(cfg, VocabularyConfig("gpt2", str(path)))
+    assert meta["vocab_size"] == 50257 and len(meta["sha256"]) == 64

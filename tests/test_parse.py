@@ -1,0 +1,207 @@
+"""Stage 1 (parse) on the real extracts and on hand-written hostile lines."""
+
+from __future__ import annotations
+
+import bz2
+import json
+
+import pytest
+
+from jobs import parse
+from jobs.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
+from tests.conftest import shared_path
+
+E = "http://www.wikidata.org/entity/"
+D = "http://www.wikidata.org/prop/direct/"
+LABEL = "<http://www.w3.org/2000/01/rdf-schema#label>"
+
+GOOD = [
+    f"<{E}Q1> <{D}P31> <{E}Q5> .",
+    # every escape, uppercase hex, a non-BMP character
+    f'<{E}Q1> {LABEL} "t\\tq\\"b\\\\s\\u00E9\\U0001F600n\\nr\\r"@en .',
+    # a literal holding " . " and an escaped quote
+    f'<{E}Q2> <{D}P1448> "a . b \\" c"@en .',
+    # raw UTF-8 inside an IRI
+    f"<{E}Q3> <{D}P856> <http://example.org/пример> .",
+    # a 100 KB literal
+    f'<{E}Q4> <{D}P1545> "{"x" * 100_000}" .',
+    f'<{E}Q5> <http://schema.org/description> "desc"@en .',
+    f"<{E}P31> <http://wikiba.se/ontology-beta#propertyType> <http://wikiba.se/ontology-beta#WikibaseItem> .",
+    f"<{E}P856> <http://wikiba.se/ontology#propertyType> <http://wikiba.se/ontology#Url> .",
+    f"<{E}Q6> <{D}P2> _:b1 .",  # unknown value: skipped, counted
+    f"<{E}Q6> <{D}P3> <http://www.wikidata.org/.well-known/genid/0a1b> .",  # unknown value too
+]
+HOSTILE = {
+    f"<{E}Q1> <{D}P31> <{E}Q5>": "missing_final_dot",
+    f'<{E}Q1> <{D}P31> "never closed .': "unterminated_literal",
+    f'<{E}Q1> <{D}P31> "bad \\x escape" .': "bad_escape",
+    f'<{E}Q1> <{D}P31> "bare " quote" .': "unescaped_quote",
+    f'<{E}Q1> <{D}P31> "lone \\uD800 high" .': "lone_surrogate",
+    f'<{E}Q1> <{D}P31> "x"@ .': "bad_language_or_datatype",
+    f"<{E}Q1> <{D}P31>": "too_few_terms",
+    f"<{E}Q 1> <{D}P31> <{E}Q5> .": "bad_subject",  # a space inside an IRI
+    f'<{E}Q1> "p" <{E}Q5> .': "bad_predicate",
+    f"<{E}Q1> <{D}P31> <{E}Q{{5}}> .": "bad_object",
+    f'"lit" <{D}P31> <{E}Q5> .': "bad_subject",
+}
+GARBAGE = b"\xff\xfe\x00\x80\x81garbage <x> .\n"
+
+
+def _run(spark, cfg, paths):
+    cfg.input.dumps = [str(p) for p in paths]
+    counts = parse.run(spark, cfg)
+    out = cfg.stage_dir("parse")
+    frames = {n: spark.read.parquet(str(out / n)) for n in ("statements", "terms", "properties", "rejects")}
+    return counts, frames
+
+
+def test_hostile_lines_become_rejects_and_good_lines_survive(spark, cfg, tmp_path):
+    dump = tmp_path / "hostile.nt"
+    with dump.open("wb") as fh:
+        for i, good in enumerate(GOOD):
+            fh.write(good.encode() + (b"\r\n" if i % 2 else b"\n"))  # CRLF and LF mixed
+        for bad in HOSTILE:
+            fh.write(bad.encode() + b"\n")
+        fh.write(GARBAGE)
+    empty = tmp_path / "empty.nt"
+    empty.write_bytes(b"")
+    counts, frames = _run(spark, cfg, [dump, empty])
+
+    rejects = {r["line"]: r["reason"] for r in frames["rejects"].collect()}
+    for line, reason in HOSTILE.items():
+        assert rejects.get(line) == reason, line
+    assert counts["rejected_by_reason"]["invalid_utf8"] == 1
+    assert counts["rejected"] == len(HOSTILE) + 1
+    assert counts["lines_in"] == len(GOOD) + len(HOSTILE) + 1
+    assert counts["skipped_by_reason"]["unknown_value"] == 2
+
+    stmts = {(r["subject"], r["property"]): r for r in frames["statements"].collect()}
+    assert stmts[("Q1", "P31")]["object_item"] == "Q5"
+    assert stmts[("Q2", "P1448")]["object_value"] == 'a . b " c'
+    assert stmts[("Q2", "P1448")]["object_lang"] == "en"
+    assert len(stmts[("Q4", "P1545")]["object_value"]) == 100_000
+    # P856 is declared Url by the dump: dropped by the default datatype filter, and counted
+    assert ("Q3", "P856") not in stmts
+    assert counts["statements_filtered_by_reason"] == {"datatype_Url": 1}
+
+    terms = {(r["entity"], r["kind"]): r["value"] for r in frames["terms"].collect()}
+    assert terms[("Q1", "label")] == 't\tq"b\\s\u00e9\U0001f600n\nr\r'
+    assert terms[("Q5", "description")] == "desc"
+
+    props = {r["property"]: r["datatype"] for r in frames["properties"].collect()}
+    assert props["P31"] == "WikibaseItem"  # ontology-beta# namespace
+    assert props["P856"] == "Url"  # ontology# namespace
+    assert props["P1545"] == "String"  # inferred from a plain literal
+    assert counts["property_types_declared"] == 2
+
+
+def test_contract_schemas(spark, cfg, tmp_path):
+    dump = tmp_path / "one.nt"
+    dump.write_text(GOOD[0] + "\n")
+    _, frames = _run(spark, cfg, [dump])
+    for name, schema in (("statements", STATEMENTS), ("terms", TERMS), ("properties", PROPERTIES),
+                         ("rejects", REJECTS)):
+        got = [(f.name, f.dataType) for f in frames[name].schema.fields]
+        assert got == [(f.name, f.dataType) for f in schema.fields], name
+    assert json.loads((cfg.stage_dir("parse") / "counts.json").read_text())["statements"] == 1
+
+
+def test_sample500_without_property_lines_infers_datatypes(spark, cfg):
+    counts, frames = _run(spark, cfg, [shared_path("data", "wikidata", "truthy-2018-sample500-en.nt")])
+    assert counts["lines_in"] == 21147
+    assert counts["rejected"] == 0
+    assert counts["property_types_declared"] == 0
+    assert counts["datatype_inferred"] > 50
+    assert counts["statements"] > 3000
+    # objects that are properties (WikibaseProperty) are not kept by default
+    assert counts["statements_filtered_by_reason"].get("datatype_WikibaseProperty", 0) > 0
+    facts = {(r["subject"], r["property"], r["object_item"]) for r in frames["statements"].collect()}
+    assert ("Q26", "P17", "Q145") in facts
+    props = {r["property"]: r for r in frames["properties"].collect()}
+    assert props["P569"]["label"] == "date of birth"
+    terms = {(r["entity"], r["kind"], r["value"]) for r in frames["terms"].collect()}
+    assert ("Q27", "alias", "\u00c9ire") in terms
+    assert {r["lang"] for r in frames["terms"].select("lang").distinct().collect()} == {"en"}
+
+
+def test_2024_dump_and_bz2_input(spark, cfg, tmp_path):
+    src = shared_path("data", "wikidata", "truthy-2024-Q42-Q37599471-Q24628793.nt")
+    packed = tmp_path / "t.nt.bz2"
+    packed.write_bytes(bz2.compress(src.read_bytes()))
+    counts, frames = _run(spark, cfg, [packed])
+    assert counts["lines_in"] == 1340
+    assert counts["rejected"] == 0
+    kinds = {r["object_kind"] for r in frames["statements"].collect()}
+    assert {"item", "time", "string", "monolingual"} <= kinds
+    q42 = {(r["property"], r["object_item"]) for r in frames["statements"].where("subject = 'Q42'").collect()}
+    assert ("P31", "Q5") in q42
+
+
+def test_head10k_2018_skips_other_languages(spark, cfg):
+    counts, frames = _run(spark, cfg, [shared_path("data", "wikidata", "truthy-2018-head10k.nt")])
+    assert counts["lines_in"] == 10000 and counts["rejected"] == 0
+    assert counts["skipped_by_reason"]["other_language"] > 1000
+    labels = {r["value"] for r in frames["terms"].where("entity = 'Q26' and kind = 'label'").collect()}
+    assert labels == {"Northern Ireland"}
+
+
+def test_serializer_fixtures_with_configured_namespaces(spark, cfg):
+    cfg.input.entity_namespace = "http://acme.test/"
+    cfg.input.direct_claim_namespace = "http://acme.test/prop/direct/"
+    cfg.filter.keep_datatypes = cfg.filter.keep_datatypes + ["Url", "CommonsMedia"]
+    base = shared_path("data", "wikidata", "wikibase-serializer")
+    counts, frames = _run(spark, cfg, [base / "P2_all.nt", base / "Q4_truthy_statements.nt"])
+    assert counts["rejected"] == 0
+    props = {r["property"]: r["datatype"] for r in frames["properties"].collect()}
+    assert props["P2"] == "String"  # declared, although its object is an item: the dump wins
+    stmts = {(r["property"], r["object_kind"], r["object_value"]) for r in frames["statements"].collect()}
+    assert ("P4", "coordinate", "Point(67 12)") in stmts
+    assert ("P5", "monolingual", "\u043f\u0440\u0435\u0432\u0435\u0434") not in stmts  # ru is not configured
+    assert ("P6", "quantity", "+19.768000000000000682121026329696178436279296875") in stmts
+    assert ("P8", "time", "-0199-01-01T00:00:00Z") in stmts
+    assert ("P9", "other", "http://url.acme.test%5Cbadurl?chars=%5C\u043f\u0440\u0438\u0432\u0435\u0442%3C%20%3E%22") in stmts
+    assert counts["skipped_by_reason"]["unknown_value"] == 1
+    assert counts["skipped_by_reason"]["no_value"] == 1
+
+
+def test_filters_allow_deny_and_excluded_classes(spark, cfg, tmp_path):
+    dump = tmp_path / "f.nt"
+    dump.write_text(
+        "\n".join(
+            [
+                f"<{E}Q1> <{D}P31> <{E}Q13442814> .",
+                f"<{E}Q1> <{D}P50> <{E}Q9> .",
+                f"<{E}Q2> <{D}P31> <{E}Q5> .",
+                f"<{E}Q2> <{D}P19> <{E}Q9> .",
+                f"<{E}Q2> <{D}P20> <{E}Q9> .",
+            ]
+        )
+        + "\n"
+    )
+    cfg.filter.exclude_classes = ["Q13442814"]
+    cfg.filter.deny_properties = ["P20"]
+    counts, frames = _run(spark, cfg, [dump])
+    kept = {(r["subject"], r["property"]) for r in frames["statements"].collect()}
+    assert kept == {("Q2", "P31"), ("Q2", "P19")}
+    assert counts["statements_filtered_by_reason"] == {"excluded_class": 2, "denied_property": 1}
+
+
+def test_property_table_supplies_datatypes(spark, cfg, tmp_path):
+    dump = tmp_path / "p.nt"
+    dump.write_text(f'<{E}Q1> <{D}P214> "113230702" .\n<{E}Q1> <{D}P1476> "A title" .\n')
+    table = tmp_path / "props.csv"
+    table.write_text("id,label,datatype\nP214,VIAF ID,external-id\nP1476,title,String\n")
+    cfg.input.property_table = str(table)
+    counts, frames = _run(spark, cfg, [dump])
+    props = {r["property"]: (r["datatype"], r["label"]) for r in frames["properties"].collect()}
+    assert props["P214"] == ("ExternalId", "VIAF ID")
+    assert counts["datatype_source"] == {"table": 2}
+    assert [r["property"] for r in frames["statements"].collect()] == ["P1476"]
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [("a\\u00e9", "a\u00e9"), ("\\uD83D\\uDE00", "\U0001f600"), ("\\\\u0041", "\\u0041"), ("\\'", "'")],
+)
+def test_unescape_literal(text, expected):
+    assert parse.unescape_literal(text) == expected

@@ -1,0 +1,212 @@
+"""The PostgreSQL-backed index against a real server: answers, round trips, faults."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from .conftest import tokenizer_dir
+from .pgtree import expected_next, load_tree, random_sequences
+from refactx_index import (
+    DatabaseUnavailable,
+    FormatError,
+    IndexNotFound,
+    QueryTimeout,
+    VocabularyMismatch,
+    open_index,
+)
+from refactx_index.index import tokenizer_sha256
+
+pytestmark = pytest.mark.pg
+
+
+def all_prefixes(seqs):
+    return sorted({s[:i] for s in seqs for i in range(len(s) + 1)})
+
+
+def as_dict(answer):
+    return dict(zip(answer.tokens.tolist(), answer.leaves.tolist())), answer.ends
+
+
+def count_fetches(index):
+    calls = []
+    real = index._fetch_rows
+
+    def counting(keys):
+        calls.append(list(keys))
+        return real(keys)
+
+    index._fetch_rows = counting
+    return calls
+
+
+@pytest.mark.parametrize("depth,threshold", [(3, 4), (1, 1), (8, 64)])
+def test_every_prefix_answers_like_brute_force(pg_dsn, depth, threshold):
+    seqs = random_sequences(seed=depth)
+    load_tree(pg_dsn, "kg", seqs, depth=depth, threshold=threshold)
+    with open_index(pg_dsn, "kg") as index:
+        assert index.info.depth == depth and index.info.facts == len(seqs)
+        prefixes = all_prefixes(seqs)
+        for p in prefixes:
+            assert as_dict(index.next_tokens(p)) == expected_next(seqs, p), p
+        # outside the tree: empty, not an error (also below an external node)
+        for p in [(999,), (1, 999), prefixes[-1] + (5, 5, 5, 5, 5, 5, 5, 5)]:
+            answer = index.next_tokens(p)
+            assert answer.empty and answer.tokens.size == 0 and not answer.ends
+
+
+def test_batch_is_one_round_trip_and_warm_needs_none(pg_dsn):
+    seqs = random_sequences(seed=7, n=500)
+    load_tree(pg_dsn, "kg", seqs, depth=3, threshold=2)
+    with open_index(pg_dsn, "kg") as index:
+        calls = count_fetches(index)
+        prefixes = [p for p in all_prefixes(seqs) if len(p) >= 2][:200]
+        answers = index.next_tokens_batch(prefixes)
+        assert len(calls) == 1  # every row of every level in one statement
+        assert [as_dict(a) for a in answers] == [expected_next(seqs, p) for p in prefixes]
+        index.next_tokens_batch(prefixes)
+        assert len(calls) == 1  # warm: served from the cache
+        assert index.cache.hits > 0 and index.cache.nbytes <= index.cache.max_bytes
+
+
+def test_cache_bound_holds_and_answers_stay_right(pg_dsn):
+    seqs = random_sequences(seed=3, n=400)
+    load_tree(pg_dsn, "kg", seqs, depth=2, threshold=1)
+    with open_index(pg_dsn, "kg", cache_bytes=4000) as index:
+        for p in all_prefixes(seqs):
+            assert as_dict(index.next_tokens(p)) == expected_next(seqs, p)
+            assert index.cache.nbytes <= 4000
+
+
+def test_threads_share_one_index(pg_dsn):
+    seqs = random_sequences(seed=11, n=400)
+    load_tree(pg_dsn, "kg", seqs, depth=3, threshold=3)
+    prefixes = all_prefixes(seqs)
+    errors: list[BaseException] = []
+    with open_index(pg_dsn, "kg", pool_size=3, cache_bytes=20_000) as index:
+
+        def worker(offset: int) -> None:
+            try:
+                for p in prefixes[offset::4]:
+                    assert as_dict(index.next_tokens(p)) == expected_next(seqs, p)
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+
+
+def test_connections_are_read_only_autocommit_and_never_idle_in_transaction(pg_dsn):
+    load_tree(pg_dsn, "kg", random_sequences(seed=1), depth=2, threshold=2)
+    with open_index(pg_dsn, "kg", statement_timeout_ms=1234) as index:
+        index.next_tokens((1,))
+        with index._pool.connection() as conn:
+            assert conn.autocommit
+            assert conn.execute("SHOW statement_timeout").fetchone()[0] == "1234ms"
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                conn.execute("CREATE TABLE refactx.should_fail (x int)")
+        with psycopg.connect(pg_dsn) as admin:
+            states = admin.execute(
+                "SELECT state FROM pg_stat_activity WHERE application_name = 'refactx_index:kg'"
+            ).fetchall()
+        assert states and all(s == "idle" for (s,) in states)
+
+
+def test_unknown_name_and_missing_catalog_raise_index_not_found(pg_dsn):
+    with pytest.raises(IndexNotFound, match="catalog"):
+        open_index(pg_dsn, "kg")
+    load_tree(pg_dsn, "kg", random_sequences(seed=1))
+    with pytest.raises(IndexNotFound, match="no active build serves index 'nope'"):
+        open_index(pg_dsn, "nope")
+    load_tree(pg_dsn, "inactive", random_sequences(seed=2), activate=False)
+    with pytest.raises(IndexNotFound):
+        open_index(pg_dsn, "inactive")
+
+
+def test_other_vocabulary_raises_vocabulary_mismatch(pg_dsn):
+    gpt2, llama = tokenizer_dir("gpt2"), tokenizer_dir("llama3")
+    load_tree(pg_dsn, "kg", random_sequences(seed=1), tokenizer="gpt2",
+              tokenizer_hash=tokenizer_sha256(gpt2), vocab_size=50257)
+    with open_index(pg_dsn, "kg", tokenizer=gpt2) as index:  # same file: accepted
+        assert index.info.tokenizer == "gpt2"
+    with open_index(pg_dsn, "kg", tokenizer="gpt2"):
+        pass
+    with pytest.raises(VocabularyMismatch, match="gpt2"):
+        open_index(pg_dsn, "kg", tokenizer=llama)
+    with pytest.raises(VocabularyMismatch):
+        open_index(pg_dsn, "kg", tokenizer="llama3")
+    from tokenizers import Tokenizer
+
+    with pytest.raises(VocabularyMismatch, match="50257"):
+        open_index(pg_dsn, "kg", tokenizer=Tokenizer.from_file(str(llama / "tokenizer.json")))
+
+
+def test_other_format_version_is_refused(pg_dsn):
+    load_tree(pg_dsn, "kg", random_sequences(seed=1), format_version=99)
+    with pytest.raises(FormatError, match="version 99"):
+        open_index(pg_dsn, "kg")
+
+
+def _backend_pids(dsn: str) -> list[int]:
+    with psycopg.connect(dsn) as admin:
+        return [r[0] for r in admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'refactx_index:kg'")]
+
+
+def test_terminated_backend_is_retried_transparently(pg_dsn):
+    seqs = random_sequences(seed=5)
+    load_tree(pg_dsn, "kg", seqs, depth=2, threshold=1)
+    with open_index(pg_dsn, "kg", pool_size=1) as index:
+        index.next_tokens(())
+        (pid,) = _backend_pids(pg_dsn)
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+        index.cache.clear()  # force a round trip on the dead connection
+        p = next(iter(seqs))[:2]
+        assert as_dict(index.next_tokens(p)) == expected_next(seqs, p)
+        assert _backend_pids(pg_dsn) and pid not in _backend_pids(pg_dsn)
+
+
+def test_lost_server_after_retry_raises_database_unavailable(pg_dsn, pg_server):
+    load_tree(pg_dsn, "kg", random_sequences(seed=5), depth=2, threshold=1)
+    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+    with open_index(pg_dsn, "kg", pool_size=1, connect_timeout_s=1) as index:
+        index.next_tokens(())
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+            try:
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                              "WHERE application_name = 'refactx_index:kg'")
+                index.cache.clear()
+                with pytest.raises(DatabaseUnavailable):
+                    index.next_tokens((1,))
+            finally:
+                admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+
+
+def test_statement_timeout_raises_query_timeout_then_recovers(pg_dsn):
+    seqs = random_sequences(seed=9)
+    build_id = load_tree(pg_dsn, "kg", seqs, depth=2, threshold=1)
+    with open_index(pg_dsn, "kg", statement_timeout_ms=200) as index:
+        with psycopg.connect(pg_dsn) as locker:  # not autocommit: holds the lock
+            locker.execute(f"LOCK TABLE refactx.tree_{build_id} IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(QueryTimeout, match="200 ms"):
+                index.next_tokens((1,))
+            locker.rollback()
+        assert as_dict(index.next_tokens(())) == expected_next(seqs, ())
+
+
+def test_refresh_serves_the_newly_activated_build(pg_dsn):
+    load_tree(pg_dsn, "kg", {(1, 2), (1, 3)})
+    with open_index(pg_dsn, "kg") as index:
+        assert index.next_tokens((1,)).tokens.tolist() == [2, 3]
+        assert index.refresh() is False
+        load_tree(pg_dsn, "kg", {(1, 4)})
+        assert index.refresh() is True
+        assert index.next_tokens((1,)).tokens.tolist() == [4]

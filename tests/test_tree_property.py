@@ -1,0 +1,81 @@
+"""Property: random facts -> Spark prefix rows -> binary COPY into PostgreSQL -> the rows,
+walked from the root, give every prefix the children, leaf counts and ends of a plain
+in-memory trie (tests/test_prefix_rows.py: ReferenceTrie, check_rows_against_trie)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_prefix_rows import check_rows_against_trie  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
+
+BIG = st.integers(min_value=65_536, max_value=2**31 - 1)  # ids above 65,535
+SMALL = st.integers(min_value=0, max_value=6)  # few distinct tokens: shared prefixes
+TOKEN = st.one_of(SMALL, SMALL, BIG)
+
+
+@st.composite
+def fact_sets(draw) -> list[list[int]]:
+    stems = draw(st.lists(st.lists(TOKEN, min_size=1, max_size=6), min_size=1, max_size=4))
+    facts: list[list[int]] = []
+    for _ in range(draw(st.integers(1, 40))):
+        stem = draw(st.sampled_from(stems))
+        tail = draw(st.lists(TOKEN, max_size=8))
+        facts.append(stem + tail)
+    if draw(st.booleans()):  # a long fact (up to 200 tokens)
+        facts.append(draw(st.sampled_from(stems)) + draw(st.lists(TOKEN, min_size=150, max_size=194)))
+    extra = []
+    for f in facts:
+        kind = draw(st.sampled_from(["none", "none", "duplicate", "prefix"]))
+        if kind == "duplicate":
+            extra.append(list(f))
+        elif kind == "prefix" and len(f) > 1:
+            extra.append(f[: draw(st.integers(1, len(f) - 1))])
+    return facts + extra
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(facts=fact_sets(), depth=st.integers(1, 6), threshold=st.integers(1, 5))
+def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, depth, threshold):
+    from jobs import load, prefix_rows, validate
+    from jobs.schemas import TOKENS
+    from refactx_index.config import Config, VocabularyConfig
+
+    cfg = Config()
+    cfg.paths.build_root = tempfile.mkdtemp(prefix="refactx_prop_")
+    cfg.pg.dsn = pg_dsn
+    cfg.tokenize.vocabularies = [VocabularyConfig("prop", "")]
+    cfg.tree.depth, cfg.tree.subtree_threshold = depth, threshold
+    vocab_dir = cfg.stage_dir("tokenize") / "prop"
+    spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS).write.parquet(
+        str(vocab_dir / "tokens")
+    )
+    (vocab_dir / "meta.json").write_text(json.dumps({"name": "prop", "sha256": "0" * 64, "vocab_size": 2**31}))
+    prefix_rows.run(spark, cfg)
+    info = load.load_all(cfg, pg_dsn)["vocabularies"]["prop"]
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        stored = conn.execute(
+            f"SELECT prefix, node FROM {cfg.pg.schema}.{info['table_name']}"
+        ).fetchall()
+        rows = {bytes(p): bytes(n) for p, n in stored}
+        assert len(rows) == len(stored) == info["rows"]
+        check_rows_against_trie(rows, facts, depth, threshold)
+        # the validator agrees (every fact walked, counts consistent)
+        distinct = {tuple(f) for f in facts}
+        result = validate.validate_build(
+            conn, cfg.pg.schema, info["build_id"], expected_rows=len(rows),
+            expected_facts=len(distinct), sample=[list(f) for f in distinct],
+        )
+        assert result["walked"] == len(distinct)
