@@ -115,40 +115,23 @@ def _load_tokenizer(path: str):
     return Tokenizer.from_pretrained(path)  # a hub name, when a hub is reachable
 
 
-def _decode(tokenizer, ids: Sequence[int]) -> str:
-    return tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
-
-
-def enumerate_completions(index, prefix_ids: Sequence[int], limit: int) -> list[tuple[list[int], int]]:
-    """Up to ``limit`` complete facts below ``prefix_ids``: (suffix ids, 1), depth-first
-    in token order, walking the served tree through ``next_tokens``."""
-    found: list[tuple[list[int], int]] = []
-    stack: list[list[int]] = [[]]
-    while stack and len(found) < limit:
-        suffix = stack.pop()
-        step = index.next_tokens(list(prefix_ids) + suffix)
-        if step.ends:
-            found.append((suffix, 1))
-        for tok in reversed(step.tokens.tolist()):
-            stack.append(suffix + [int(tok)])
-    return found
-
-
 def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) -> int:
-    """Print the next-token choices after ``text`` and some whole facts below it."""
-    ids = tokenizer.encode(text, add_special_tokens=False).ids
-    step = index.next_tokens(ids)
-    total = int(step.leaves.sum()) + int(step.ends)
-    print(f"{text!r}: {total} fact(s) below, {len(step.tokens)} next token(s)", file=out)
-    order = step.leaves.argsort()[::-1][:limit]
-    for i in order:
-        tok = int(step.tokens[i])
-        print(f"  {int(step.leaves[i]):>8}  {_decode(tokenizer, [tok])!r}", file=out)
-    facts = enumerate_completions(index, ids, limit)
+    """Print the continuations of ``text`` with their leaf counts, and whole facts below it.
+
+    Returns the number of facts below ``text`` (0 when it is not in the index).
+    """
+    from .explore import complete, enumerate_facts
+
+    continuations = complete(index, tokenizer, text, limit)
+    total = sum(n for _, n in continuations)
+    print(f"completions of {text!r} ({len(continuations)} shown, most facts first):", file=out)
+    for continuation, leaves in continuations:
+        print(f"  {leaves:>8}  {continuation!r}", file=out)
+    facts = list(enumerate_facts(index, tokenizer, text, limit))
     if facts:
-        print("  facts:", file=out)
-        for suffix, _ in facts:
-            print(f"    {_decode(tokenizer, list(ids) + suffix).strip()}", file=out)
+        print("facts:", file=out)
+        for fact_text, _ in facts:
+            print(f"  {fact_text}", file=out)
     return total
 
 
@@ -235,11 +218,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"\nreading back index {name!r} from PostgreSQL through refactx_index.open_index:")
         with open_index(dsn, name, schema=cfg.pg.schema) as index:
             if show_completions(index, tokenizer, prefix_text, args.limit) == 0:
-                # the prefix is not in this graph: show the first subject instead
-                first = enumerate_completions(index, [], 1)
-                if first:
-                    text = _decode(tokenizer, first[0][0])
-                    alt = text[: text.index("> <") + 3] if "> <" in text else text
+                # the prefix is not in this graph: show the first subject's facts instead
+                from .explore import enumerate_facts
+
+                first = next(iter(enumerate_facts(index, tokenizer, "", 1)), None)
+                if first is not None:
+                    text = first[0]
+                    alt = " " + text[: text.index("> <") + 3] if "> <" in text else text
                     show_completions(index, tokenizer, alt, args.limit)
         print(f"\nstage JSON files: {cfg.build_dir()}/<stage>/counts.json")
         validate = read_counts(cfg, "validate")

@@ -146,3 +146,13 @@ def test_complete_and_enumerate_by_text(graph, tokenizer):
     assert list(enumerate_facts(index, tokenizer, limit=3)) and \
         len(list(enumerate_facts(index, tokenizer, limit=3))) == 3
     assert complete(index, tokenizer, "<No such company>") == []
+
+
+def test_package_import_is_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, refactx_index; "
+            "print(sorted(m for m in ('numpy', 'psycopg', 'torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

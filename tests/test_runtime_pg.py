@@ -159,7 +159,7 @@ def _backend_pids(dsn: str) -> list[int]:
             "SELECT pid FROM pg_stat_activity WHERE application_name = 'refactx_index:kg'")]
 
 
-def test_terminated_backend_is_retried_transparently(pg_dsn):
+def test_terminated_backend_is_retried_transparently(pg_dsn, caplog):
     seqs = random_sequences(seed=5)
     load_tree(pg_dsn, "kg", seqs, depth=2, threshold=1)
     with open_index(pg_dsn, "kg", pool_size=1) as index:
@@ -171,6 +171,7 @@ def test_terminated_backend_is_retried_transparently(pg_dsn):
         p = next(iter(seqs))[:2]
         assert as_dict(index.next_tokens(p)) == expected_next(seqs, p)
         assert _backend_pids(pg_dsn) and pid not in _backend_pids(pg_dsn)
+        assert "connection lost" in caplog.text and "retrying once" in caplog.text
 
 
 def test_lost_server_after_retry_raises_database_unavailable(pg_dsn, pg_server):

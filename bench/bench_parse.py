@@ -1,0 +1,133 @@
+"""Parse throughput on a multi-million-line .nt.bz2, beside plain bz2 decompression.
+
+Builds the input by repeating the real extract (truthy-2018-sample500-en.nt; a
+synthetic line mix when ../shared is absent) with renumbered item ids, writes it
+as bz2 in a temp dir, then measures in the same process:
+
+1. plain decompression, one core: Python's bz2 module (C libbz2) iterating lines;
+2. Spark reading the file as text and counting lines (decompression in the JVM);
+3. Spark running the parse stage's per-line work (``lex_lines``, all SQL) into a
+   no-op sink;
+4. optionally (--full) the whole parse stage with its Parquet outputs.
+
+Lines/s per core for (2)-(4) divide by the Spark cores used. The ratio (3)/(2)
+is what parsing costs over decompressing.
+
+    .venv/bin/python bench/bench_parse.py [--lines 2000000] [--cores 2] [--full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SAMPLE = Path(os.environ.get("REFACTX_SHARED", ROOT.parent / "shared")) / "data/wikidata/truthy-2018-sample500-en.nt"
+QID = re.compile(rb"entity/Q(\d+)>")
+
+
+def template_lines() -> list[bytes]:
+    if SAMPLE.exists():
+        return SAMPLE.read_bytes().splitlines()
+    e, d = b"http://www.wikidata.org/entity/", b"http://www.wikidata.org/prop/direct/"
+    return [
+        b"<" + e + b"Q1> <" + d + b"P31> <" + e + b"Q5> .",
+        b"<" + e + b'Q1> <http://www.w3.org/2000/01/rdf-schema#label> "Douglas Adams"@en .',
+        b"<" + e + b'Q1> <http://schema.org/description> "English writer and humorist (1952\\u20132001)"@en .',
+        b"<" + e + b'Q1> <http://www.w3.org/2000/01/rdf-schema#label> "Douglas Adams"@fr .',
+        b"<" + e + b'Q1> <' + d + b'P569> "1952-03-11T00:00:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime> .',
+    ]
+
+
+def build_input(path: Path, lines: int) -> int:
+    """Write ``lines`` lines (the template repeated, item ids shifted per copy)."""
+    template = template_lines()
+    written, copy = 0, 0
+    with bz2.open(path, "wb", compresslevel=9) as fh:
+        while written < lines:
+            shift = copy * 100_000_000
+            chunk = template[: lines - written]
+            body = b"\n".join(chunk) + b"\n"
+            if copy:
+                body = QID.sub(lambda m: b"entity/Q%d>" % (int(m.group(1)) + shift), body)
+            fh.write(body)
+            written += len(chunk)
+            copy += 1
+    return written
+
+
+def bench_plain_bz2(path: Path) -> tuple[int, float]:
+    started = time.perf_counter()
+    n = 0
+    with bz2.open(path, "rb") as fh:
+        for _ in fh:
+            n += 1
+    return n, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=int, default=2_000_000)
+    parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
+    parser.add_argument("--full", action="store_true", help="also run the whole parse stage (Parquet outputs)")
+    args = parser.parse_args()
+
+
+    from jobs import parse
+    from jobs.common import spark_session
+    from refactx_index.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
+        dump = Path(tmp) / "truthy.nt.bz2"
+        t = time.perf_counter()
+        n = build_input(dump, args.lines)
+        print(f"input: {n:,} lines, {dump.stat().st_size / 1e6:.1f} MB bz2, built in {time.perf_counter() - t:.1f}s")
+
+        cfg = Config()
+        cfg.paths.build_root = str(Path(tmp) / "build")
+        cfg.spark.master = f"local[{args.cores}]"
+        cfg.spark.shuffle_partitions = args.cores * 2
+        # split the bz2 file into blocks so every core gets work
+        cfg.spark.conf = {"spark.sql.files.maxPartitionBytes": str(max(1 << 20, dump.stat().st_size // (args.cores * 4)))}
+        cfg.input.dumps = [str(dump)]
+        spark = spark_session(cfg, "bench_parse")
+
+        n_plain, s_plain = bench_plain_bz2(dump)
+        lines = parse.read_dump_lines(spark, [str(dump)])
+        lines.count()  # warm-up: JIT, file listing
+        t = time.perf_counter()
+        n_text = lines.count()
+        s_text = time.perf_counter() - t
+        staged = parse.lex_lines(lines, ["en"], cfg.input.entity_namespace, cfg.input.direct_claim_namespace)
+        t = time.perf_counter()
+        staged.write.format("noop").mode("overwrite").save()
+        s_lex = time.perf_counter() - t
+        kinds = {r["kind"]: r["count"] for r in staged.groupBy("kind").count().collect()}
+        assert n_plain == n_text == n == sum(kinds.values()), (n_plain, n_text, n, kinds)
+
+        per_core = lambda secs: n / secs / args.cores  # noqa: E731
+        print(f"plain bz2 decompression (python bz2, 1 core): {n / s_plain:12,.0f} lines/s")
+        print(f"spark text read + count ({args.cores} cores):      {per_core(s_text):12,.0f} lines/s/core")
+        print(f"spark parse, lex phase ({args.cores} cores):       {per_core(s_lex):12,.0f} lines/s/core")
+        print(f"ratio parse / spark decompression: {s_lex / s_text:.2f}x time")
+        print(f"ratio parse per core / plain bz2:  {per_core(s_lex) / (n / s_plain):.2f}x throughput")
+        print(f"line kinds: {kinds}")
+        if args.full:
+            t = time.perf_counter()
+            counts = parse.run(spark, cfg)
+            s_full = time.perf_counter() - t
+            print(f"full parse stage ({args.cores} cores): {per_core(s_full):12,.0f} lines/s/core, "
+                  f"{counts['statements']:,} statements, {counts['terms']:,} terms")
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
