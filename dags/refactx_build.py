@@ -1,9 +1,11 @@
 """Airflow DAG ``refactx_build``: one ``spark-submit`` per stage of DESIGN.md.
 
 Wiring only: which jobs run, in which order, with which config file and run date.
-What each stage does lives in ``jobs/<stage>.py``; the stage order and the rule that
-``sitelinks`` runs only when the config names SQL dumps come from ``jobs.pipeline``,
-the same code the CLI runs, so the DAG and ``refactx-index build`` cannot drift apart.
+Each task is ``spark-submit dags/spark_stage.py <stage> --config ... --set ...``, which
+runs ``jobs.<stage>.main``; what each stage does lives in ``jobs/<stage>.py``. The stage
+order, and the rule that ``sitelinks`` runs only when the config names SQL dumps, come from
+``jobs.pipeline``: the code the CLI runs, so the DAG and ``refactx-index build`` cannot drift.
+The project must be installed (``pip install -e .``) where the DAG is parsed.
 
 Per environment (read when the DAG file is parsed):
 - ``REFACTX_CONFIG``: a config file; else ``conf/${REFACTX_ENV:-local}.toml``.
@@ -37,6 +39,8 @@ from jobs.pipeline import select_stages
 from refactx_index.config import Config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# the entry point that runs jobs.<stage> as a module (why: see its docstring)
+STAGE_ENTRY_POINT = Path(__file__).resolve().with_name("spark_stage.py")
 DAG_ID = "refactx_build"
 
 
@@ -110,8 +114,8 @@ with DAG(
     stage_tasks = [
         SparkSubmitOperator(
             task_id=stage,
-            application=str(PROJECT_ROOT / "jobs" / f"{stage}.py"),
-            application_args=list(JOB_ARGS),
+            application=str(STAGE_ENTRY_POINT),
+            application_args=[stage, *JOB_ARGS],
             conn_id=os.environ.get("REFACTX_SPARK_CONN_ID", "refactx_spark"),
             spark_binary=spark_submit(),
             name=f"refactx_{stage}_{{{{ params.dump_date or ds_nodash }}}}",

@@ -51,7 +51,6 @@ LONE_SURROGATE = (
     r"(?i)(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
     r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})"
 )
-GENID = r"^<[^>]*/\.well-known/genid/[^>]*>$"
 
 RDF_TYPE = "<http://www.w3.org/1999/02/22-rdf-syntax-ns#type>"
 TERM_PREDICATES = {
@@ -60,7 +59,8 @@ TERM_PREDICATES = {
     "<http://www.w3.org/2004/02/skos/core#altLabel>": "alias",
 }
 # both the current and the pre-2018 ontology namespace
-PROPERTY_TYPE = r"^<http://wikiba\.se/ontology(?:-beta)?#propertyType>$"
+WIKIBASE_NS = ("<http://wikiba.se/ontology#", "<http://wikiba.se/ontology-beta#")
+PROPERTY_TYPE_IRIS = [ns + "propertyType>" for ns in WIKIBASE_NS]
 WIKIBASE_NAME = r"^<http://wikiba\.se/ontology(?:-beta)?#([A-Za-z]+)>$"
 
 XSD = "http://www.w3.org/2001/XMLSchema#"
@@ -186,7 +186,7 @@ def lex_lines(
     df = df.withColumn("term_kind", term_kind)
     tk = F.col("term_kind")
     is_iri = o.startswith("<")
-    unknown_value = o.startswith("_:") | o.rlike(GENID)
+    unknown_value = o.startswith("_:") | (is_iri & o.contains("/.well-known/genid/"))
 
     kind_reason = (
         F.when(is_blank, _kr("skip", "blank_or_comment"))
@@ -198,9 +198,9 @@ def lex_lines(
         .when(tk.isNotNull() & (sid == ""), _kr("skip", "term_of_other_subject"))
         .when(tk.isNotNull() & (lang_c.isNull() | ~lang_kept), _kr("skip", "other_language"))
         .when(tk.isNotNull(), _kr("term", None))
-        .when(p.rlike(PROPERTY_TYPE) & sid.startswith("P") & o.rlike(WIKIBASE_NAME),
+        .when(p.isin(PROPERTY_TYPE_IRIS) & sid.startswith("P") & (o.startswith(WIKIBASE_NS[0]) | o.startswith(WIKIBASE_NS[1])),
               _kr("property_type", None))
-        .when((p == RDF_TYPE) & o.rlike("/prop/novalue/P[1-9][0-9]*>$"), _kr("skip", "no_value"))
+        .when((p == RDF_TYPE) & o.contains("/prop/novalue/P"), _kr("skip", "no_value"))
         .otherwise(_kr("skip", "other_predicate"))
     )
     df = df.withColumn("kr", kind_reason).withColumns({"kind": F.col("kr.kind"), "reason": F.col("kr.reason")})
@@ -218,12 +218,12 @@ def lex_lines(
         inferred.when(lang_c.isNotNull(), "Monolingualtext")
         .when(plain, "String")
         .when(oent.startswith("P"), "WikibaseProperty")
-        .when(oent.rlike("^L[0-9]+-F"), "WikibaseForm")
-        .when(oent.rlike("^L[0-9]+-S"), "WikibaseSense")
+        .when(oent.contains("-F"), "WikibaseForm")
+        .when(oent.contains("-S"), "WikibaseSense")
         .when(oent.startswith("L"), "WikibaseLexeme")
         .when(is_iri & o.contains("/wiki/Special:FilePath/"), "CommonsMedia")
-        .when(is_iri & o.rlike(r"/data/main/Data:[^>]*\.map>$"), "GeoShape")
-        .when(is_iri & o.rlike(r"/data/main/Data:[^>]*\.tab>$"), "TabularData")
+        .when(is_iri & o.contains("/data/main/Data:") & o.endswith(".map>"), "GeoShape")
+        .when(is_iri & o.contains("/data/main/Data:") & o.endswith(".tab>"), "TabularData")
         .when(is_iri, "Url")
     )
     object_value = F.when(is_lit, body).when(is_iri & (oitem == ""), F.expr("substring(o, 2, length(o) - 2)"))

@@ -46,6 +46,7 @@ from refactx_index.vocab import (
 
 from .common import run_job_main, write_counts
 from .schemas import TOKENS
+from .verbalize import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def meta_for(vocab: Vocabulary, tcfg: TokenizeConfig) -> dict[str, Any]:
     return {
         "name": vocab.name,
         "path": vocab.path,
-        "tokenizer_sha256": vocab.sha256,
+        "sha256": vocab.sha256,
         "vocab_size": vocab.vocab_size,
         "fact_prefix": tcfg.fact_prefix,
         "fact_suffix": tcfg.fact_suffix,
@@ -120,7 +121,7 @@ def meta_for(vocab: Vocabulary, tcfg: TokenizeConfig) -> dict[str, Any]:
     }
 
 
-_REUSE_KEYS = ("tokenizer_sha256", "fact_prefix", "fact_suffix", "encoding", "forbidden_ids")
+_REUSE_KEYS = ("sha256", "fact_prefix", "fact_suffix", "encoding", "forbidden_ids")
 
 
 def reuse_mismatch(old_meta: dict[str, Any], new_meta: dict[str, Any]) -> str | None:
@@ -267,13 +268,6 @@ def _previous_tokens(
     return spark.read.parquet(str(tokens_path)).select(*TOKENS.fieldNames()), "reused"
 
 
-def _remove_tree(spark: SparkSession, path: Path) -> None:
-    """Delete a staging directory through Hadoop's FileSystem (local or distributed)."""
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(str(path))
-    hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(hadoop_path, True)
-
-
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     """Tokenize verbalize/facts for every configured vocabulary (see the module docstring)."""
     tcfg = cfg.tokenize
@@ -344,7 +338,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         meta_out = dict(meta, max_tokens=tcfg.max_tokens, facts=facts_total, counts=entry)
         write_counts(cfg, STAGE, meta_out, name=f"{vocab.name}/meta.json")
 
-    _remove_tree(spark, staging)
+    remove_tree(spark, staging)
     counts = {
         "facts": facts_total,
         "max_tokens": tcfg.max_tokens,

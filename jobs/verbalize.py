@@ -387,12 +387,12 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             "sitelinks": sitelinks is not None,
         },
     }
-    _remove_tree(spark, staged)
+    remove_tree(spark, staged)
     write_counts(cfg, STAGE, counts)
     return counts
 
 
-def _remove_tree(spark: SparkSession, path: Path) -> None:
+def remove_tree(spark: SparkSession, path: Path) -> None:
     """Delete a staging directory through Hadoop's FileSystem (local or distributed)."""
     jvm = spark.sparkContext._jvm
     hadoop_path = jvm.org.apache.hadoop.fs.Path(str(path))

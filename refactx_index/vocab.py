@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,6 @@ from .errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from tokenizers import Tokenizer
 
-log = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"
 # Names in tokenizer_config.json / special_tokens_map.json whose tokens must never

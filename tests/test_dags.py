@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -149,7 +150,8 @@ def test_build_chains_the_stages_in_pipeline_order(dagbag):
     assert linear_order(dag) == FULL_CHAIN
     for task in dag.tasks:
         assert isinstance(task, SparkSubmitOperator)
-        assert Path(task.application) == ROOT / "jobs" / f"{task.task_id}.py"
+        assert Path(task.application) == DAGS / "spark_stage.py"
+        assert task.application_args[0] == task.task_id
         assert task._conn_id == "refactx_spark"
         assert task.retries == 1
         # the spark-submit of the pinned pyspark, not whatever is first on the PATH
@@ -173,7 +175,7 @@ def test_sitelinks_is_skipped_without_sql_dumps(monkeypatch, tmp_path):
     assert dag.schedule is None
     assert dag.params["dumps"] == ["a.nt"]
     args = rendered(dag.get_task("parse"), run_context(dag, "2026-03-02")).application_args
-    assert args[:2] == ["--config", str(config)]
+    assert args[:3] == ["parse", "--config", str(config)]
 
 
 def test_every_templated_field_renders_with_the_run_date(dagbag):
@@ -184,7 +186,7 @@ def test_every_templated_field_renders_with_the_run_date(dagbag):
         for field in task_r.template_fields:
             assert "{{" not in str(getattr(task_r, field)), f"{task.task_id}.{field} left unrendered"
         args = task_r.application_args
-        assert args[:2] == ["--config", str(ROOT / "conf" / "local.toml")]
+        assert args[:3] == [task.task_id, "--config", str(ROOT / "conf" / "local.toml")]
         values = set_values(args)
         assert values["paths.dump_date"] == "20260105"
         assert values["input.dumps"] == "../shared/data/wikidata/truthy-2018-sample500-en.nt"
@@ -194,7 +196,7 @@ def test_every_templated_field_renders_with_the_run_date(dagbag):
         # what the job will see: the rendered arguments parsed by the jobs' own parser
         from jobs.common import config_from_args, job_arg_parser
 
-        cfg = config_from_args(job_arg_parser(task.task_id).parse_args(args))
+        cfg = config_from_args(job_arg_parser(task.task_id).parse_args(args[1:]))
         assert cfg.build_dir() == Path("build") / "wikidata" / "20260105"
         assert cfg.input.dumps == ["../shared/data/wikidata/truthy-2018-sample500-en.nt"]
 
@@ -224,6 +226,43 @@ def test_broken_config_is_an_import_error(monkeypatch, tmp_path):
     assert "refactx_build" not in bag.dags
     (error,) = bag.import_errors.values()
     assert "no_such_key" in error
+
+
+def test_entry_point_is_not_parsed_as_a_dag_file(dagbag):
+    assert all(Path(dag.fileloc).name != "spark_stage.py" for dag in dagbag.dags.values())
+    assert "spark_stage.py" in (DAGS / ".airflowignore").read_text().split()
+
+
+@pytest.mark.parametrize("stage", FULL_CHAIN)
+def test_entry_point_reaches_every_stage_main(stage, tmp_path):
+    """What spark-submit runs: `python dags/spark_stage.py <stage> ...` from another directory.
+    `--help` makes the stage's own argument parser answer without starting Spark."""
+    if not (ROOT / "jobs" / f"{stage}.py").exists():
+        pytest.skip(f"jobs/{stage}.py is not written yet")
+    result = subprocess.run(
+        [sys.executable, str(DAGS / "spark_stage.py"), stage, "--help"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--config" in result.stdout and "--set" in result.stdout
+
+
+def test_entry_point_rejects_an_unknown_stage(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(DAGS / "spark_stage.py"), "no_such_stage"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "parse,sitelinks,labels" in result.stderr
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "conf").glob("*.toml")), ids=lambda p: p.name)

@@ -154,3 +154,37 @@ def test_runtime_submodules_import_no_pipeline_dependency():
     assert "refactx_index.config" in submodules
     loaded = _modules_after_import(submodules)
     assert loaded & PIPELINE_MODULES == set(), f"importing {submodules}"
+
+
+# docker/ cannot be built here (no Docker engine); these checks keep it from drifting away
+# from the repository it packages.
+DOCKER = ROOT / "docker"
+
+
+def test_dockerfile_copies_paths_that_exist():
+    sources = []
+    for line in (DOCKER / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            parts = [p for p in line.split()[1:] if not p.startswith("--")]
+            sources += parts[:-1]
+    assert "pyproject.toml" in sources and "constraints.txt" in sources
+    missing = [s for s in sources if not (ROOT / s).exists()]
+    assert missing == [], f"docker/Dockerfile copies missing paths: {missing}"
+
+
+def test_compose_wires_postgres_airflow_and_spark():
+    import yaml  # PyYAML comes with Airflow
+
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    assert services["postgres"]["image"] == "postgres:15"
+    for name in ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "spark-master", "spark-worker"):
+        assert name in services, name
+        build = services[name]["build"]
+        assert (DOCKER / build["context"] / build["dockerfile"]).resolve() == (DOCKER / "Dockerfile").resolve()
+    scheduler_env = services["airflow-scheduler"]["environment"]
+    assert scheduler_env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    # the DAG's config file for this environment exists
+    assert (ROOT / "conf" / f"{scheduler_env['REFACTX_ENV']}.toml").exists()
+    # the driver (scheduler) and the executors (worker) see the build root at one path
+    assert set(services["airflow-scheduler"]["volumes"]) == set(services["spark-worker"]["volumes"])

@@ -99,9 +99,9 @@ def test_phi3_ids_carry_no_dummy_prefix_token(vocabs):
 
 
 def test_reuse_mismatch():
-    meta = {"tokenizer_sha256": "a", "fact_prefix": " ", "fact_suffix": "", "encoding": T.ENCODING, "forbidden_ids": [1]}
+    meta = {"sha256": "a", "fact_prefix": " ", "fact_suffix": "", "encoding": T.ENCODING, "forbidden_ids": [1]}
     assert T.reuse_mismatch(meta, dict(meta)) is None
-    assert T.reuse_mismatch(meta, dict(meta, tokenizer_sha256="b")) == "tokenizer_sha256 differs"
+    assert T.reuse_mismatch(meta, dict(meta, sha256="b")) == "sha256 differs"
     assert T.reuse_mismatch(meta, dict(meta, fact_prefix="")) == "fact_prefix differs"
     assert T.reuse_mismatch(dict(meta, encoding="old"), meta) == "encoding differs"
 
@@ -160,7 +160,7 @@ def test_spark_ids_equal_driver_ids_for_all_vocabularies(spark, cfg, vocabs):
         assert (name, LONG_FACT, "over_max_tokens") in rejects
         assert {t for (n, t, r) in rejects if n == name and r == "forbidden_token"} == forbidden
         meta = json.loads((cfg.stage_dir("tokenize") / name / "meta.json").read_text())
-        assert meta["tokenizer_sha256"] == vocab.sha256 and meta["vocab_size"] == vocab.vocab_size
+        assert meta["sha256"] == vocab.sha256 and meta["vocab_size"] == vocab.vocab_size
         assert meta["name"] == name and meta["fact_prefix"] == " " and meta["fact_suffix"] == ""
         entry = counts["vocabularies"][name]
         assert meta["counts"] == entry

@@ -61,7 +61,7 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, depth, threshold):
     spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS).write.parquet(
         str(vocab_dir / "tokens")
     )
-    (vocab_dir / "meta.json").write_text(json.dumps({"name": "prop", "sha256": "0" * 64, "vocab_size": 2**31}))
+    (vocab_dir / "meta.json").write_text(json.dumps({"name": "prop", "sha256": "0" * 64, "vocab_size": 2**31 - 1}))
     prefix_rows.run(spark, cfg)
     info = load.load_all(cfg, pg_dsn)["vocabularies"]["prop"]
 
