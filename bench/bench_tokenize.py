@@ -5,7 +5,7 @@
 Same facts, same run: first the baseline, ``refactx_index.vocab.encode_facts`` (one
 ``encode_batch_fast`` call per Arrow-sized batch, single-threaded) and a bare
 ``Tokenizer.encode_batch_fast`` with no context handling; then the tokenize job's
-encoding pass (``jobs.tokenize.encode_all``: Parquet scan -> mapInArrow -> the same
+encoding pass (``jobs.tokenize_facts.encode_all``: Parquet scan -> mapInArrow -> the same
 encoder) on ``local[1]`` and ``local[2]``, forced to completion with the ``noop``
 sink. A warm-up run first starts the Python workers and parses the tokenizer,
 which the timed run then finds cached. Prints facts/s, facts/s per core, and ratios.
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     from jobs.common import spark_session
-    from jobs.tokenize import encode_all
+    from jobs.tokenize_facts import encode_all
 
     rates: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench_tokenize_") as tmp:

@@ -26,6 +26,9 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if cfg.spark.master.startswith("local"):
+        # local mode talks to itself: skip the hostname lookup and its warning
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.appName(app_name)
         .master(cfg.spark.master)
@@ -33,13 +36,21 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
         .config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # the CLI shows its own progress
         .config("spark.sql.session.timeZone", "UTC")
     )
     for key, value in cfg.spark.conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(cfg.spark.log_level)
     return spark
+
+
+def remove_tree(spark, path: str | Path) -> None:
+    """Delete a staging directory through Hadoop's FileSystem (local or distributed)."""
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(str(path))
+    hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
 
 def write_counts(cfg: Config, stage: str, counts: dict[str, Any], name: str = "counts.json") -> Path:

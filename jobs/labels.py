@@ -24,8 +24,8 @@ from pyspark.sql.types import ArrayType, IntegerType, StringType, StructField, S
 from refactx_index.config import Config
 from refactx_index.errors import ConfigError
 
-from .common import run_job_main, write_counts
-from .schemas import LABELS
+from jobs.common import run_job_main, write_counts
+from jobs.schemas import LABELS
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 from refactx_index.config import Config
 from refactx_index.embedded import pg_dsn
 
-from .common import run_job_main
+from jobs.common import run_job_main
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("sitelinks", "jobs.sitelinks"),
     ("labels", "jobs.labels"),
     ("verbalize", "jobs.verbalize"),
-    ("tokenize", "jobs.tokenize"),
+    ("tokenize", "jobs.tokenize_facts"),  # not "tokenize": that would shadow the stdlib module
     ("prefix_rows", "jobs.prefix_rows"),
     ("load", "jobs.load"),
     ("validate", "jobs.validate"),
@@ -44,11 +44,16 @@ class StageResult:
     counts: dict[str, Any]
 
 
-def stage_runner(stage: str) -> Callable[[Any, Config], dict[str, Any]]:
+def stage_module(stage: str) -> str:
+    """The module implementing ``stage`` (``jobs.<module>``)."""
     module = dict(STAGES).get(stage)
     if module is None:
         raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGE_NAMES)}")
-    return importlib.import_module(module).run
+    return module
+
+
+def stage_runner(stage: str) -> Callable[[Any, Config], dict[str, Any]]:
+    return importlib.import_module(stage_module(stage)).run
 
 
 def select_stages(cfg: Config, only: Iterable[str] | None = None) -> list[str]:

@@ -18,8 +18,8 @@ from pyspark.sql import functions as F
 from refactx_index.config import Config
 from refactx_index.errors import ConfigError
 
-from .common import run_job_main, write_counts
-from .schemas import REJECTS, SITELINKS
+from jobs.common import run_job_main, write_counts
+from jobs.schemas import REJECTS, SITELINKS
 from .sqldump import RAW, REASON, read_mysql_table
 
 log = logging.getLogger(__name__)

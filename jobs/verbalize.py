@@ -26,8 +26,8 @@ from pyspark.sql import functions as F
 
 from refactx_index.config import Config, VerbalizeConfig
 
-from .common import run_job_main, write_counts
-from .schemas import FACTS
+from jobs.common import remove_tree, run_job_main, write_counts
+from jobs.schemas import FACTS
 
 log = logging.getLogger(__name__)
 
@@ -390,13 +390,6 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     remove_tree(spark, staged)
     write_counts(cfg, STAGE, counts)
     return counts
-
-
-def remove_tree(spark: SparkSession, path: Path) -> None:
-    """Delete a staging directory through Hadoop's FileSystem (local or distributed)."""
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(str(path))
-    hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

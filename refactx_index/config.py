@@ -125,6 +125,8 @@ class SparkConfig:
     master: str = "local[*]"
     driver_memory: str = "4g"
     shuffle_partitions: int = 8
+    # Spark's own log level; WARN shows codegen fallbacks (harmless, very long)
+    log_level: str = "ERROR"
     conf: dict[str, str] = field(default_factory=dict)
 
 

@@ -10,7 +10,7 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from jobs import tokenize as T
+from jobs import tokenize_facts as T
 from jobs.schemas import TOKENS
 from refactx_index.config import VocabularyConfig
 from refactx_index.errors import ConfigError

@@ -44,9 +44,8 @@ from refactx_index.vocab import (
     open_vocabulary,
 )
 
-from .common import run_job_main, write_counts
-from .schemas import TOKENS
-from .verbalize import remove_tree
+from jobs.common import remove_tree, run_job_main, write_counts
+from jobs.schemas import TOKENS
 
 log = logging.getLogger(__name__)
 
