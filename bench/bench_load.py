@@ -1,7 +1,7 @@
 """Benchmark: prefix rows + PostgreSQL load on synthetic facts with realistic shared prefixes.
 
 Prints, per (D, T): rows, rows per fact, Parquet node bytes, PostgreSQL table + index bytes
-per fact (pg_total_relation_size), and, for the first configuration, COPY rows/s of the
+per fact (pg_total_relation_size), and COPY rows/s of the
 pre-encoded path beside a one-``write_row``-per-row COPY of the same rows in the same run.
 
     .venv/bin/python bench/bench_load.py [--facts 1000000] [--configs 8:64,6:16]
@@ -91,7 +91,7 @@ def single_copy(dsn: str, files: list[Path], schema: str) -> tuple[int, float]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {schema}.tree_b999999 (LIKE {schema}.tree)")
     started = time.monotonic()
-    rows = sum(load.copy_file(dsn, schema, 999999, f) for f in files)
+    rows = load.copy_files(dsn, schema, 999999, files)
     elapsed = time.monotonic() - started
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {schema}.tree_b999999")
@@ -123,6 +123,7 @@ def main(argv=None) -> int:
         cfg.paths.build_root = str(work)
         cfg.pg.dsn, cfg.pg.load_workers = dsn, args.workers
         cfg.spark.master, cfg.spark.shuffle_partitions = "local[*]", 8
+        cfg.spark.conf = {"spark.ui.showConsoleProgress": "false"}
         cfg.tokenize.vocabularies = [VocabularyConfig(VOCAB, "")]
         tok_dir = cfg.stage_dir("tokenize") / VOCAB
         (tok_dir / "tokens").mkdir(parents=True)
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
         spark = spark_session(cfg, "bench_load")
 
         results = []
-        for i, (depth, threshold) in enumerate(configs):
+        for depth, threshold in configs:
             cfg.tree.depth, cfg.tree.subtree_threshold = depth, threshold
             t = time.monotonic()
             tree = prefix_rows.run(spark, cfg)["vocabularies"][VOCAB]
@@ -155,14 +156,14 @@ def main(argv=None) -> int:
             }
             results.append(res)
             print(json.dumps(res))
-            if i == 0:
-                files = load.parquet_files(cfg.stage_dir("prefix_rows") / VOCAB / "rows")
-                n1, s1 = single_copy(dsn, files, cfg.pg.schema)
-                n2, s2 = write_row_copy(dsn, files)
-                print(f"COPY, {tree['rows']:,} rows, one connection: pre-encoded {n1 / s1:,.0f} rows/s "
-                      f"({s1:.2f}s) vs write_row per row {n2 / s2:,.0f} rows/s ({s2:.2f}s): "
-                      f"{s2 / s1:.1f}x; pre-encoded with {args.workers} workers: "
-                      f"{info['rows_per_second']:,} rows/s")
+            # the same rows through both COPY paths, one connection each
+            files = load.parquet_files(cfg.stage_dir("prefix_rows") / VOCAB / "rows")
+            n1, s1 = single_copy(dsn, files, cfg.pg.schema)
+            n2, s2 = write_row_copy(dsn, files)
+            print(f"COPY, {tree['rows']:,} rows, one connection: pre-encoded {n1 / s1:,.0f} rows/s "
+                  f"({s1:.2f}s) vs write_row per row {n2 / s2:,.0f} rows/s ({s2:.2f}s): "
+                  f"{s2 / s1:.1f}x; pre-encoded with {args.workers} workers: "
+                  f"{info['rows_per_second']:,} rows/s")
         print()
         print(f"{'D':>3} {'T':>5} {'rows':>10} {'rows/fact':>10} {'node B/f':>9} {'table B/f':>10} "
               f"{'index B/f':>10} {'total B/f':>10} {'spark s':>8}")

@@ -43,6 +43,14 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(cfg.spark.log_level)
+    # A wide projection (verbalize's literal rendering) can exceed the JVM's 64 KB method
+    # limit; Spark then falls back to interpreted evaluation (spark.sql.codegen.fallback),
+    # but first logs the whole compiler trace at ERROR. The fallback is the expected path,
+    # so that one logger is silenced; a query that fails without codegen still raises.
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator", jvm.org.apache.logging.log4j.Level.OFF
+    )
     return spark
 
 

@@ -2,7 +2,7 @@
 
 Per vocabulary: apply ``sql/schema.sql``; clean leftovers of killed loads; insert a
 ``loading`` build; create ``{schema}.tree_b<build_id>`` (no index); bulk binary COPY
-from the Parquet files, one COPY per file over ``cfg.pg.load_workers`` connections,
+from the Parquet files, the files dealt over ``cfg.pg.load_workers`` connections,
 with the PGCOPY stream pre-encoded by numpy per Arrow batch; then the unique B-tree,
 ANALYZE, CHECK + ATTACH (``jobs.pgcatalog.attach``); record counts and bytes, status
 ``loaded``. The served index is never touched: activation is a separate step.
@@ -83,25 +83,37 @@ def encode_copy_rows(build_id: int, prefix: pa.Array, node: pa.Array) -> memoryv
     return memoryview(rows.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
 
-def copy_file(dsn: str, schema: str, build_id: int, path: Path, batch_rows: int = BATCH_ROWS) -> int:
-    """COPY one Parquet file into the build's table (one transaction); returns rows copied."""
+def copy_files(dsn: str, schema: str, build_id: int, paths: list[Path], batch_rows: int = BATCH_ROWS) -> int:
+    """COPY Parquet files into the build's table over one connection, one COPY statement
+    and one transaction; returns the rows copied."""
     table = pgcatalog.table_name(build_id)
-    pf = pq.ParquetFile(path)
+    stmt = psycopg.sql.SQL(COPY_SQL).format(
+        schema=psycopg.sql.Identifier(schema), table=psycopg.sql.Identifier(table)
+    )
     rows = 0
-    with psycopg.connect(dsn) as conn:
-        stmt = psycopg.sql.SQL(COPY_SQL).format(
-            schema=psycopg.sql.Identifier(schema), table=psycopg.sql.Identifier(table)
-        )
-        with conn.cursor() as cur:
-            with cur.copy(stmt) as copy:
-                copy.write(COPY_HEADER)
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        with cur.copy(stmt) as copy:
+            copy.write(COPY_HEADER)
+            for path in paths:
+                pf = pq.ParquetFile(path)
                 for batch in pf.iter_batches(batch_size=batch_rows, columns=["prefix", "node"]):
                     copy.write(encode_copy_rows(build_id, batch.column(0), batch.column(1)))
                     rows += batch.num_rows
-                copy.write(COPY_TRAILER)
-            if cur.rowcount != rows:
-                raise LoadError(f"COPY of {path} stored {cur.rowcount} rows, expected {rows}")
+            copy.write(COPY_TRAILER)
+        if cur.rowcount != rows:
+            raise LoadError(f"COPY stored {cur.rowcount} rows, expected {rows}")
     return rows
+
+
+def split_files(files: list[Path], parts: int) -> list[list[Path]]:
+    """Files dealt to ``parts`` workers, largest first, to the least loaded one."""
+    groups: list[list[Path]] = [[] for _ in range(parts)]
+    sizes = [0] * parts
+    for f in sorted(files, key=lambda p: p.stat().st_size, reverse=True):
+        i = sizes.index(min(sizes))
+        groups[i].append(f)
+        sizes[i] += f.stat().st_size
+    return [g for g in groups if g]
 
 
 # --------------------------------------------------------------------------- inputs
@@ -186,7 +198,8 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
             started = time.monotonic()
             workers = max(1, min(cfg.pg.load_workers, len(files)))
             with ThreadPoolExecutor(workers, thread_name_prefix="copy") as pool:
-                copied = sum(pool.map(lambda f: copy_file(dsn, schema, build_id, f), files))
+                copied = sum(pool.map(lambda group: copy_files(dsn, schema, build_id, group),
+                                      split_files(files, workers)))
             copy_s = time.monotonic() - started
             if copied != expected_rows:
                 raise LoadError(f"copied {copied} rows, the Parquet holds {expected_rows}")

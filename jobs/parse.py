@@ -2,19 +2,20 @@
 
 Two phases, one scan of the dump:
 
-1. **lex** (JVM only): every line of every input file is split, validated and
-   classified with Spark SQL string/regex functions into one staged Parquet
-   dataset partitioned by ``kind`` (statement | term | property_type | reject |
-   skip). Skipped lines keep only their reason, so counting them costs nothing
-   more than a re-read of a tiny column.
+1. **lex** (JVM only): every line of every input file is matched once against
+   one full-line pattern (``line_pattern``) and classified with cheap string
+   functions of its groups into one staged Parquet dataset partitioned by
+   ``kind`` (statement | term | property_type | reject | skip). Skipped lines
+   keep only their reason; rejects keep their raw line, and only they are later
+   run through the reason rules (``reject_reason``).
 2. **resolve** (on the staged Parquet): property datatypes (the dump's own
    ``wikibase:propertyType`` lines, else a property table, else inferred from
    the objects' shapes), the configured filters, literal unescaping (an Arrow
    batch function called only for literals that contain a backslash), and the
    outputs of ``jobs/schemas.py`` plus ``counts.json``.
 
-Literal values are validated in SQL (escapes, unescaped quotes, lone UTF-16
-surrogates), so the unescaper never sees a malformed literal.
+Literal values are validated by the full-line pattern (escapes, unescaped quotes,
+lone UTF-16 surrogates), so the unescaper never sees a malformed literal.
 """
 
 from __future__ import annotations
@@ -33,24 +34,12 @@ from pyspark.sql.types import StringType, StructType
 from refactx_index.config import Config
 from refactx_index.errors import ConfigError
 
-from .common import run_job_main, write_counts
-from .schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
+from jobs.common import run_job_main, write_counts
+from jobs.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
 
 log = logging.getLogger(__name__)
 
 MAX_REJECT_LINE = 10_000
-
-# ---------------------------------------------------------------- lexical patterns (Java regex)
-IRI = r'<[^\x00-\x20<>"{}|^`\\]*>'
-BNODE = r"_:[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?"
-LANG_OR_DATATYPE = r"^(?:@[A-Za-z]+(?:-[A-Za-z0-9]+)*|\^\^" + IRI + r")?$"
-# every escape N-Triples allows in a literal; \U only up to U+10FFFF
-VALID_ESCAPE = r"""\\(?:[tbnrf"'\\]|u[0-9A-Fa-f]{4}|U(?:000[0-9A-Fa-f]|0010)[0-9A-Fa-f]{4})"""
-# an odd backslash run before \uD800-\uDBFF not followed by a low surrogate, or a low one alone
-LONE_SURROGATE = (
-    r"(?i)(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
-    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})"
-)
 
 RDF_TYPE = "<http://www.w3.org/1999/02/22-rdf-syntax-ns#type>"
 TERM_PREDICATES = {
@@ -95,13 +84,114 @@ JSON_DATATYPES = {
 
 STAGED_PARTITION = "kind"
 
+# ---------------------------------------------------------------- lexical patterns
+# Written for both Java regex and RE2: no backreferences, and lookaround only in
+# LONE_SURROGATE, which names the reason of an already refused line (Java only).
+IRI_CHAR = r'[^\x00-\x20<>"{}|^`\\]'
+IRI = "<" + IRI_CHAR + "*>"
+BNODE = r"_:[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?"
+LANG_TAG = r"[A-Za-z]+(?:-[A-Za-z0-9]+)*"
+LANG_OR_DATATYPE = r"^(?:@" + LANG_TAG + r"|\^\^" + IRI + r")?$"
+HEX = "[0-9A-Fa-f]"
+# every escape N-Triples allows in a literal; \U only up to U+10FFFF
+VALID_ESCAPE = r"""\\(?:[tbnrf"'\\]|u""" + HEX + "{4}|U(?:000" + HEX + "|0010)" + HEX + "{4})"
+# the same escapes, except that a \u high surrogate must be followed by a \u low
+# surrogate and a low surrogate may not stand alone
+PAIRED_ESCAPE = (
+    r"""\\(?:[tbnrf"'\\]"""
+    r"|u(?:[0-9A-Ca-cEeFf]" + HEX + "{3}|[Dd][0-7]" + HEX + "{2}"
+    r"|[Dd][89ABab]" + HEX + r"{2}\\u[Dd][C-Fc-f]" + HEX + "{2})"
+    r"|U(?:000" + HEX + "|0010)" + HEX + "{4})"
+)
+# an odd backslash run before \uD800-\uDBFF not followed by a low surrogate, or a low one alone
+LONE_SURROGATE = (
+    r"(?i)(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
+    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})"
+)
+
+# the groups of the full-line pattern, in order (an absent group is an empty string)
+LINE_GROUPS = ("sid", "p", "pid", "o", "oitem", "oent", "body", "lang", "dt")
+# joins the groups in one string: a line read as text never holds a line feed, and
+# no group of a matched line can (IRIs exclude controls, literal bodies exclude LF/CR)
+GROUP_SEPARATOR = "\n"
+
+
+def line_pattern(entity_namespace: str, direct_claim_namespace: str, *, java: bool = True) -> str:
+    """One pattern for a whole valid N-Triples line, capturing ``LINE_GROUPS``:
+    subject id, predicate IRI, direct-claim property id, object IRI or blank node,
+    object item id, other object entity id, literal body, language tag, datatype IRI.
+
+    ``java=True``: numbered groups and possessive quantifiers, so that a 100 KB
+    literal or thousands of escapes never recurse deeply in ``java.util.regex``.
+    ``java=False``: named groups for RE2 (``pyarrow.compute.extract_regex``), which
+    does not backtrack and has no possessive quantifiers."""
+    many = "*+" if java else "*"
+
+    def group(name: str, body: str) -> str:
+        return ("(" if java else "(?P<" + name + ">") + body + ")"
+
+    ent, dc = re.escape(entity_namespace), re.escape(direct_claim_namespace)
+    any_iri = "<" + IRI_CHAR + many + ">"
+    body_char = r'[^"\\\n\r]'
+    body = body_char + many + "(?:" + PAIRED_ESCAPE + body_char + many + ")" + many
+    subject = "(?:<" + ent + group("sid", "[QP][1-9][0-9]*") + ">|" + any_iri + "|" + BNODE + ")"
+    predicate = group("p", "<" + dc + group("pid", "P[1-9][0-9]*") + ">|" + any_iri)
+    entity = group("oitem", "Q[1-9][0-9]*") + "|" + group("oent", "[PL][1-9][0-9]*(?:-[FS][1-9][0-9]*)?")
+    node = group("o", "<" + ent + "(?:" + entity + ")>|" + any_iri + "|" + BNODE)
+    literal = '"' + group("body", body) + '"(?:@' + group("lang", LANG_TAG) + r"|\^\^" + group("dt", any_iri) + ")?"
+    return r"^[ \t\r]*" + subject + r"[ \t]+" + predicate + r"[ \t]+(?:" + node + "|" + literal + r")[ \t]*\.[ \t\r]*\z"
+
 
 # ---------------------------------------------------------------- phase 1: lex
 
 
-def _ns_id(term: Column, namespace: str, id_pattern: str) -> Column:
-    """The id in ``<namespace + id>``, or '' when ``term`` is not such an IRI."""
-    return F.regexp_extract(term, "^<" + re.escape(namespace) + "(" + id_pattern + ")>$", 1)
+def match_lines(lines: DataFrame, entity_namespace: str, direct_claim_namespace: str) -> DataFrame:
+    """Match every line (columns ``value``, ``source``) once against the full-line
+    pattern. Columns: ``raw``, ``source``, ``ok`` (matched, and valid UTF-8) and the
+    ``LINE_GROUPS`` (meaningful only where ``ok``).
+
+    One regex evaluation per line: ``regexp_replace`` rewrites a matching line into
+    its groups joined by ``GROUP_SEPARATOR`` and leaves any other line as it is, so
+    the number of split fields tells whether the line matched."""
+    pattern = line_pattern(entity_namespace, direct_claim_namespace)
+    groups = GROUP_SEPARATOR.join(f"${i}" for i in range(1, len(LINE_GROUPS) + 1))
+    fields = F.split(F.regexp_replace(F.col("value"), pattern, groups), GROUP_SEPARATOR)
+    df = lines.select(F.col("value").alias("raw"), F.col("source"), fields.alias("fields"))
+    ok = (F.size("fields") == len(LINE_GROUPS)) & F.is_valid_utf8(F.col("raw"))
+    return df.select("raw", "source", ok.alias("ok"),
+                     *[F.get(F.col("fields"), i).alias(name) for i, name in enumerate(LINE_GROUPS)])
+
+
+def reject_reason(raw: Column) -> Column:
+    """Why a line the full-line pattern refused is malformed (never null).
+
+    Evaluated only for refused lines, so its splits and regexes cost nothing on
+    valid input; the first failing rule names the reason."""
+    text = F.btrim(raw, F.lit(" \t\r"))
+    parts = F.split(text, r"[ \t]+", 3)
+    s, p, rest = F.get(parts, 0), F.get(parts, 1), F.get(parts, 2)
+    o = F.btrim(F.substring(rest, F.lit(1), F.length(rest) - 1), F.lit(" \t"))
+    is_lit = o.startswith('"')
+    suffix = F.substring_index(o, '"', -1)
+    body_len = F.length(o) - F.length(suffix) - 2
+    body = F.when(body_len >= 0, F.substring(o, F.lit(2), body_len))
+    stripped = F.regexp_replace(body, VALID_ESCAPE, "")
+    term_re = "^(?:" + IRI + "|" + BNODE + ")$"
+    return (
+        F.when(~F.is_valid_utf8(raw), "invalid_utf8")
+        .when(rest.isNull(), "too_few_terms")
+        .when(~rest.endswith("."), "missing_final_dot")
+        .when(~s.rlike(term_re), "bad_subject")
+        .when(~p.rlike("^" + IRI + "$"), "bad_predicate")
+        .when(is_lit & body.isNull(), "unterminated_literal")
+        .when(is_lit & ~suffix.rlike(LANG_OR_DATATYPE), "bad_language_or_datatype")
+        .when(is_lit & stripped.contains("\\"), "bad_escape")
+        .when(is_lit & stripped.contains('"'), "unescaped_quote")
+        .when(is_lit & body.rlike(LONE_SURROGATE), "lone_surrogate")
+        .when(~is_lit & ~o.rlike(term_re), "bad_object")
+        # only a raw line feed or carriage return inside a literal is left
+        .otherwise("bad_literal_character")
+    )
 
 
 def _kr(kind: str, reason: str | Column | None) -> Column:
@@ -109,77 +199,26 @@ def _kr(kind: str, reason: str | Column | None) -> Column:
     return F.struct(F.lit(kind).alias("kind"), reason_col.alias("reason"))
 
 
-def lex_lines(
-    lines: DataFrame,
-    languages: Iterable[str],
-    entity_namespace: str,
-    direct_claim_namespace: str,
-) -> DataFrame:
-    """Classify raw lines (columns ``value``, ``source``) into staged rows.
+def classify_lines(matched: DataFrame, languages: Iterable[str]) -> DataFrame:
+    """Staged rows from ``match_lines`` output: cheap comparisons and substrings of
+    the groups only (the regex ran once, in ``match_lines``).
 
-    Pure Spark SQL functions: no Python runs per line. Every input line yields
-    exactly one output row whose ``kind`` is statement, term, property_type,
-    reject (``reason`` says why) or skip (``reason`` says which valid line
-    this stage does not need).
-    """
+    A reject has a null ``reason`` and its raw ``line``: ``name_rejects`` names it
+    later, on the rejects alone. Naming it here would put the reason rules' splits
+    and regexes into the per-line generated code, which then grows past what the
+    JVM compiles and slows every line, valid or not."""
     langs = sorted({lang.lower() for lang in languages})
-    raw = F.col("value")
-    text = F.btrim(raw, F.lit(" \t\r"))
-    parts = F.split(text, r"[ \t]+", 3)
-    df = lines.select(
-        raw.alias("raw"),
-        F.col("source"),
-        text.alias("text"),
-        F.get(parts, 0).alias("s"),
-        F.get(parts, 1).alias("p"),
-        F.get(parts, 2).alias("rest"),
-    )
-    obj = F.btrim(F.expr("substring(rest, 1, length(rest) - 1)"), F.lit(" \t"))
-    df = df.withColumn("o", obj)
-    o = F.col("o")
-    is_lit = o.startswith('"')
-    suffix = F.substring_index(o, '"', -1)
-    body_len = F.length(o) - F.length(suffix) - 2
-    df = df.withColumn("suffix", F.when(is_lit, suffix)).withColumn(
-        "body", F.when(is_lit & (body_len >= 0), F.expr("substring(o, 2, length(o) - length(suffix) - 2)"))
-    )
-    body, sfx = F.col("body"), F.col("suffix")
-    has_backslash = body.contains("\\")
-    stripped = F.when(has_backslash, F.regexp_replace(body, VALID_ESCAPE, "")).otherwise(body)
-    s, p = F.col("s"), F.col("p")
-    term_re = "^(?:" + IRI + "|" + BNODE + ")$"
-
-    reason = (
-        F.when(~F.is_valid_utf8(F.col("raw")), "invalid_utf8")
-        .when(F.col("rest").isNull(), "too_few_terms")
-        .when(~F.col("rest").endswith("."), "missing_final_dot")
-        .when(~s.rlike(term_re), "bad_subject")
-        .when(~p.rlike("^" + IRI + "$"), "bad_predicate")
-        .when(is_lit & body.isNull(), "unterminated_literal")
-        .when(is_lit & ~sfx.rlike(LANG_OR_DATATYPE), "bad_language_or_datatype")
-        .when(is_lit & stripped.contains("\\"), "bad_escape")
-        .when(is_lit & stripped.contains('"'), "unescaped_quote")
-        .when(is_lit & has_backslash & body.rlike(LONE_SURROGATE), "lone_surrogate")
-        .when(~is_lit & ~o.rlike(term_re), "bad_object")
-    )
-    is_blank = (F.col("text") == "") | F.col("text").startswith("#")
-    df = df.withColumn("reason", F.when(~is_blank, reason))
-
-    lang = F.when(sfx.startswith("@"), F.lower(F.expr("substring(suffix, 2)")))
-    datatype = F.when(sfx.startswith("^^<"), F.expr("substring(suffix, 4, length(suffix) - 4)"))
-    df = df.withColumn("lang", lang).withColumn("literal_datatype", datatype)
+    raw, ok = F.col("raw"), F.col("ok")
+    sid, p, pid, o, oitem, oent, body = (F.col(c) for c in ("sid", "p", "pid", "o", "oitem", "oent", "body"))
+    is_lit = o == ""
+    lang = F.lower(F.nullif(F.col("lang"), F.lit("")))
+    dt = F.nullif(F.col("dt"), F.lit(""))
+    datatype = F.substring(dt, F.lit(2), F.length(dt) - 2)  # without its <>
+    df = matched.select(raw, F.col("source"), ok, sid, p, pid, o, oitem, oent, body,
+                        lang.alias("lang"), datatype.alias("literal_datatype"))
     lang_c, dt_c = F.col("lang"), F.col("literal_datatype")
     lang_kept = lang_c.isin(langs) if langs else F.lit(True)
 
-    subject_id = _ns_id(s, entity_namespace, "[QP][1-9][0-9]*")
-    direct_pid = _ns_id(p, direct_claim_namespace, "P[1-9][0-9]*")
-    object_item = _ns_id(o, entity_namespace, "Q[1-9][0-9]*")
-    object_entity = _ns_id(o, entity_namespace, "[PL][1-9][0-9]*(?:-[FS][1-9][0-9]*)?")
-    df = df.withColumns(
-        {"subject_id": subject_id, "direct_pid": direct_pid, "object_item": object_item,
-         "object_entity": object_entity}
-    )
-    sid, pid, oitem, oent = (F.col(c) for c in ("subject_id", "direct_pid", "object_item", "object_entity"))
     term_kind = F.lit(None).cast("string")
     for iri, name in TERM_PREDICATES.items():
         term_kind = F.when(p == iri, F.lit(name)).otherwise(term_kind)
@@ -187,10 +226,11 @@ def lex_lines(
     tk = F.col("term_kind")
     is_iri = o.startswith("<")
     unknown_value = o.startswith("_:") | (is_iri & o.contains("/.well-known/genid/"))
+    text = F.btrim(raw, F.lit(" \t\r"))
 
     kind_reason = (
-        F.when(is_blank, _kr("skip", "blank_or_comment"))
-        .when(F.col("reason").isNotNull(), _kr("reject", F.col("reason")))
+        F.when(~ok & ((text == "") | text.startswith("#")), _kr("skip", "blank_or_comment"))
+        .when(~ok, _kr("reject", None))
         .when((pid != "") & ~sid.startswith("Q"), _kr("skip", "non_item_subject"))
         .when((pid != "") & unknown_value, _kr("skip", "unknown_value"))
         .when((pid != "") & lang_c.isNotNull() & ~lang_kept, _kr("skip", "other_language"))
@@ -226,14 +266,14 @@ def lex_lines(
         .when(is_iri & o.contains("/data/main/Data:") & o.endswith(".tab>"), "TabularData")
         .when(is_iri, "Url")
     )
-    object_value = F.when(is_lit, body).when(is_iri & (oitem == ""), F.expr("substring(o, 2, length(o) - 2)"))
+    object_value = F.when(is_lit, body).when(is_iri & (oitem == ""), F.substring(o, F.lit(2), F.length(o) - 2))
 
     is_stmt, is_term = kind == "statement", kind == "term"
     return df.select(
         kind.alias("kind"),
         F.col("reason"),
         F.when(kind == "reject", F.col("source")).alias("source"),
-        F.when(kind == "reject", F.substring(F.make_valid_utf8(F.col("raw")), 1, MAX_REJECT_LINE)).alias("line"),
+        F.when(kind == "reject", raw).alias("line"),  # whole and as read: name_rejects needs it
         F.when(is_stmt | is_term | (kind == "property_type"), sid).alias("subject"),
         F.when(is_stmt, pid).alias("property"),
         F.when(is_stmt, object_kind).alias("object_kind"),
@@ -243,9 +283,38 @@ def lex_lines(
         F.when(is_stmt | is_term, lang_c).alias("object_lang"),
         F.when(is_stmt, inferred).alias("inferred_datatype"),
         F.when(is_term, tk).alias("term_kind"),
-        F.when(is_stmt | is_term, is_lit & has_backslash).alias("has_escape"),
+        F.when(is_stmt | is_term, is_lit & body.contains("\\")).alias("has_escape"),
         F.when(kind == "property_type", F.regexp_extract(o, WIKIBASE_NAME, 1)).alias("declared_datatype"),
     )
+
+
+def lex_lines(
+    lines: DataFrame,
+    languages: Iterable[str],
+    entity_namespace: str,
+    direct_claim_namespace: str,
+) -> DataFrame:
+    """Classify raw lines (columns ``value``, ``source``) into staged rows.
+
+    Pure Spark SQL functions: no Python runs per line, and a valid line costs one
+    regex evaluation. Every input line yields exactly one output row whose ``kind``
+    is statement, term, property_type, reject (``reason`` says why) or skip
+    (``reason`` says which valid line this stage does not need).
+    """
+    staged = classify_lines(match_lines(lines, entity_namespace, direct_claim_namespace), languages)
+    return name_rejects(staged)
+
+
+def name_rejects(staged: DataFrame) -> DataFrame:
+    """``staged`` with each reject's ``reason`` named and its ``line`` cut to
+    ``MAX_REJECT_LINE`` characters of valid UTF-8. Run it on few rows (the staged
+    rejects): the reason rules cost several regexes per row."""
+    is_reject = F.col("kind") == "reject"
+    line = F.col("line")
+    return staged.withColumns({
+        "reason": F.when(is_reject, reject_reason(line)).otherwise(F.col("reason")),
+        "line": F.when(is_reject, F.substring(F.make_valid_utf8(line), 1, MAX_REJECT_LINE)),
+    }).select(*staged.columns)
 
 
 def read_dump_lines(spark: SparkSession, paths: list[str]) -> DataFrame:
@@ -421,13 +490,18 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     languages = cfg.filter.languages or ["en"]
 
     lines = read_dump_lines(spark, cfg.input.dumps)
-    staged = lex_lines(lines, languages, cfg.input.entity_namespace, cfg.input.direct_claim_namespace)
+    matched = match_lines(lines, cfg.input.entity_namespace, cfg.input.direct_claim_namespace)
+    staged = classify_lines(matched, languages)
     staged.write.mode("overwrite").partitionBy(STAGED_PARTITION).parquet(staged_path)
 
     staged = spark.read.parquet(staged_path)
+    rejects = conform(name_rejects(staged.where(F.col("kind") == "reject")), REJECTS)
+    rejects.write.mode("overwrite").parquet(str(out / "rejects"))
+    rejects = spark.read.parquet(str(out / "rejects"))
     by_kind: dict[str, dict[str, int]] = {}
-    for row in staged.groupBy("kind", "reason").count().collect():
+    for row in staged.where(F.col("kind") != "reject").groupBy("kind", "reason").count().collect():
         by_kind.setdefault(row["kind"], {})[row["reason"] or ""] = row["count"]
+    by_kind["reject"] = {r["reason"]: r["count"] for r in rejects.groupBy("reason").count().collect()}
 
     stmts = staged.where(F.col("kind") == "statement")
     terms = staged.where(F.col("kind") == "term").select(
@@ -457,7 +531,6 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         r["filter_reason"]: r["count"]
         for r in flagged.where(F.col("filter_reason").isNotNull()).groupBy("filter_reason").count().collect()
     }
-    conform(staged.where(F.col("kind") == "reject"), REJECTS).write.mode("overwrite").parquet(str(out / "rejects"))
 
     datatype_sources = {r["datatype_source"]: r["count"] for r in props.groupBy("datatype_source").count().collect()}
     rejected = by_kind.get("reject", {})

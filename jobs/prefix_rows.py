@@ -176,8 +176,14 @@ def _encode_subtree_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
 # --------------------------------------------------------------------------- the tree
 
 
-def prefix_rows(tokens: DataFrame, depth: int, threshold: int) -> DataFrame:
-    """Token rows -> tree rows (schema ``ROWS``), one per stored prefix."""
+def prefix_rows(
+    tokens: DataFrame, depth: int, threshold: int, cached: list[DataFrame] | None = None
+) -> DataFrame:
+    """Token rows -> tree rows (schema ``ROWS``), one per stored prefix.
+
+    Two intermediate frames are persisted (read twice each); they are appended to
+    ``cached`` when given, for the caller to unpersist once the rows are written.
+    """
     if depth < 1:
         raise ConfigError(f"tree.depth must be at least 1, got {depth}")
     if threshold < 1:
@@ -186,6 +192,8 @@ def prefix_rows(tokens: DataFrame, depth: int, threshold: int) -> DataFrame:
     stats = prefix_stats(explode_prefixes(facts, depth), depth, threshold).persist(
         StorageLevel.MEMORY_AND_DISK
     )
+    if cached is not None:
+        cached.extend((facts, stats))
     kids = children_of_expanded(stats)
 
     grouped_children = kids.groupBy("parent").agg(
@@ -263,13 +271,15 @@ def run(spark: SparkSession, cfg: Config) -> dict:
         out = cfg.stage_dir(STAGE) / vocab.name / "rows"
         tokens = spark.read.parquet(str(src))
         counts = input_counts(tokens)
-        prefix_rows(tokens, depth, threshold).write.mode("overwrite").parquet(str(out))
+        cached: list[DataFrame] = []
+        prefix_rows(tokens, depth, threshold, cached).write.mode("overwrite").parquet(str(out))
+        for frame in cached:
+            frame.unpersist()
         counts.update(output_counts(spark.read.parquet(str(out)), depth, threshold))
         counts["rows_per_fact"] = counts["rows"] / max(counts["distinct_facts"], 1)
         counts["bytes_per_fact"] = counts["bytes"] / max(counts["distinct_facts"], 1)
         counts["duplicate_facts"] = counts["facts"] - counts["rejected"] - counts["distinct_facts"]
         counts["path"] = str(out)
-        spark.catalog.clearCache()
         log.info("prefix rows %s: %s", vocab.name, counts)
         write_counts(cfg, STAGE, counts, name=f"{vocab.name}/counts.json")
         result["vocabularies"][vocab.name] = counts

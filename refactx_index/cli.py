@@ -160,12 +160,15 @@ def _demo_config(args: argparse.Namespace) -> tuple[Config, str]:
     if sample.exists() and not args.offline_vocabulary:
         cfg.paths.dump_date = "2018-sample500"
         cfg.input.dumps = [str(sample)]
-        sitelinks = shared / "data" / "wikipedia" / "wikidatawiki-20150113-wb_items_per_site.head1MiB.sql"
-        if sitelinks.exists():
-            cfg.input.wb_items_per_site = str(sitelinks)
+        # English Wikipedia titles: the enwiki page + page_props heads cover 106 of its items
+        wikipedia = shared / "data" / "wikipedia"
+        page = wikipedia / "enwiki-20150112-page.head1MiB.sql"
+        page_props = wikipedia / "enwiki-20150112-page_props.head1MiB.sql"
+        if page.exists() and page_props.exists():
+            cfg.input.enwiki_page, cfg.input.enwiki_page_props = str(page), str(page_props)
         vocab = args.vocabulary or f"qwen2.5={shared / 'tokenizers' / 'qwen2.5'}"
         cfg.tokenize.vocabularies = [VocabularyConfig.parse(vocab)]
-        return cfg, args.prefix or " <Northern Ireland> <"
+        return cfg, args.prefix or ""
     log.warning("%s not found: using %s and a vocabulary trained on it", sample, EXAMPLE_GRAPH)
     cfg.paths.dump_date = "example"
     cfg.input.dumps = [str(EXAMPLE_GRAPH)]
@@ -175,7 +178,21 @@ def _demo_config(args: argparse.Namespace) -> tuple[Config, str]:
         vocab_dir = Path(cfg.build_dir()) / "demo-vocabulary"
         train_example_vocabulary(EXAMPLE_GRAPH, vocab_dir)
         cfg.tokenize.vocabularies = [VocabularyConfig(name="example-bpe", path=str(vocab_dir))]
-    return cfg, args.prefix or " <Northern Ireland> <"
+    return cfg, args.prefix or ""
+
+
+def display_label(cfg: Config, entity: str) -> str | None:
+    """The display label the labels stage chose for ``entity`` (None when it has none)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    path = cfg.stage_dir("labels") / "labels"
+    if not path.exists():
+        return None
+    table = ds.dataset(str(path), format="parquet").to_table(
+        columns=["label"], filter=pc.field("entity") == entity
+    )
+    return table.column("label")[0].as_py() if table.num_rows else None
 
 
 def train_example_vocabulary(source: Path, out_dir: Path, vocab_size: int = 2000) -> Path:
@@ -213,6 +230,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print("\nstage counts:")
         for r in results:
             print(f"  {r.stage:<12} {r.seconds:6.1f}s  {_summary(r.counts)}")
+        if not prefix_text:
+            # Northern Ireland (Q26) under whatever display label the labels stage gave it
+            prefix_text = f" <{display_label(cfg, 'Q26') or 'Northern Ireland'}> <"
         name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab.name)
         tokenizer = _load_tokenizer(vocab.path)
         print(f"\nreading back index {name!r} from PostgreSQL through refactx_index.open_index:")
@@ -289,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--shared", default=str(PROJECT_ROOT.parent / "shared"), help="the shared data folder (default: ../shared)")
     demo.add_argument("--build-root", default="build/demo", help="where the stage outputs go (default: build/demo)")
     demo.add_argument("--vocabulary", help="NAME=PATH of a tokenizer directory or hub name (default: qwen2.5 from --shared)")
-    demo.add_argument("--prefix", help="text prefix to complete (default: ' <Northern Ireland> <')")
+    demo.add_argument("--prefix", help="text prefix to complete (default: ' <LABEL> <' for Northern Ireland, Q26)")
     demo.add_argument("--limit", type=int, default=10, help="how many completions and facts to print")
     demo.add_argument("--offline-vocabulary", action="store_true", help=argparse.SUPPRESS)
     demo.set_defaults(func=cmd_demo)

@@ -205,3 +205,79 @@ def test_property_table_supplies_datatypes(spark, cfg, tmp_path):
 )
 def test_unescape_literal(text, expected):
     assert parse.unescape_literal(text) == expected
+
+
+# ---------------------------------------------------------------- the full-line pattern
+
+MANY_ESCAPES = "\\u00e9" * 20_000
+EDGE_GOOD = [
+    # a surrogate pair as two \u escapes, lowercase hex
+    f'<{E}Q10> {LABEL} "smile \\ud83d\\ude00"@en .',
+    # an escaped backslash before "uD800" is text, not a surrogate escape
+    f'<{E}Q11> {LABEL} "\\\\uD800"@en .',
+    # tabs between terms, no space before the dot, blanks after it
+    f"<{E}Q12>\t<{D}P31>\t\t<{E}Q5>.  \t",
+    # 20,000 escapes in one literal: the possessive pattern must not recurse per escape
+    f'<{E}Q13> <{D}P1545> "{MANY_ESCAPES}" .',
+    # a typed literal, a language tag with a subtag that is not configured
+    f'<{E}Q14> <{D}P569> "2001-01-01T00:00:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime> .',
+    f'<{E}Q14> {LABEL} "colour"@en-GB .',
+]
+EDGE_HOSTILE = {
+    f'<{E}Q1> {LABEL} "lone \\uDC00 low"@en .': "lone_surrogate",
+    f'<{E}Q1> {LABEL} "high at end \\uD83D"@en .': "lone_surrogate",
+    f"<{E}Q1> <{D}P31> <{E}Q5> .\u0085": "missing_final_dot",  # NEL is not a blank
+    f'<{E}Q1> {LABEL} "x" @en .': "bad_language_or_datatype",
+    f'<{E}Q1> <{D}P31> "bad \\U00110000 escape" .': "bad_escape",
+}
+
+
+def test_full_line_pattern_edges(spark, cfg, tmp_path):
+    dump = tmp_path / "edges.nt"
+    dump.write_text("\n".join(EDGE_GOOD + list(EDGE_HOSTILE)) + "\n", encoding="utf-8")
+    counts, frames = _run(spark, cfg, [dump])
+    rejects = {r["line"]: r["reason"] for r in frames["rejects"].collect()}
+    assert rejects == EDGE_HOSTILE
+    assert counts["lines_in"] == len(EDGE_GOOD) + len(EDGE_HOSTILE)
+    terms = {r["entity"]: r["value"] for r in frames["terms"].collect()}
+    assert terms == {"Q10": "smile \U0001f600", "Q11": "\\uD800"}
+    stmts = {(r["subject"], r["property"]): r for r in frames["statements"].collect()}
+    assert stmts[("Q12", "P31")]["object_item"] == "Q5"
+    assert stmts[("Q13", "P1545")]["object_value"] == "\u00e9" * 20_000
+    assert stmts[("Q14", "P569")]["object_kind"] == "time"
+    assert counts["skipped_by_reason"] == {"other_language": 1}
+
+
+def test_lex_lines_in_memory_rows(spark):
+    """Rows not read from a file may hold a line feed: inside a literal it is a reject."""
+    rows = [
+        (f'<{E}Q1> <{D}P1476> "two\nlines" .', "mem"),
+        (f"<{E}L1-F2> <{D}P5> <{E}P31> .", "mem"),
+        (f"<{E}Q2> <{D}P5> <{E}L7-S3> .", "mem"),
+        ("   ", "mem"),
+        ("# a comment", "mem"),
+    ]
+    staged = parse.lex_lines(spark.createDataFrame(rows, "value string, source string"), ["en"], E, D).collect()
+    got = [(r["kind"], r["reason"], r["subject"], r["inferred_datatype"]) for r in staged]
+    assert got == [
+        ("reject", "bad_literal_character", None, None),
+        ("skip", "non_item_subject", None, None),
+        ("statement", None, "Q2", "WikibaseSense"),
+        ("skip", "blank_or_comment", None, None),
+        ("skip", "blank_or_comment", None, None),
+    ]
+
+
+def test_java_and_re2_patterns_agree(spark):
+    """The pattern written for Java also compiles for RE2 and captures the same groups."""
+    pc = pytest.importorskip("pyarrow.compute")
+    lines = GOOD + list(HOSTILE) + EDGE_GOOD + list(EDGE_HOSTILE)
+    frame = spark.createDataFrame([(line, "mem") for line in lines], "value string, source string")
+    java = [
+        tuple(r[g] for g in parse.LINE_GROUPS) if r["ok"] else None
+        for r in parse.match_lines(frame, E, D).collect()
+    ]
+    groups = pc.extract_regex(lines, parse.line_pattern(E, D, java=False)).to_pylist()
+    re2 = [tuple(g[name] for name in parse.LINE_GROUPS) if g else None for g in groups]
+    assert java == re2
+    assert sum(m is not None for m in java) == len(GOOD) + len(EDGE_GOOD)
