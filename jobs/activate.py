@@ -17,14 +17,14 @@ import psycopg
 from psycopg import sql
 
 from jobs import pgcatalog
-from jobs.common import read_counts, run_job_main, write_counts
+from jobs.common import run_job_main, write_counts
 from refactx_index.config import Config
 from refactx_index.embedded import pg_dsn
 from refactx_index.errors import LoadError
 
 log = logging.getLogger(__name__)
 
-STAGE = "load"  # activation records its result next to the load's counts
+STAGE = "activate"
 
 
 def activate_build(conn: psycopg.Connection, schema: str, build_id: int) -> int | None:
@@ -73,9 +73,7 @@ def apply_retention(conn: psycopg.Connection, schema: str, name: str, keep: int)
 
 def activate_all(cfg: Config, dsn: str) -> dict[str, Any]:
     """Activate the builds named in ``load/counts.json`` (which validation has passed)."""
-    loaded = read_counts(cfg, "load").get("vocabularies", {})
-    if not loaded:
-        raise LoadError("load/counts.json names no builds: run the load stage first")
+    loaded = pgcatalog.loaded_builds(cfg)
     result: dict[str, Any] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for vocab, info in loaded.items():
@@ -84,7 +82,7 @@ def activate_all(cfg: Config, dsn: str) -> dict[str, Any]:
             dropped = apply_retention(conn, cfg.pg.schema, info["name"], cfg.pg.retention)
             result[vocab] = {"build_id": build_id, "name": info["name"], "previous": previous,
                              "dropped": dropped}
-    write_counts(cfg, STAGE, {"vocabularies": result}, name="activate.json")
+    write_counts(cfg, STAGE, {"vocabularies": result})
     return result
 
 

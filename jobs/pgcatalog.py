@@ -52,6 +52,17 @@ def statements(name: str, schema: str, **names: Any) -> list[sql.Composed]:
     return [sql.SQL(s).format(**subst) for s in _statements_text(name)]
 
 
+def loaded_builds(cfg) -> dict[str, dict[str, Any]]:
+    """The builds the last load stage wrote, per vocabulary (``load/counts.json``)."""
+    from jobs.common import read_counts
+    from refactx_index.errors import LoadError
+
+    loaded = read_counts(cfg, "load").get("vocabularies", {})
+    if not loaded:
+        raise LoadError("load/counts.json names no builds: run the load stage first")
+    return loaded
+
+
 def table_name(build_id: int) -> str:
     """Bare table name of a build's partition (what ``builds.table_name`` stores)."""
     return f"tree_b{int(build_id)}"

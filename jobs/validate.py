@@ -195,9 +195,7 @@ def sample_facts(spark, cfg: Config, vocab_name: str, n: int, total: int | None)
 
 def validate_all(spark, cfg: Config, dsn: str) -> dict[str, Any]:
     """Validate the builds named in ``load/counts.json``."""
-    loaded = read_counts(cfg, "load").get("vocabularies", {})
-    if not loaded:
-        raise LoadError("load/counts.json names no builds: run the load stage first")
+    loaded = pgcatalog.loaded_builds(cfg)
     result: dict[str, Any] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for vocab, info in loaded.items():
@@ -210,7 +208,7 @@ def validate_all(spark, cfg: Config, dsn: str) -> dict[str, Any]:
                 expected_facts=tree_counts.get("distinct_facts"),
                 sample=sample,
             )
-    write_counts(cfg, "load", {"vocabularies": result}, name="validate.json")
+    write_counts(cfg, "validate", {"vocabularies": result})
     return result
 
 

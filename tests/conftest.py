@@ -4,6 +4,7 @@ a clear message when it is absent."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -75,20 +76,29 @@ def pg_server(tmp_path_factory):
         server.cleanup()
 
 
-@pytest.fixture()
-def pg_dsn(pg_server):
-    """A fresh database for one test, dropped afterwards."""
+@contextlib.contextmanager
+def fresh_database(server_dsn: str, prefix: str = "refactx_test"):
+    """Create a uniquely named database on the server, yield its DSN, drop it afterwards."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    name = f"refactx_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(pg_server)
+    params = conninfo_to_dict(server_dsn)
     params["dbname"] = name
-    yield make_conninfo(**params)
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield make_conninfo(**params)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture()
+def pg_dsn(pg_server):
+    """A fresh database for one test, dropped afterwards."""
+    with fresh_database(pg_server) as dsn:
+        yield dsn
 
 
 @pytest.fixture()

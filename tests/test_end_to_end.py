@@ -6,15 +6,13 @@ default); every check runs for both.
 
 from __future__ import annotations
 
-import uuid
-
 import numpy as np
 import pytest
 
 from refactx_index.config import Config, VocabularyConfig
-from refactx_index.format import decode_fragment
+from refactx_index.format import decode_fragment, encode_prefix
 
-from .conftest import shared_path, tokenizer_dir
+from .conftest import fresh_database, shared_path, tokenizer_dir
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
@@ -23,17 +21,8 @@ VOCABS = ["qwen2.5", "mistral-7b-v0.1"]
 
 @pytest.fixture(scope="module")
 def module_db(pg_server):
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    name = f"refactx_e2e_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(pg_server)
-    params["dbname"] = name
-    yield make_conninfo(**params)
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(pg_server, "refactx_e2e") as dsn:
+        yield dsn
 
 
 @pytest.fixture(scope="module")
@@ -132,14 +121,26 @@ def test_rows_are_unique_and_leaf_counts_add_up(built, vocab):
         rows = conn.execute(f"SELECT prefix, node FROM {schema}.{table}").fetchall()
     prefixes = [bytes(p) for p, _ in rows]
     assert len(prefixes) == len(set(prefixes)), "a prefix key appears twice"
-    row_leaves = {}
+    row_leaves: dict[bytes, int] = {}
+    external_leaves: dict[bytes, int] = {}
     for prefix, node in rows:
         frag = decode_fragment(node)
         row_leaves[bytes(prefix)] = int(frag.leaves[0])
+        parent = np.concatenate(([-1], np.repeat(np.arange(frag.n_nodes), frag.child_count)))
         for i in range(frag.n_nodes):
+            if frag.external[i]:
+                # its children live in the row keyed by its full prefix: checked below
+                path, j = [], i
+                while j > 0:
+                    path.append(int(frag.tokens[j]))
+                    j = int(parent[j])
+                external_leaves[bytes(prefix) + encode_prefix(path[::-1])] = int(frag.leaves[i])
+                continue
             _, child_leaves = frag.children(i)
             assert int(child_leaves.sum()) + int(frag.ends[i]) == int(frag.leaves[i])
     assert row_leaves[b""] == facts
+    # every external node has its row, with the same leaf count; every other row is the root
+    assert external_leaves == {k: v for k, v in row_leaves.items() if k != b""}
 
 
 def test_llama_style_bos_never_stored(spark, built):
