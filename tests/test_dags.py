@@ -146,7 +146,7 @@ def test_every_dag_imports_without_errors(dagbag):
 
 def test_build_chains_the_stages_in_pipeline_order(dagbag):
     dag = dagbag.dags["refactx_build"]
-    # conf/local.toml names a wb_items_per_site dump, so sitelinks is on the chain
+    # conf/local.toml names the enwiki page + page_props dumps, so sitelinks is on the chain
     assert linear_order(dag) == FULL_CHAIN
     for task in dag.tasks:
         assert isinstance(task, SparkSubmitOperator)
@@ -279,10 +279,10 @@ def test_local_conf_points_at_the_shared_sample():
     assert cfg.pg.dsn == ""  # embedded PostgreSQL
     assert cfg.spark.master.startswith("local")
     # relative to the project root, where the CLI and `airflow dags test` run
-    for path in [*cfg.input.dumps, cfg.input.wb_items_per_site]:
+    for path in [*cfg.input.dumps, cfg.input.enwiki_page, cfg.input.enwiki_page_props]:
         assert path.startswith("../shared/")
     assert [(v.name, v.path) for v in cfg.tokenize.vocabularies] == [("qwen2.5", "../shared/tokenizers/qwen2.5")]
     shared = ROOT.parent / "shared"
     if shared.exists():
-        for path in [*cfg.input.dumps, cfg.input.wb_items_per_site, cfg.tokenize.vocabularies[0].path]:
+        for path in [*cfg.input.dumps, cfg.input.enwiki_page, cfg.input.enwiki_page_props, cfg.tokenize.vocabularies[0].path]:
             assert (ROOT / path).exists(), path
