@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -96,12 +97,41 @@ def _run_build(cfg: Config, stages: Sequence[str] | None) -> list[Any]:
             print(f"  {stage:<12} {result.seconds:6.1f}s  {_summary(result.counts)}", file=sys.stderr)
 
     spark = spark_session(cfg, "refactx_index:build")
+    current = {"stage": ""}
+
+    def on_stage_tracked(stage: str, result) -> None:
+        current["stage"] = stage
+        on_stage(stage, result)
+
+    stop = threading.Event()
+    watcher = None
+    if bar is not None:
+        watcher = threading.Thread(target=_watch_spark_tasks, args=(spark, bar, current, stop), daemon=True)
+        watcher.start()
     try:
-        return run_pipeline(spark, cfg, selected, on_stage)
+        return run_pipeline(spark, cfg, selected, on_stage_tracked)
     finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join()
         if bar is not None:
             bar.close()
         spark.stop()
+
+
+def _watch_spark_tasks(spark, bar, current: dict[str, str], stop: threading.Event) -> None:
+    """Show the running stage's Spark task progress in the bar (a stage of a full dump
+    runs for hours); refreshed twice a second from Spark's status tracker."""
+    tracker = spark.sparkContext.statusTracker()
+    while not stop.wait(0.5):
+        done = total = 0
+        for stage_id in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                done += info.numCompletedTasks
+                total += info.numTasks
+        label = current["stage"]
+        bar.set_postfix_str(f"{label}: spark tasks {done}/{total}" if total else label, refresh=True)
 
 
 def _load_tokenizer(path: str):
