@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from refactx_index.config import Config
+from refactx_index.config import Config, add_config_arguments, config_from_args
 
 log = logging.getLogger(__name__)
 
@@ -78,26 +78,7 @@ def read_counts(cfg: Config, stage: str, name: str = "counts.json") -> dict[str,
 
 
 def job_arg_parser(description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--config", help="TOML config file (environment REFACTX__SECTION__FIELD overrides it)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override one config field (repeatable)",
-    )
-    return parser
-
-
-def config_from_args(args: argparse.Namespace) -> Config:
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {item!r}: expected SECTION.FIELD=VALUE")
-        overrides[key.strip()] = value
-    return Config.load(args.config, overrides=overrides)
+    return add_config_arguments(argparse.ArgumentParser(description=description))
 
 
 def run_job_main(stage: str, description: str, run, argv: Sequence[str] | None = None) -> int:

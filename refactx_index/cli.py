@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import Config, VocabularyConfig
+from .config import Config, VocabularyConfig, add_config_arguments, config_from_args
 from .errors import RefactxError
 
 log = logging.getLogger("refactx_index.cli")
@@ -39,7 +39,7 @@ _SUMMARY_KEYS = (
 
 
 def _progress(total: int, desc: str):
-    """A tqdm bar on stderr when tqdm is installed and stderr is a terminal-ish stream."""
+    """A tqdm bar on stderr, or None when tqdm (the ``cli`` extra) is not installed."""
     try:
         from tqdm import tqdm
     except ImportError:  # the cli extra is optional
@@ -66,14 +66,8 @@ def _summary(counts: dict[str, Any]) -> str:
 
 
 def _config_from(args: argparse.Namespace) -> Config:
-    overrides: dict[str, Any] = {}
-    for item in getattr(args, "set", []) or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {item!r}: expected SECTION.FIELD=VALUE")
-        overrides[key.strip()] = value
-    cfg = Config.load(getattr(args, "config", None), overrides=overrides)
-    if getattr(args, "dsn", None):
+    cfg = config_from_args(args)
+    if args.dsn:
         cfg.pg.dsn = args.dsn
     return cfg
 
@@ -85,23 +79,19 @@ def _run_build(cfg: Config, stages: Sequence[str] | None) -> list[Any]:
     selected = select_stages(cfg, stages)
     bar = _progress(len(selected), "build")
 
+    spark = spark_session(cfg, "refactx_index:build")
+    current = {"stage": ""}  # read by the watcher thread
+
     def on_stage(stage: str, result) -> None:
+        current["stage"] = stage
         if result is None:
-            if bar is not None:
-                bar.set_postfix_str(stage)
             return
+        line = f"  {stage:<12} {result.seconds:6.1f}s  {_summary(result.counts)}"
         if bar is not None:
             bar.update(1)
-            bar.write(f"  {stage:<12} {result.seconds:6.1f}s  {_summary(result.counts)}")
+            bar.write(line)
         else:
-            print(f"  {stage:<12} {result.seconds:6.1f}s  {_summary(result.counts)}", file=sys.stderr)
-
-    spark = spark_session(cfg, "refactx_index:build")
-    current = {"stage": ""}
-
-    def on_stage_tracked(stage: str, result) -> None:
-        current["stage"] = stage
-        on_stage(stage, result)
+            print(line, file=sys.stderr)
 
     stop = threading.Event()
     watcher = None
@@ -109,7 +99,7 @@ def _run_build(cfg: Config, stages: Sequence[str] | None) -> list[Any]:
         watcher = threading.Thread(target=_watch_spark_tasks, args=(spark, bar, current, stop), daemon=True)
         watcher.start()
     try:
-        return run_pipeline(spark, cfg, selected, on_stage_tracked)
+        return run_pipeline(spark, cfg, selected, on_stage)
     finally:
         stop.set()
         if watcher is not None:
@@ -135,14 +125,10 @@ def _watch_spark_tasks(spark, bar, current: dict[str, str], stop: threading.Even
 
 
 def _load_tokenizer(path: str):
-    from tokenizers import Tokenizer
+    """A vocabulary by directory, tokenizer.json or hub name, as the tokenize stage loads it."""
+    from .vocab import load_tokenizer, resolve_tokenizer_file
 
-    p = Path(path)
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    if p.exists():
-        return Tokenizer.from_file(str(p))
-    return Tokenizer.from_pretrained(path)  # a hub name, when a hub is reachable
+    return load_tokenizer(resolve_tokenizer_file(path))
 
 
 def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) -> int:
@@ -317,9 +303,7 @@ def cmd_builds(args: argparse.Namespace) -> int:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML config file (see conf/); REFACTX__SECTION__FIELD env vars override it")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override one config field, e.g. --set tree.depth=6 (repeatable)")
+    add_config_arguments(p)
     p.add_argument("--dsn", help="PostgreSQL DSN (default: pg.dsn, else an embedded server in pg.embedded_dir)")
 
 

@@ -11,6 +11,7 @@ Only the standard library is used, so the slim runtime can import it.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -257,3 +258,22 @@ def apply_env(cfg: Config, env: Mapping[str, str]) -> None:
         if len(parts) != 2:
             raise ConfigError(f"{key}: expected {ENV_PREFIX}<SECTION>__<FIELD>")
         set_field(cfg, parts[0], parts[1], value)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--config FILE`` and repeatable ``--set SECTION.FIELD=VALUE`` (CLI and jobs alike)."""
+    parser.add_argument("--config", help="TOML config file (see conf/); REFACTX__SECTION__FIELD env vars override it")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override one config field, e.g. --set tree.depth=6 (repeatable)")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The Config named by ``add_config_arguments``' options."""
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected SECTION.FIELD=VALUE")
+        overrides[key.strip()] = value
+    return Config.load(args.config, overrides=overrides)

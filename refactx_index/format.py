@@ -167,28 +167,17 @@ def encode_children(
     )
 
 
-def suffix_matrix(suffixes: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Pad token sequences into a matrix (``-1`` past each end) plus their lengths."""
-    seqs = [np.asarray(s, dtype=np.int64) for s in suffixes]
-    lengths = np.fromiter((s.size for s in seqs), dtype=np.int64, count=len(seqs))
-    width = int(lengths.max()) if lengths.size else 0
-    mat = np.full((len(seqs), width), -1, dtype=np.int64)
-    if width:
-        mask = np.arange(width)[None, :] < lengths[:, None]
-        mat[mask] = np.concatenate(seqs) if seqs else []
-    return mat, lengths
-
-
 def encode_subtree(suffixes: Iterable[Sequence[int]], *, compress: bool = True) -> bytes:
     """A complete row: the trie of every suffix below the row's prefix.
 
     ``suffixes`` are the facts' remaining tokens after the prefix (an empty one
     means the prefix itself is a fact). Duplicates are allowed and collapse.
-    Vectorized: sort the padded matrix, then derive each BFS level from the
-    longest common prefix of neighbouring rows.
     """
-    mat, lengths = suffix_matrix(suffixes)
-    return _encode_suffix_matrix(mat, lengths, compress)
+    seqs = [np.asarray(s, dtype=np.int64) for s in suffixes]
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum([s.size for s in seqs], out=offsets[1:])
+    values = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+    return encode_subtree_flat(values, offsets, compress=compress)
 
 
 def encode_subtree_flat(
@@ -196,8 +185,9 @@ def encode_subtree_flat(
 ) -> bytes:
     """``encode_subtree`` over suffixes given Arrow-style: ``values[offsets[i]:offsets[i+1]]``.
 
-    Builds the padded matrix with numpy only (no per-suffix Python objects), which is
-    what the Spark encoder feeds it from an Arrow list column.
+    Vectorized: pad into a matrix (``-1`` past each end; no per-suffix Python objects,
+    which is what the Spark encoder feeds it from an Arrow list column), sort it, then
+    derive each BFS level from the longest common prefix of neighbouring rows.
     """
     values = np.asarray(values, dtype=np.int64)
     offsets = np.asarray(offsets, dtype=np.int64)

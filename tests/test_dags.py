@@ -194,7 +194,8 @@ def test_every_templated_field_renders_with_the_run_date(dagbag):
         assert Path(task_r.env_vars["PYSPARK_PYTHON"]).name.startswith("python")
         assert str(ROOT) in task_r.env_vars["PYTHONPATH"].split(os.pathsep)
         # what the job will see: the rendered arguments parsed by the jobs' own parser
-        from jobs.common import config_from_args, job_arg_parser
+        from jobs.common import job_arg_parser
+        from refactx_index.config import config_from_args
 
         cfg = config_from_args(job_arg_parser(task.task_id).parse_args(args[1:]))
         assert cfg.build_dir() == Path("build") / "wikidata" / "20260105"
