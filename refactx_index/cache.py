@@ -44,7 +44,8 @@ class ByteLRUCache(Generic[K, V]):
     @property
     def nbytes(self) -> int:
         """Bytes currently accounted for."""
-        return self._bytes
+        with self._lock:
+            return self._bytes
 
     def __len__(self) -> int:
         return len(self._data)
@@ -77,11 +78,13 @@ class ByteLRUCache(Generic[K, V]):
                 self._bytes -= old[1]
             if cost > self._max_bytes:
                 return
-            self._data[key] = (value, cost)
-            self._bytes += cost
-            while self._bytes > self._max_bytes:
+            # evict first, so the accounted size never exceeds the bound, not even for
+            # a moment that another thread could observe
+            while self._bytes + cost > self._max_bytes:
                 _, (_, evicted) = self._data.popitem(last=False)
                 self._bytes -= evicted
+            self._data[key] = (value, cost)
+            self._bytes += cost
 
     def clear(self) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 from .config import Config, VocabularyConfig, add_config_arguments, config_from_args
 from .errors import RefactxError
+from .vocab import open_tokenizer
 
 log = logging.getLogger("refactx_index.cli")
 
@@ -122,13 +123,6 @@ def _watch_spark_tasks(spark, bar, current: dict[str, str], stop: threading.Even
                 total += info.numTasks
         label = current["stage"]
         bar.set_postfix_str(f"{label}: spark tasks {done}/{total}" if total else label, refresh=True)
-
-
-def _load_tokenizer(path: str):
-    """A vocabulary by directory, tokenizer.json or hub name, as the tokenize stage loads it."""
-    from .vocab import load_tokenizer, resolve_tokenizer_file
-
-    return load_tokenizer(resolve_tokenizer_file(path))
 
 
 def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) -> int:
@@ -250,9 +244,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             # Northern Ireland (Q26) under whatever display label the labels stage gave it
             prefix_text = f" <{display_label(cfg, 'Q26') or 'Northern Ireland'}> <"
         name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab.name)
-        tokenizer = _load_tokenizer(vocab.path)
+        tokenizer = open_tokenizer(vocab.path)
         print(f"\nreading back index {name!r} from PostgreSQL through refactx_index.open_index:")
-        with open_index(dsn, name, schema=cfg.pg.schema) as index:
+        with open_index(dsn, name, schema=cfg.pg.schema, statement_timeout_ms=cfg.pg.statement_timeout_ms) as index:
             if show_completions(index, tokenizer, prefix_text, args.limit) == 0:
                 # the prefix is not in this graph: show the first subject's facts instead
                 from .explore import enumerate_facts
@@ -274,8 +268,10 @@ def cmd_complete(args: argparse.Namespace) -> int:
     from .pg import open_index
 
     cfg = _config_from(args)
-    with pg_dsn(cfg) as dsn, open_index(dsn, args.index, schema=cfg.pg.schema) as index:
-        show_completions(index, _load_tokenizer(args.tokenizer), args.text, args.limit)
+    with pg_dsn(cfg) as dsn, open_index(
+        dsn, args.index, schema=cfg.pg.schema, statement_timeout_ms=cfg.pg.statement_timeout_ms
+    ) as index:
+        show_completions(index, open_tokenizer(args.tokenizer), args.text, args.limit)
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .index import TreeIndex
+from .vocab import decode_continuation
 
 
 def _encode(tokenizer: object, text: str) -> list[int]:
@@ -20,7 +21,9 @@ def _encode(tokenizer: object, text: str) -> list[int]:
 
 
 def _decode(tokenizer: object, ids: tuple[int, ...]) -> str:
-    return tokenizer.decode(list(ids), skip_special_tokens=False)  # type: ignore[attr-defined]
+    # as the continuation of other text: SentencePiece decoders (Mistral, Phi-3) drop the
+    # leading space of a whole sequence, and fact text starts with one
+    return decode_continuation(getattr(tokenizer, "backend_tokenizer", tokenizer), ids)
 
 
 def _full_text(index: TreeIndex, text: str) -> str:

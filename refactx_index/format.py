@@ -282,21 +282,6 @@ class Fragment:
             return i
         return -1
 
-    def walk(self, tokens: Sequence[int]) -> int:
-        """Follow ``tokens`` from node 0 inside this fragment; -1 if it leaves the tree.
-
-        Stops (returning that node) at an external node even if tokens remain --
-        callers check ``external`` and continue in the next row.
-        """
-        node = 0
-        for t in tokens:
-            if self.external[node]:
-                return node
-            node = self.child(node, int(t))
-            if node < 0:
-                return -1
-        return node
-
 
 def decode_fragment(data: bytes | memoryview) -> Fragment:
     data = bytes(data)

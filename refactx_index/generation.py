@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .index import TreeIndex
+from .vocab import CONTEXT
 
 if TYPE_CHECKING:
     import torch
@@ -101,7 +102,7 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
         tokenizer: object | None = None,
         *,
         eos_token_id: int | Sequence[int],
-        trigger: str = "Fact:",
+        trigger: str = CONTEXT,
         trigger_ids: Sequence[Sequence[int]] | None = None,
         max_states: int = 4096,
     ) -> None:
@@ -239,12 +240,3 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
             scores[r].fill_(float("-inf"))
         scores[row_t, col_t] = kept
         return scores
-
-
-def completed_facts(processor: RefactxLogitsProcessor, ids: Sequence[int]) -> list[tuple[int, ...]]:
-    """Facts completed in a row (plus the one in progress if it may end there), for checks."""
-    st = processor.state(ids)
-    facts = list(st.done)
-    if st.mode == FACT and st.ends:
-        facts.append(st.prefix)
-    return facts

@@ -12,7 +12,6 @@ keyed by that node's full prefix.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 from dataclasses import dataclass
@@ -89,14 +88,9 @@ def tokenizer_sha256(path: str | os.PathLike[str]) -> str:
 
     ``path`` is the file or the directory holding it.
     """
-    p = os.fspath(path)
-    if os.path.isdir(p):
-        p = os.path.join(p, "tokenizer.json")
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from .vocab import file_sha256, resolve_tokenizer_file
+
+    return file_sha256(resolve_tokenizer_file(os.fspath(path)))
 
 
 def prefix_key(tokens: Sequence[int]) -> bytes:
@@ -131,7 +125,6 @@ class _Need:
         self.length = length
 
 
-_OUT = object()  # the prefix leaves the tree
 
 
 class RowTreeIndex:

@@ -32,7 +32,6 @@ from .index import (
     check_vocabulary,
     fragment_nbytes,
     prefix_key,
-    tokenizer_sha256,
     vocabulary_size,
 )
 
@@ -95,16 +94,6 @@ def encode_texts(tokenizer: object, texts: Sequence[str]) -> list[list[int]]:
     if batch is not None:  # tokenizers.Tokenizer
         return [e.ids for e in batch(list(texts), add_special_tokens=False)]
     return list(tokenizer(list(texts), add_special_tokens=False)["input_ids"])  # type: ignore[operator]
-
-
-def load_tokenizer(path: str | os.PathLike[str]):
-    """A ``tokenizers.Tokenizer`` from ``tokenizer.json`` or the directory holding it."""
-    from tokenizers import Tokenizer
-
-    p = Path(path)
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    return Tokenizer.from_file(str(p))
 
 
 class MemoryTreeIndex(RowTreeIndex):
@@ -173,24 +162,34 @@ class MemoryTreeIndex(RowTreeIndex):
         threshold: int = 64,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> "MemoryTreeIndex":
-        """Tokenize ``fact_prefix + fact + fact_suffix`` for each fact text and index them.
+        """Tokenize ``fact_prefix + fact + fact_suffix`` for each fact text, exactly as the
+        pipeline's tokenize stage does (``vocab.encode_facts``), and index them.
 
         ``tokenizer`` is a ``tokenizers.Tokenizer``, a transformers tokenizer, or a
         path to ``tokenizer.json`` (or its directory; then the vocabulary is
         fingerprinted by sha256 like a PostgreSQL build).
         """
+        from .vocab import ENCODED_OK, encode_facts, open_vocabulary, special_token_ids
+
         vocab_name, digest = "", ""
         if isinstance(tokenizer, (str, os.PathLike)):
             path = Path(tokenizer)
-            vocab_name = (path if path.is_dir() else path.parent).name
-            digest = tokenizer_sha256(path)
-            tokenizer = load_tokenizer(path)
-        texts = [f"{fact_prefix}{f}{fact_suffix}" for f in facts]
-        ids = encode_texts(tokenizer, texts)
-        empty = sum(1 for s in ids if not s)
-        if empty:
-            raise ValueError(f"{empty} facts tokenize to no token at all")
-        log.info("indexing %d facts (%d texts)", len({tuple(s) for s in ids}), len(texts))
+            vocab = open_vocabulary((path if path.is_dir() else path.parent).name, os.fspath(path))
+            vocab_name, digest, forbidden = vocab.name, vocab.sha256, vocab.forbidden_ids
+            tokenizer = vocab.tokenizer()
+        else:
+            forbidden = special_token_ids(getattr(tokenizer, "backend_tokenizer", tokenizer))
+        texts = list(facts)
+        # the tokenize stage's encoding: in the context of the trigger, as a model writes it
+        encoded = encode_facts(getattr(tokenizer, "backend_tokenizer", tokenizer), texts, forbidden,
+                               fact_prefix, fact_suffix)
+        failed = [texts[i] for i in range(len(texts)) if encoded.status[i] != ENCODED_OK]
+        if failed:
+            raise ValueError(f"{len(failed)} facts cannot be stored (special tokens, or fused with the "
+                             f"trigger), e.g. {failed[0]!r}")
+        ids = [encoded.ids(i) for i in range(len(texts))]
+        if any(not s for s in ids):
+            raise ValueError("a fact tokenizes to no token at all")
         return cls.from_sequences(
             ids,
             name=name,

@@ -15,6 +15,7 @@ import logging
 from typing import Any, Sequence
 
 from .cache import ByteLRUCache
+from .config import PgConfig
 from .errors import DatabaseUnavailable, FormatError, IndexNotFound, QueryTimeout
 from .format import FORMAT_VERSION
 from .index import IndexInfo, RowTreeIndex, check_vocabulary, fragment_nbytes
@@ -33,10 +34,10 @@ def open_index(
     dsn: str,
     name: str,
     *,
-    schema: str = "refactx",
+    schema: str = PgConfig.schema,
     tokenizer: object | None = None,
     pool_size: int = 4,
-    statement_timeout_ms: int = 5000,
+    statement_timeout_ms: int = PgConfig.statement_timeout_ms,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     connect_timeout_s: float = 10.0,
 ) -> "PgTreeIndex":

@@ -93,6 +93,16 @@ def load_tokenizer(file: str | Path) -> "Tokenizer":
     return _for_facts(Tokenizer.from_file(str(file)))
 
 
+def open_tokenizer(path: str) -> "Tokenizer":
+    """The tokenizer of a directory, a ``tokenizer.json`` or a hub name, loaded for facts."""
+    return load_tokenizer(resolve_tokenizer_file(path))
+
+
+def special_token_ids(tokenizer: "Tokenizer") -> tuple[int, ...]:
+    """Ids of the added tokens marked special (what a tokenizer object alone can tell)."""
+    return tuple(sorted(i for i, tok in tokenizer.get_added_tokens_decoder().items() if tok.special))
+
+
 def _for_facts(tokenizer: "Tokenizer") -> "Tokenizer":
     """Special tokens encoded as text; no truncation or padding (a long fact is a reject, not cut)."""
     tokenizer.encode_special_tokens = True

@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from refactx_index.generation import DEAD, FACT, FREE, RefactxLogitsProcessor  # noqa: E402
-from refactx_index.memory import MemoryTreeIndex, encode_texts, load_tokenizer  # noqa: E402
+from refactx_index.memory import MemoryTreeIndex, encode_texts  # noqa: E402
+from refactx_index.vocab import open_tokenizer  # noqa: E402
 
 EOS = 50256
 COMPANIES = ["Acme Corp", "Globex", "Initech", "Umbrella", "Hooli", "Stark Industries"]
@@ -41,7 +42,7 @@ def corporate_facts() -> list[str]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(tokenizer_dir("gpt2"))
+    return open_tokenizer(str(tokenizer_dir("gpt2")))
 
 
 @pytest.fixture(scope="module")

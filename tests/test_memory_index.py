@@ -9,7 +9,8 @@ import pytest
 from refactx_index import FormatError, TreeIndex, VocabularyMismatch
 from refactx_index.explore import complete, enumerate_facts
 from refactx_index.format import decode_fragment, decode_prefix
-from refactx_index.memory import MemoryTreeIndex, build_rows, encode_texts, load_tokenizer
+from refactx_index.memory import MemoryTreeIndex, build_rows, encode_texts
+from refactx_index.vocab import open_tokenizer
 
 from .conftest import tokenizer_dir
 from .pgtree import expected_next, random_sequences
@@ -32,7 +33,7 @@ def corporate_graph(n_companies: int = 1000) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(tokenizer_dir("gpt2"))
+    return open_tokenizer(str(tokenizer_dir("gpt2")))
 
 
 @pytest.fixture(scope="module")
