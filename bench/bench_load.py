@@ -1,7 +1,7 @@
 """Benchmark: prefix rows + PostgreSQL load on synthetic facts with realistic shared prefixes.
 
 Prints, per (D, T): rows, rows per fact, Parquet node bytes, PostgreSQL table + index bytes
-per fact (pg_total_relation_size), and COPY rows/s of the
+per fact (pg_table_size + pg_indexes_size = pg_total_relation_size), and COPY rows/s of the
 pre-encoded path beside a one-``write_row``-per-row COPY of the same rows in the same run.
 
     .venv/bin/python bench/bench_load.py [--facts 1000000] [--configs 8:64,6:16]
@@ -19,14 +19,12 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -34,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from jobs import load, prefix_rows  # noqa: E402
 from jobs.common import spark_session  # noqa: E402
 from refactx_index.config import Config, VocabularyConfig  # noqa: E402
+from tests.pgtree import fresh_database  # noqa: E402
 
 VOCAB = "bench"
 
@@ -109,12 +108,17 @@ def main(argv=None) -> int:
     configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",")]
 
     work = Path(tempfile.mkdtemp(prefix="refactx_bench_load_"))
-    db = f"refactx_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(args.dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{db}"')
-    params = conninfo_to_dict(args.dsn)
-    params["dbname"] = db
-    dsn = make_conninfo(**params)
+    try:
+        with fresh_database(args.dsn, "refactx_bench") as dsn:
+            run_configs(args, configs, work, dsn)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def run_configs(args, configs: list[tuple[int, int]], work: Path, dsn: str) -> None:
+    """Build and load every (D, T) into the database ``dsn``, printing the figures."""
     spark = None
     try:
         t0 = time.monotonic()
@@ -140,10 +144,8 @@ def main(argv=None) -> int:
             tree = prefix_rows.run(spark, cfg)["vocabularies"][VOCAB]
             spark_s = time.monotonic() - t
             info = load.load_all(cfg, dsn)["vocabularies"][VOCAB]
-            with psycopg.connect(dsn) as conn:
-                total = conn.execute(
-                    f"SELECT pg_total_relation_size('{cfg.pg.schema}.{info['table_name']}')"
-                ).fetchone()[0]
+            # pg_table_size + pg_indexes_size is pg_total_relation_size by definition
+            total = info["table_bytes"] + info["index_bytes"]
             facts = tree["distinct_facts"]
             res = {
                 "D": depth, "T": threshold, "rows": tree["rows"],
@@ -174,11 +176,6 @@ def main(argv=None) -> int:
     finally:
         if spark is not None:
             spark.stop()
-        with psycopg.connect(args.dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

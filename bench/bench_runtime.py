@@ -11,10 +11,8 @@ Targets (DESIGN.md): mean <= 0.1 ms warm; p99 <= 2 ms on nodes with 10k+ childre
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from refactx_index import open_index  # noqa: E402
 from refactx_index.memory import MemoryTreeIndex  # noqa: E402
-from tests.pgtree import load_tree  # noqa: E402
+from tests.pgtree import fresh_database, load_tree  # noqa: E402
 
 WIDE_PREFIX = (1279,)
 
@@ -166,20 +164,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args(argv)
 
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
     facts = synthetic_facts(args.size, args.wide)
-    name = f"refactx_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(args.dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(args.dsn)
-    params["dbname"] = name
-    try:
-        bench_lookups(make_conninfo(**params), facts, args)
-    finally:
-        with psycopg.connect(args.dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(args.dsn, "refactx_bench") as dsn:
+        bench_lookups(dsn, facts, args)
     bench_generation(args)
     return 0
 

@@ -87,13 +87,16 @@ def activate_all(cfg: Config, dsn: str) -> dict[str, Any]:
 
 
 def run(spark, cfg: Config) -> dict:
+    """Job entry point (``spark`` is None: activation is catalog SQL only)."""
     del spark
     with pg_dsn(cfg) as dsn:
         return activate_all(cfg, dsn)
 
 
 def main(argv=None) -> int:
-    return run_job_main("activate", "Activate validated builds and apply retention", run, argv)
+    return run_job_main(
+        STAGE, "Activate validated builds and apply retention", run, argv, needs_spark=False
+    )
 
 
 if __name__ == "__main__":

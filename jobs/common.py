@@ -81,16 +81,23 @@ def job_arg_parser(description: str) -> argparse.ArgumentParser:
     return add_config_arguments(argparse.ArgumentParser(description=description))
 
 
-def run_job_main(stage: str, description: str, run, argv: Sequence[str] | None = None) -> int:
-    """The whole ``main()`` of a job: parse config, start Spark, run, log counts."""
+def run_job_main(
+    stage: str, description: str, run, argv: Sequence[str] | None = None, *, needs_spark: bool = True
+) -> int:
+    """The whole ``main()`` of a job: parse config, start Spark (when ``needs_spark``), run, log counts.
+
+    A job that only talks to PostgreSQL (load, activate) passes ``needs_spark=False``:
+    its ``run`` gets ``spark=None`` and no JVM is started.
+    """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = job_arg_parser(description).parse_args(argv)
     cfg = config_from_args(args)
-    spark = spark_session(cfg, f"refactx_index:{stage}")
+    spark = spark_session(cfg, f"refactx_index:{stage}") if needs_spark else None
     started = time.monotonic()
     try:
         counts = run(spark, cfg)
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     log.info("%s done in %.1fs: %s", stage, time.monotonic() - started, json.dumps(counts, default=str))
     return 0

@@ -12,7 +12,6 @@ free; the next run fails and drops them. Re-running a load makes a new build.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import struct
@@ -33,7 +32,8 @@ from jobs.common import read_counts, run_job_main, write_counts
 from refactx_index import format as fmt
 from refactx_index.config import Config, VocabularyConfig
 from refactx_index.embedded import pg_dsn
-from refactx_index.errors import LoadError
+from refactx_index.errors import ConfigError, LoadError
+from refactx_index.vocab import open_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -139,18 +139,15 @@ def tokenizer_meta(cfg: Config, vocab: VocabularyConfig) -> dict[str, Any]:
         if missing:
             raise LoadError(f"{path} lacks {', '.join(sorted(missing))}")
         return meta
-    tok_json = Path(vocab.path) / "tokenizer.json" if vocab.path else None
-    if tok_json is None or not tok_json.is_file():
-        raise LoadError(
-            f"{path} is absent and vocabulary {vocab.name!r} has no tokenizer.json at {vocab.path!r}"
-        )
-    from tokenizers import Tokenizer
-
+    try:
+        vocabulary = open_vocabulary(vocab.name, vocab.path)
+    except ConfigError as exc:
+        raise LoadError(f"{path} is absent and vocabulary {vocab.name!r} cannot be opened: {exc}") from exc
     return {
-        "name": vocab.name,
-        "path": str(tok_json.parent),
-        "sha256": hashlib.sha256(tok_json.read_bytes()).hexdigest(),
-        "vocab_size": Tokenizer.from_file(str(tok_json)).get_vocab_size(with_added_tokens=True),
+        "name": vocabulary.name,
+        "path": vocabulary.path,
+        "sha256": vocabulary.sha256,
+        "vocab_size": vocabulary.vocab_size,
         "fact_prefix": cfg.tokenize.fact_prefix,
         "fact_suffix": cfg.tokenize.fact_suffix,
     }
@@ -249,14 +246,16 @@ def load_all(cfg: Config, dsn: str) -> dict[str, Any]:
 
 
 def run(spark, cfg: Config) -> dict:
-    """Job entry point (Spark is not needed: pyarrow reads, psycopg COPYs)."""
+    """Job entry point (``spark`` is None: pyarrow reads, psycopg COPYs)."""
     del spark
     with pg_dsn(cfg) as dsn:
         return load_all(cfg, dsn)
 
 
 def main(argv=None) -> int:
-    return run_job_main(STAGE, "Load prefix rows into a fresh PostgreSQL partition", run, argv)
+    return run_job_main(
+        STAGE, "Load prefix rows into a fresh PostgreSQL partition", run, argv, needs_spark=False
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def create_build(conn: psycopg.Connection, schema: str, fields: dict[str, Any]) 
                 sql.SQL(", ").join(map(sql.Identifier, cols)),
                 sql.SQL(", ").join(sql.Placeholder() * len(cols)),
             ),
-            [*fields.values(), f"pending-{id(fields)}-{fields.get('name')}", "loading"],
+            [*fields.values(), f"pending-{uuid.uuid4().hex}", "loading"],
         ).fetchone()
         build_id = int(row[0])
         table = table_name(build_id)
@@ -137,19 +138,12 @@ def is_attached(conn: psycopg.Connection, schema: str, table: str) -> bool:
     return bool(row[0])
 
 
-def table_exists(conn: psycopg.Connection, schema: str, table: str) -> bool:
-    row = conn.execute(
-        "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL", (schema, table)
-    ).fetchone()
-    return bool(row[0])
-
-
 def drop_build_table(conn: psycopg.Connection, schema: str, build_id: int) -> None:
     """Detach (when attached) and drop a build's table; mark the build row dropped."""
     table = table_name(build_id)
     detach, drop, mark = statements("retire.sql", schema, table=table, build_id=int(build_id))
     with conn.transaction():
-        if table_exists(conn, schema, table) and is_attached(conn, schema, table):
+        if is_attached(conn, schema, table):
             conn.execute(detach)
         conn.execute(drop)
         conn.execute(mark)
@@ -235,13 +229,7 @@ def clean_leftovers(conn: psycopg.Connection, schema: str) -> dict[str, list[int
         if build is not None and (build["status"] == "loading" or is_attached(conn, schema, table)):
             continue
         log.warning("dropping orphaned table %s.%s", schema, table)
-        with conn.transaction():
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(s, sql.Identifier(table)))
-            if build is not None:
-                conn.execute(
-                    sql.SQL("UPDATE {}.builds SET dropped_at = now() WHERE build_id = %s").format(s),
-                    (build_id,),
-                )
+        drop_build_table(conn, schema, build_id)  # not attached: no DETACH; marks a build row if any
         orphans.append(build_id)
     if interrupted or orphans:
         log.info("cleaned leftovers: interrupted builds %s, orphaned tables %s", interrupted, orphans)

@@ -104,6 +104,11 @@ def explode_prefixes(facts: DataFrame, depth: int) -> DataFrame:
     )
 
 
+def is_expanded(depth: int, threshold: int) -> Column:
+    """The cut rule on a row's ``leaves`` and ``depth``: more than ``T`` facts below, fewer than ``D`` tokens."""
+    return (F.col("leaves") > threshold) & (F.col("depth") < depth)
+
+
 def prefix_stats(exploded: DataFrame, depth: int, threshold: int) -> DataFrame:
     """``groupBy(prefix)``: ``prefix, depth, token, leaves, ends, expanded, parent``."""
     return (
@@ -114,7 +119,7 @@ def prefix_stats(exploded: DataFrame, depth: int, threshold: int) -> DataFrame:
             F.count(F.lit(1)).alias("leaves"),
             F.max((F.col("n") == F.col("k")).cast("int")).cast("boolean").alias("ends"),
         )
-        .withColumn("expanded", (F.col("leaves") > threshold) & (F.col("depth") < depth))
+        .withColumn("expanded", is_expanded(depth, threshold))
         .withColumn(
             "parent",
             F.when(F.col("depth") > 0, F.expr("substring(prefix, 1, 4 * (depth - 1))")),
@@ -139,12 +144,11 @@ def _encode_expanded_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         tokens = values.field("token").to_numpy(zero_copy_only=False)
         leaves = values.field("leaves").to_numpy(zero_copy_only=False)
         ends = batch.column("ends").to_numpy(zero_copy_only=False)
-        start0 = offsets[0]
+        # ListArray.offsets index the un-sliced .values, so they are used as they are
+        # (a batch sliced from a larger array has offsets[0] > 0)
         nodes = [
             fmt.encode_children(
-                tokens[offsets[i] - start0 : offsets[i + 1] - start0],
-                leaves[offsets[i] - start0 : offsets[i + 1] - start0],
-                bool(ends[i]),
+                tokens[offsets[i] : offsets[i + 1]], leaves[offsets[i] : offsets[i + 1]], bool(ends[i])
             )
             for i in range(batch.num_rows)
         ]
@@ -161,9 +165,10 @@ def _encode_subtree_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
         outer = suffixes.offsets.to_numpy()
         inner = suffixes.values.offsets.to_numpy()
         values = suffixes.values.values.to_numpy(zero_copy_only=False)
-        base = inner[0]
+        # both offset levels are absolute (into the un-sliced child arrays), and
+        # encode_subtree_flat slices ``values`` by the offsets it is given
         nodes = [
-            fmt.encode_subtree_flat(values, inner[outer[i] : outer[i + 1] + 1] - base)
+            fmt.encode_subtree_flat(values, inner[outer[i] : outer[i + 1] + 1])
             for i in range(batch.num_rows)
         ]
         yield pa.RecordBatch.from_arrays(
@@ -240,7 +245,7 @@ def input_counts(tokens: DataFrame) -> dict[str, Any]:
 
 def output_counts(rows: DataFrame, depth: int, threshold: int) -> dict[str, Any]:
     """Counts of a written rows dataset (kinds follow from the cut rule)."""
-    expanded = (F.col("leaves") > threshold) & (F.col("depth") < depth)
+    expanded = is_expanded(depth, threshold)
     agg = rows.agg(
         F.count(F.lit(1)).alias("rows"),
         F.sum(expanded.cast("long")).alias("expanded"),

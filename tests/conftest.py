@@ -4,13 +4,12 @@ a clear message when it is absent."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
+
+from .pgtree import fresh_database
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REFACTX_SHARED", ROOT.parent / "shared"))
@@ -74,24 +73,6 @@ def pg_server(tmp_path_factory):
     yield dsn
     if server is not None:
         server.cleanup()
-
-
-@contextlib.contextmanager
-def fresh_database(server_dsn: str, prefix: str = "refactx_test"):
-    """Create a uniquely named database on the server, yield its DSN, drop it afterwards."""
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(server_dsn)
-    params["dbname"] = name
-    try:
-        yield make_conninfo(**params)
-    finally:
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture()

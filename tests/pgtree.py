@@ -4,20 +4,33 @@ with a unique key, attached to the parent, then activation."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Iterable, Sequence
+import contextlib
+import uuid
+from typing import Iterable, Iterator, Sequence
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from jobs import pgcatalog
+from jobs.activate import activate_build
 from refactx_index.format import FORMAT_VERSION
 from refactx_index.memory import build_rows
 
-SCHEMA_SQL = Path(__file__).resolve().parents[1] / "sql" / "schema.sql"
 
-
-def apply_schema(conn: psycopg.Connection, schema: str = "refactx") -> None:
-    conn.execute(SCHEMA_SQL.read_text().replace("{schema}", schema))
+@contextlib.contextmanager
+def fresh_database(server_dsn: str, prefix: str = "refactx_test") -> Iterator[str]:
+    """Create a uniquely named database on the server, yield its DSN, drop it afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = conninfo_to_dict(server_dsn)
+    params["dbname"] = name
+    try:
+        yield make_conninfo(**params)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def load_tree(
@@ -35,56 +48,37 @@ def load_tree(
     format_version: int = FORMAT_VERSION,
     activate: bool = True,
 ) -> int:
-    """Build rows with the cut rule, load them as a new build of ``name``; return its build id."""
+    """Build rows with the cut rule, load them as a new build of ``name``; return its build id.
+
+    The catalog steps are the loader's own (``jobs.pgcatalog``, ``jobs.activate``); only
+    the rows come from Python (``build_rows``) through a plain COPY instead of Parquet.
+    Validation is skipped: an activated build goes straight from ``loaded`` to ``validated``.
+    """
     seqs = {tuple(int(t) for t in s) for s in sequences}
     rows = build_rows(seqs, depth, threshold)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        apply_schema(conn, schema)
-        with conn.transaction():
-            build_id = conn.execute(
-                sql.SQL(
-                    "INSERT INTO {}.builds (name, table_name, tokenizer, tokenizer_hash, "
-                    "vocab_size, source, dump_date, depth, subtree_threshold, format_version, "
-                    "fact_prefix, fact_suffix, facts, rows, status) VALUES "
-                    "(%s, 'pending_' || md5(random()::text), %s, %s, %s, 'test', 'test', %s, %s,"
-                    " %s, %s, '', %s, %s, 'loaded') RETURNING build_id"
-                ).format(sql.Identifier(schema)),
-                (name, tokenizer, tokenizer_hash, vocab_size, depth, threshold, format_version,
-                 fact_prefix, len(seqs), len(rows)),
-            ).fetchone()[0]
-            table = f"tree_{build_id}"
-            conn.execute(
-                sql.SQL("UPDATE {}.builds SET table_name = %s WHERE build_id = %s").format(
-                    sql.Identifier(schema)), (table, build_id))
-            ident = sql.Identifier(schema, table)
-            conn.execute(sql.SQL(
-                "CREATE TABLE {} (build_id bigint NOT NULL, prefix bytea NOT NULL, "
-                "node bytea NOT NULL)").format(ident))
-            with conn.cursor().copy(
+        pgcatalog.apply_schema(conn, schema)
+        build_id = pgcatalog.create_build(conn, schema, {
+            "name": name, "tokenizer": tokenizer, "tokenizer_hash": tokenizer_hash,
+            "vocab_size": vocab_size, "source": "test", "dump_date": "test", "depth": depth,
+            "subtree_threshold": threshold, "format_version": format_version,
+            "fact_prefix": fact_prefix, "fact_suffix": "",
+        })
+        try:
+            ident = sql.Identifier(schema, pgcatalog.table_name(build_id))
+            with conn.transaction(), conn.cursor().copy(
                 sql.SQL("COPY {} (build_id, prefix, node) FROM STDIN").format(ident)
             ) as copy:
                 for key, node in rows.items():
                     copy.write_row((build_id, key, node))
-            conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK (build_id = {})").format(
-                ident, sql.Identifier(f"{table}_build"), sql.Literal(build_id)))
-            conn.execute(sql.SQL("CREATE UNIQUE INDEX ON {} (prefix)").format(ident))
-            conn.execute(sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
-                sql.Identifier(schema, "tree"), ident, sql.Literal(build_id)))
-            conn.execute(sql.SQL("ANALYZE {}").format(ident))
+            pgcatalog.attach(conn, schema, build_id)
+            pgcatalog.set_status(conn, schema, build_id, "loaded", facts=len(seqs), rows=len(rows))
+        finally:
+            pgcatalog.release_loading_lock(conn, build_id)
         if activate:
-            activate_build(conn, name, build_id, schema=schema)
+            pgcatalog.set_status(conn, schema, build_id, "validated")
+            activate_build(conn, schema, build_id)
     return build_id
-
-
-def activate_build(conn: psycopg.Connection, name: str, build_id: int, *,
-                   schema: str = "refactx") -> None:
-    with conn.transaction():
-        conn.execute(sql.SQL(
-            "INSERT INTO {}.active (name, build_id) VALUES (%s, %s) ON CONFLICT (name) "
-            "DO UPDATE SET build_id = EXCLUDED.build_id, since = now()").format(
-                sql.Identifier(schema)), (name, build_id))
-        conn.execute(sql.SQL("UPDATE {}.builds SET status = 'active' WHERE build_id = %s").format(
-            sql.Identifier(schema)), (build_id,))
 
 
 def expected_next(seqs: set[tuple[int, ...]], prefix: Sequence[int]) -> tuple[dict[int, int], bool]:

@@ -79,15 +79,13 @@ def read_active(dsn, schema, name):
     """The reader's contract: the active build, then rows by prefix from its table."""
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
-            f"SELECT a.build_id, b.* FROM {schema}.active a JOIN {schema}.builds b USING (build_id) "
-            "WHERE a.name = %s",
+            f"SELECT a.build_id, b.table_name FROM {schema}.active a "
+            f"JOIN {schema}.builds b USING (build_id) WHERE a.name = %s",
             (name,),
         ).fetchone()
         if row is None:
             return None, None
-        build_id = row[0]
-        cols = [d.name for d in conn.execute(f"SELECT * FROM {schema}.builds LIMIT 0").description]
-        table = row[1 + cols.index("table_name")]
+        build_id, table = row
         nodes = conn.execute(
             f"SELECT prefix, node FROM {schema}.{table} WHERE prefix = ANY(%s)", ([b""],)
         ).fetchall()

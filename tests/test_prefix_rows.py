@@ -145,3 +145,34 @@ def test_run_writes_rows_and_counts(spark, cfg):
     rows = {bytes(r["prefix"]): bytes(r["node"]) for r in written}
     check_rows_against_trie(rows, FACTS, 3, 1)
     assert (cfg.stage_dir("prefix_rows") / "toy" / "counts.json").exists()
+
+
+def test_arrow_encoders_read_sliced_batches_by_absolute_offsets():
+    """A batch sliced out of a larger Arrow array keeps absolute list offsets; the
+    encoders must give each row its own children/suffixes, not the previous row's."""
+    import pyarrow as pa
+
+    from jobs.prefix_rows import _encode_expanded_batches, _encode_subtree_batches
+    from refactx_index.format import decode_fragment, iter_suffixes
+
+    child = pa.struct([("token", pa.int32()), ("leaves", pa.int64())])
+    common = {"prefix": pa.array([b"a", b"b"]), "depth": pa.array([1, 1], pa.int32()),
+              "leaves": pa.array([3, 5], pa.int64())}
+    expanded = pa.RecordBatch.from_pydict({
+        **common,
+        "children": pa.array([[{"token": 1, "leaves": 1}, {"token": 2, "leaves": 2}],
+                              [{"token": 10, "leaves": 2}, {"token": 11, "leaves": 3}]], pa.list_(child)),
+        "ends": pa.array([False, False]),
+    })
+    (out,) = _encode_expanded_batches(iter([expanded.slice(1)]))
+    frag = decode_fragment(out.column("node")[0].as_py())
+    assert frag.children(0)[0].tolist() == [10, 11]
+    assert frag.children(0)[1].tolist() == [2, 3]
+
+    subtree = pa.RecordBatch.from_pydict({
+        **common,
+        "suffixes": pa.array([[[1, 2], [3]], [[7, 8, 9], [7]]], pa.list_(pa.list_(pa.int32()))),
+    })
+    (out,) = _encode_subtree_batches(iter([subtree.slice(1)]))
+    frag = decode_fragment(out.column("node")[0].as_py())
+    assert {p for p, _ in iter_suffixes(frag)} == {(7, 8, 9), (7,)}

@@ -9,6 +9,7 @@ import pytest
 
 from .conftest import tokenizer_dir
 from .pgtree import expected_next, load_tree, random_sequences
+from jobs import pgcatalog
 from refactx_index import (
     DatabaseUnavailable,
     FormatError,
@@ -196,7 +197,7 @@ def test_statement_timeout_raises_query_timeout_then_recovers(pg_dsn):
     build_id = load_tree(pg_dsn, "kg", seqs, depth=2, threshold=1)
     with open_index(pg_dsn, "kg", statement_timeout_ms=200) as index:
         with psycopg.connect(pg_dsn) as locker:  # not autocommit: holds the lock
-            locker.execute(f"LOCK TABLE refactx.tree_{build_id} IN ACCESS EXCLUSIVE MODE")
+            locker.execute(f"LOCK TABLE refactx.{pgcatalog.table_name(build_id)} IN ACCESS EXCLUSIVE MODE")
             with pytest.raises(QueryTimeout, match="200 ms"):
                 index.next_tokens((1,))
             locker.rollback()
