@@ -24,7 +24,7 @@ from pyspark.sql.types import ArrayType, IntegerType, StringType, StructField, S
 from refactx_index.config import Config
 from refactx_index.errors import ConfigError
 
-from jobs.common import run_job_main, write_counts
+from jobs.common import remove_tree, run_job_main, write_counts
 from jobs.schemas import LABELS
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     properties = spark.read.parquet(str(parse_dir / "properties"))
     sitelinks = None
     # only sitelinks this config asked for: a stale sitelinks/ from another config is ignored
-    if cfg.input.wb_items_per_site or (cfg.input.enwiki_page and cfg.input.enwiki_page_props):
+    if cfg.input.sitelinks_source():
         sitelinks = spark.read.parquet(str(cfg.stage_dir("sitelinks") / "sitelinks"))
     lang = (cfg.filter.languages or ["en"])[0].lower()
 
@@ -134,7 +134,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     collisions = spark.read.parquet(str(out / "collisions"))
     agg = collisions.agg(F.count("*").alias("labels"), F.sum("n").alias("entities")).first()
     counts: dict[str, Any] = {
-        "entities_in": candidates.count(),
+        "entities_in": sum(by_source.values()),
         "labels": spark.read.parquet(str(out / "labels")).count(),
         "labels_by_source": {k: v for k, v in sorted(by_source.items()) if k != "none"},
         "dropped_without_label": by_source.get("none", 0),
@@ -143,9 +143,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "colliding_entities": agg["entities"] or 0,
         "sitelinks_used": sitelinks is not None,
     }
-    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()  # noqa: SLF001 (scratch removal on any FS)
-    scratch = jvm.org.apache.hadoop.fs.Path(str(out / "_candidates"))
-    scratch.getFileSystem(conf).delete(scratch, True)
+    remove_tree(spark, out / "_candidates")
     write_counts(cfg, "labels", counts)
     log.info("labels: %s", counts)
     return counts

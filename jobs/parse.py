@@ -34,7 +34,7 @@ from pyspark.sql.types import StringType, StructType
 from refactx_index.config import Config
 from refactx_index.errors import ConfigError
 
-from jobs.common import run_job_main, write_counts
+from jobs.common import remove_tree, run_job_main, write_counts
 from jobs.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
 
 log = logging.getLogger(__name__)
@@ -477,12 +477,6 @@ def filter_reason(statements: DataFrame, properties: DataFrame, cfg: Config) -> 
 # ---------------------------------------------------------------- the job
 
 
-def _delete(spark: SparkSession, path: str) -> None:
-    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()  # noqa: SLF001
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    hpath.getFileSystem(conf).delete(hpath, True)
-
-
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     """Parse ``cfg.input.dumps`` into ``parse/{statements,terms,properties,rejects}``."""
     out = cfg.stage_dir("parse")
@@ -538,7 +532,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "lines_in": sum(sum(v.values()) for v in by_kind.values()),
         "statements": spark.read.parquet(str(out / "statements")).count(),
         "terms": terms.count(),
-        "properties": props.count(),
+        "properties": sum(datatype_sources.values()),
         "rejected": sum(rejected.values()),
         "rejected_by_reason": dict(sorted(rejected.items())),
         "skipped_by_reason": dict(sorted(by_kind.get("skip", {}).items())),
@@ -549,7 +543,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "datatype_inferred": datatype_sources.get("inferred", 0),
     }
     for scratch in ("_properties_resolved", "_staged"):
-        _delete(spark, str(out / scratch))
+        remove_tree(spark, out / scratch)
     write_counts(cfg, "parse", counts)
     log.info("parse: %s", counts)
     return counts

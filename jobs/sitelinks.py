@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from refactx_index.config import Config
 from refactx_index.errors import ConfigError
 
-from jobs.common import run_job_main, write_counts
+from jobs.common import remove_tree, run_job_main, write_counts
 from jobs.schemas import REJECTS, SITELINKS
 from .sqldump import RAW, REASON, read_mysql_table
 
@@ -97,9 +97,7 @@ def one_title_per_entity(candidates: DataFrame) -> DataFrame:
     """Kept candidates, one per entity (the smallest title when a dump maps
     several pages to one item), in the SITELINKS schema."""
     kept = candidates.where(F.col("drop_reason").isNull())
-    best = kept.groupBy("entity").agg(
-        F.min(F.struct("title", "short_description")).alias("best"), F.count("*").alias("pages")
-    )
+    best = kept.groupBy("entity").agg(F.min(F.struct("title", "short_description")).alias("best"))
     return best.select(
         "entity", F.col("best.title").alias("title"), F.col("best.short_description").alias("short_description")
     )
@@ -121,13 +119,12 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     spark.conf.set(conf_key, ARROW_LINES_PER_BATCH)
     try:
         tables: dict[str, DataFrame] = {}
-        if inp.enwiki_page and inp.enwiki_page_props:
+        source = inp.sitelinks_source()
+        if source == "enwiki_page_props":
             tables["page"] = _stage_table(spark, inp.enwiki_page, str(out / "_page"))
             tables["page_props"] = _stage_table(spark, inp.enwiki_page_props, str(out / "_page_props"))
-            source = "enwiki_page_props"
-        elif inp.wb_items_per_site:
+        elif source == "wb_items_per_site":
             tables["wb_items_per_site"] = _stage_table(spark, inp.wb_items_per_site, str(out / "_wb_items_per_site"))
-            source = "wb_items_per_site"
         else:
             raise ConfigError("sitelinks: set input.enwiki_page + input.enwiki_page_props, or input.wb_items_per_site")
     finally:
@@ -158,20 +155,22 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         f"{r['source']}:{r['reason']}": r["count"]
         for r in spark.read.parquet(str(out / "rejects")).groupBy("source", "reason").count().collect()
     }
-    dropped = {
-        r["drop_reason"]: r["count"]
-        for r in candidates.where(F.col("drop_reason").isNotNull()).groupBy("drop_reason").count().collect()
-    }
+    # one pass each: the null drop_reason group holds the kept candidates
+    by_reason = candidates.groupBy("drop_reason").count().collect()
+    dropped = {r["drop_reason"]: r["count"] for r in by_reason if r["drop_reason"] is not None}
+    written = sitelinks.agg(F.count("*").alias("sitelinks"), F.count("short_description").alias("with_short")).first()
     counts: dict[str, Any] = {
         "source": source,
         "rows_in": {name: t.count() for name, t in rows.items()},
-        "candidates": candidates.count(),
-        "sitelinks": sitelinks.count(),
-        "with_short_description": sitelinks.where(F.col("short_description").isNotNull()).count(),
+        "candidates": sum(r["count"] for r in by_reason),
+        "sitelinks": written["sitelinks"],
+        "with_short_description": written["with_short"],
         "dropped_by_reason": dict(sorted(dropped.items())),
         "rejected": sum(rejected.values()),
         "rejected_by_reason": dict(sorted(rejected.items())),
     }
+    for name in tables:
+        remove_tree(spark, out / f"_{name}")
     write_counts(cfg, "sitelinks", counts)
     log.info("sitelinks: %s", counts)
     return counts

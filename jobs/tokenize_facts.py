@@ -300,7 +300,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     rejects: DataFrame | None = None
     per_vocabulary: dict[str, Any] = {}
     facts_total = facts.count()
-    for vocab, meta, previous in zip(vocabs, metas, reused):
+    for vocab, previous in zip(vocabs, reused):
         mine = encoded.where(F.col("vocabulary") == vocab.name) if encoded is not None else empty_encoded
         tokens, vocab_rejects = split_encoded(vocab.name, mine, previous, tcfg.max_tokens)
         out = _stage_path(cfg, vocab.name, "tokens")

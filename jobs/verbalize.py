@@ -337,9 +337,10 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     labels = _read(spark, cfg.stage_dir("labels") / "labels", required=True)
     properties = _read(spark, cfg.stage_dir("parse") / "properties", required=False)
     terms = _read(spark, cfg.stage_dir("parse") / "terms", required=False) if cfg.verbalize.descriptions else None
+    # a sitelinks folder left over from a config without sitelinks dumps must not be used
     sitelinks = (
         _read(spark, cfg.stage_dir("sitelinks") / "sitelinks", required=False)
-        if cfg.verbalize.short_descriptions
+        if cfg.verbalize.short_descriptions and cfg.input.sitelinks_source()
         else None
     )
     facts, resolved = verbalize(
@@ -356,7 +357,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     finally:
         resolved.unpersist()
     deduped = spark.read.parquet(str(staged))
-    kept, collided = drop_id_collisions(deduped)
+    kept, _ = drop_id_collisions(deduped)
     out = cfg.stage_dir(STAGE) / "facts"
     kept.write.mode("overwrite").parquet(str(out))
 
@@ -368,11 +369,12 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + int(row["count"])
         if row["property"] is not None:
             by_property[row["property"]] = by_property.get(row["property"], 0) + int(row["count"])
-    collisions = collided.count()
-    if collisions:
-        dropped["fact_id_collision"] = collisions
     facts_out = sum(by_kind.values())
     candidates = deduped.count()
+    # every deduplicated fact is either written or dropped as an id collision
+    collisions = candidates - facts_out
+    if collisions:
+        dropped["fact_id_collision"] = collisions
     counts = {
         "statements_in": statements_in,
         "statements_kept": statements_in - sum(v for k, v in dropped.items() if k != "fact_id_collision"),

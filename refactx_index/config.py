@@ -46,6 +46,15 @@ class InputConfig:
     entity_namespace: str = "http://www.wikidata.org/entity/"
     direct_claim_namespace: str = "http://www.wikidata.org/prop/direct/"
 
+    def sitelinks_source(self) -> str:
+        """Which sitelinks dumps the sitelinks stage reads: "enwiki_page_props" (page +
+        page_props, preferred), "wb_items_per_site", or "" when none is configured."""
+        if self.enwiki_page and self.enwiki_page_props:
+            return "enwiki_page_props"
+        if self.wb_items_per_site:
+            return "wb_items_per_site"
+        return ""
+
 
 @dataclass
 class FilterConfig:
