@@ -20,9 +20,14 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
     """A SparkSession for ``cfg.spark`` (``local[*]`` by default).
 
     Python workers run the driver's interpreter, so Arrow UDFs see the same
-    virtual environment (and the pinned pyspark) as the driver.
+    virtual environment (and the pinned pyspark) as the driver. The project jar
+    (``jobs.jvm``, the parse stage's lexer) is on the classpath; under
+    ``spark-submit`` the JVM is already running, so the submit must pass it too
+    (``--jars``, as ``dags/spark_stage.py`` does).
     """
     from pyspark.sql import SparkSession
+
+    from jobs.jvm import jar_path
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -39,8 +44,13 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
         .config("spark.ui.showConsoleProgress", "false")  # the CLI shows its own progress
         .config("spark.sql.session.timeZone", "UTC")
     )
+    jars = [str(jar_path())]
     for key, value in cfg.spark.conf.items():
-        builder = builder.config(key, value)
+        if key == "spark.jars":
+            jars.append(value)
+        else:
+            builder = builder.config(key, value)
+    builder = builder.config("spark.jars", ",".join(jars))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(cfg.spark.log_level)
     # A wide projection (verbalize's literal rendering) can exceed the JVM's 64 KB method

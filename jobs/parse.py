@@ -20,16 +20,16 @@ lone UTF-16 surrogates), so the unescaper never sees a malformed literal.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-import re
 import sys
 from typing import Any, Iterable
 
-import pandas as pd
+from py4j.java_gateway import JavaClass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.functions import pandas_udf
-from pyspark.sql.types import StringType, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from refactx_index.config import Config
 from refactx_index.errors import ConfigError
@@ -85,8 +85,8 @@ JSON_DATATYPES = {
 STAGED_PARTITION = "kind"
 
 # ---------------------------------------------------------------- lexical patterns
-# Written for both Java regex and RE2: no backreferences, and lookaround only in
-# LONE_SURROGATE, which names the reason of an already refused line (Java only).
+# What ``reject_reason`` names refused lines with (Java regex; the lexer itself is
+# ``jobs/jvm/src/org/refactx/ntriples/NTriplesLexer.java``, no regex).
 IRI_CHAR = r'[^\x00-\x20<>"{}|^`\\]'
 IRI = "<" + IRI_CHAR + "*>"
 BNODE = r"_:[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?"
@@ -95,71 +95,79 @@ LANG_OR_DATATYPE = r"^(?:@" + LANG_TAG + r"|\^\^" + IRI + r")?$"
 HEX = "[0-9A-Fa-f]"
 # every escape N-Triples allows in a literal; \U only up to U+10FFFF
 VALID_ESCAPE = r"""\\(?:[tbnrf"'\\]|u""" + HEX + "{4}|U(?:000" + HEX + "|0010)" + HEX + "{4})"
-# the same escapes, except that a \u high surrogate must be followed by a \u low
-# surrogate and a low surrogate may not stand alone
-PAIRED_ESCAPE = (
-    r"""\\(?:[tbnrf"'\\]"""
-    r"|u(?:[0-9A-Ca-cEeFf]" + HEX + "{3}|[Dd][0-7]" + HEX + "{2}"
-    r"|[Dd][89ABab]" + HEX + r"{2}\\u[Dd][C-Fc-f]" + HEX + "{2})"
-    r"|U(?:000" + HEX + "|0010)" + HEX + "{4})"
-)
 # an odd backslash run before \uD800-\uDBFF not followed by a low surrogate, or a low one alone
 LONE_SURROGATE = (
     r"(?i)(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
     r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})"
 )
 
-# the groups of the full-line pattern, in order (an absent group is an empty string)
-LINE_GROUPS = ("sid", "p", "pid", "o", "oitem", "oent", "body", "lang", "dt")
-# joins the groups in one string: a line read as text never holds a line feed, and
-# no group of a matched line can (IRIs exclude controls, literal bodies exclude LF/CR)
-GROUP_SEPARATOR = "\n"
-
-
-def line_pattern(entity_namespace: str, direct_claim_namespace: str, *, java: bool = True) -> str:
-    """One pattern for a whole valid N-Triples line, capturing ``LINE_GROUPS``:
-    subject id, predicate IRI, direct-claim property id, object IRI or blank node,
-    object item id, other object entity id, literal body, language tag, datatype IRI.
-
-    ``java=True``: numbered groups and possessive quantifiers, so that a 100 KB
-    literal or thousands of escapes never recurse deeply in ``java.util.regex``.
-    ``java=False``: named groups for RE2 (``pyarrow.compute.extract_regex``), which
-    does not backtrack and has no possessive quantifiers."""
-    many = "*+" if java else "*"
-
-    def group(name: str, body: str) -> str:
-        return ("(" if java else "(?P<" + name + ">") + body + ")"
-
-    ent, dc = re.escape(entity_namespace), re.escape(direct_claim_namespace)
-    any_iri = "<" + IRI_CHAR + many + ">"
-    body_char = r'[^"\\\n\r]'
-    body = body_char + many + "(?:" + PAIRED_ESCAPE + body_char + many + ")" + many
-    subject = "(?:<" + ent + group("sid", "[QP][1-9][0-9]*") + ">|" + any_iri + "|" + BNODE + ")"
-    predicate = group("p", "<" + dc + group("pid", "P[1-9][0-9]*") + ">|" + any_iri)
-    entity = group("oitem", "Q[1-9][0-9]*") + "|" + group("oent", "[PL][1-9][0-9]*(?:-[FS][1-9][0-9]*)?")
-    node = group("o", "<" + ent + "(?:" + entity + ")>|" + any_iri + "|" + BNODE)
-    literal = '"' + group("body", body) + '"(?:@' + group("lang", LANG_TAG) + r"|\^\^" + group("dt", any_iri) + ")?"
-    return r"^[ \t\r]*" + subject + r"[ \t]+" + predicate + r"[ \t]+(?:" + node + "|" + literal + r")[ \t]*\.[ \t\r]*\z"
-
-
 # ---------------------------------------------------------------- phase 1: lex
 
+LEXER_CLASS = "org.refactx.ntriples.NTriplesLexer"
+# what the lexer returns per line, in its order (NTriplesLexer.row)
+LEXED = StructType([StructField(name, StringType(), True) for name in (
+    "kind",  # statement | term | property_type | reject | skip
+    "reason",  # why a line is skipped (a reject's reason is named later, by name_rejects)
+    "subject",  # Q/P id of a statement, term or property_type line
+    "property",  # P id of a statement
+    "object_kind",  # item | string | time | quantity | coordinate | monolingual | other
+    "object_item",  # Q id of an item object
+    "object_value",  # a literal's unescaped text, or an IRI object (not an item) without its <>
+    "object_datatype",  # a literal's datatype IRI
+    "object_lang",  # a literal's language tag, lower case
+    "inferred_datatype",  # the property datatype the object's shape implies
+    "term_kind",  # label | description | alias
+    "declared_datatype",  # a propertyType line's datatype name
+)])
 
-def match_lines(lines: DataFrame, entity_namespace: str, direct_claim_namespace: str) -> DataFrame:
-    """Match every line (columns ``value``, ``source``) once against the full-line
-    pattern. Columns: ``raw``, ``source``, ``ok`` (matched, and valid UTF-8) and the
-    ``LINE_GROUPS`` (meaningful only where ``ok``).
 
-    One regex evaluation per line: ``regexp_replace`` rewrites a matching line into
-    its groups joined by ``GROUP_SEPARATOR`` and leaves any other line as it is, so
-    the number of split fields tells whether the line matched."""
-    pattern = line_pattern(entity_namespace, direct_claim_namespace)
-    groups = GROUP_SEPARATOR.join(f"${i}" for i in range(1, len(LINE_GROUPS) + 1))
-    fields = F.split(F.regexp_replace(F.col("value"), pattern, groups), GROUP_SEPARATOR)
-    df = lines.select(F.col("value").alias("raw"), F.col("source"), fields.alias("fields"))
-    ok = (F.size("fields") == len(LINE_GROUPS)) & F.is_valid_utf8(F.col("raw"))
-    return df.select("raw", "source", ok.alias("ok"),
-                     *[F.get(F.col("fields"), i).alias(name) for i, name in enumerate(LINE_GROUPS)])
+def lexer_function(spark: SparkSession, languages: Iterable[str], entity_namespace: str,
+                   direct_claim_namespace: str) -> str:
+    """Register the JVM lexer, configured, as a SQL function of (line, is valid UTF-8);
+    return its name (one per configuration, so sessions can hold several)."""
+    langs = sorted({lang.lower() for lang in languages})
+    key = json.dumps([entity_namespace, direct_claim_namespace, langs])
+    name = "refactx_lex_ntriples_" + hashlib.sha1(key.encode()).hexdigest()[:12]
+    jvm, gateway = spark._jvm, spark.sparkContext._gateway  # noqa: SLF001 (py4j: a Java UDF instance)
+    jlangs = gateway.new_array(jvm.java.lang.String, len(langs))
+    for i, lang in enumerate(langs):
+        jlangs[i] = lang
+    lexer_class = jvm.org.refactx.ntriples.NTriplesLexer
+    if not isinstance(lexer_class, JavaClass):  # py4j names a missing class as a package
+        raise ConfigError(
+            f"{LEXER_CLASS} is not on Spark's classpath: pass the project jar "
+            "(`python -m jobs.jvm` builds it and prints its path) to spark-submit with --jars"
+        )
+    lexer = lexer_class(entity_namespace, direct_claim_namespace, jlangs)
+    return_type = jvm.org.apache.spark.sql.types.DataType.fromJson(LEXED.json())
+    spark._jsparkSession.udf().register(name, lexer, return_type)  # noqa: SLF001
+    return name
+
+
+def lex_lines(
+    lines: DataFrame,
+    languages: Iterable[str],
+    entity_namespace: str,
+    direct_claim_namespace: str,
+) -> DataFrame:
+    """Staged rows from raw lines (columns ``value``, ``source``): exactly one row
+    per line, whose ``kind`` is statement, term, property_type, reject or skip
+    (``reason`` says which valid line this stage does not need).
+
+    Each line is lexed once, in the JVM (``NTriplesLexer``): no regex, no Python.
+    A reject keeps its ``source`` and raw ``line`` and a null ``reason``:
+    ``name_rejects`` names it later, on the rejects alone."""
+    function = lexer_function(lines.sparkSession, languages, entity_namespace, direct_claim_namespace)
+    value = F.col("value")
+    lexed = lines.select(value, F.col("source"), F.call_function(function, value, F.is_valid_utf8(value)).alias("t"))
+    is_reject = F.col("t.kind") == "reject"
+    return lexed.select(
+        F.col("t.kind").alias("kind"),
+        F.col("t.reason").alias("reason"),
+        F.when(is_reject, F.col("source")).alias("source"),
+        F.when(is_reject, value).alias("line"),  # whole and as read: name_rejects needs it
+        *[F.col("t." + name).alias(name) for name in LEXED.fieldNames()[2:]],
+    )
 
 
 def reject_reason(raw: Column) -> Column:
@@ -194,117 +202,6 @@ def reject_reason(raw: Column) -> Column:
     )
 
 
-def _kr(kind: str, reason: str | Column | None) -> Column:
-    reason_col = reason if isinstance(reason, Column) else F.lit(reason).cast("string")
-    return F.struct(F.lit(kind).alias("kind"), reason_col.alias("reason"))
-
-
-def classify_lines(matched: DataFrame, languages: Iterable[str]) -> DataFrame:
-    """Staged rows from ``match_lines`` output: cheap comparisons and substrings of
-    the groups only (the regex ran once, in ``match_lines``).
-
-    A reject has a null ``reason`` and its raw ``line``: ``name_rejects`` names it
-    later, on the rejects alone. Naming it here would put the reason rules' splits
-    and regexes into the per-line generated code, which then grows past what the
-    JVM compiles and slows every line, valid or not."""
-    langs = sorted({lang.lower() for lang in languages})
-    raw, ok = F.col("raw"), F.col("ok")
-    sid, p, pid, o, oitem, oent, body = (F.col(c) for c in ("sid", "p", "pid", "o", "oitem", "oent", "body"))
-    is_lit = o == ""
-    lang = F.lower(F.nullif(F.col("lang"), F.lit("")))
-    dt = F.nullif(F.col("dt"), F.lit(""))
-    datatype = F.substring(dt, F.lit(2), F.length(dt) - 2)  # without its <>
-    df = matched.select(raw, F.col("source"), ok, sid, p, pid, o, oitem, oent, body,
-                        lang.alias("lang"), datatype.alias("literal_datatype"))
-    lang_c, dt_c = F.col("lang"), F.col("literal_datatype")
-    lang_kept = lang_c.isin(langs) if langs else F.lit(True)
-
-    term_kind = F.lit(None).cast("string")
-    for iri, name in TERM_PREDICATES.items():
-        term_kind = F.when(p == iri, F.lit(name)).otherwise(term_kind)
-    df = df.withColumn("term_kind", term_kind)
-    tk = F.col("term_kind")
-    is_iri = o.startswith("<")
-    unknown_value = o.startswith("_:") | (is_iri & o.contains("/.well-known/genid/"))
-    text = F.btrim(raw, F.lit(" \t\r"))
-
-    kind_reason = (
-        F.when(~ok & ((text == "") | text.startswith("#")), _kr("skip", "blank_or_comment"))
-        .when(~ok, _kr("reject", None))
-        .when((pid != "") & ~sid.startswith("Q"), _kr("skip", "non_item_subject"))
-        .when((pid != "") & unknown_value, _kr("skip", "unknown_value"))
-        .when((pid != "") & lang_c.isNotNull() & ~lang_kept, _kr("skip", "other_language"))
-        .when(pid != "", _kr("statement", None))
-        .when(tk.isNotNull() & (sid == ""), _kr("skip", "term_of_other_subject"))
-        .when(tk.isNotNull() & (lang_c.isNull() | ~lang_kept), _kr("skip", "other_language"))
-        .when(tk.isNotNull(), _kr("term", None))
-        .when(p.isin(PROPERTY_TYPE_IRIS) & sid.startswith("P") & (o.startswith(WIKIBASE_NS[0]) | o.startswith(WIKIBASE_NS[1])),
-              _kr("property_type", None))
-        .when((p == RDF_TYPE) & o.contains("/prop/novalue/P"), _kr("skip", "no_value"))
-        .otherwise(_kr("skip", "other_predicate"))
-    )
-    df = df.withColumn("kr", kind_reason).withColumns({"kind": F.col("kr.kind"), "reason": F.col("kr.reason")})
-    kind = F.col("kind")
-
-    # object kind and the datatype its shape implies (used when no datatype is declared)
-    object_kind = F.when(oitem != "", "item")
-    inferred = F.when(oitem != "", "WikibaseItem")
-    for dt_iri, (okind, dtype) in LITERAL_KINDS.items():
-        object_kind = object_kind.when(dt_c == dt_iri, okind)
-        inferred = inferred.when(dt_c == dt_iri, dtype)
-    plain = is_lit & lang_c.isNull() & (dt_c.isNull() | (dt_c == XSD + "string"))
-    object_kind = object_kind.when(lang_c.isNotNull(), "monolingual").when(plain, "string").otherwise("other")
-    inferred = (
-        inferred.when(lang_c.isNotNull(), "Monolingualtext")
-        .when(plain, "String")
-        .when(oent.startswith("P"), "WikibaseProperty")
-        .when(oent.contains("-F"), "WikibaseForm")
-        .when(oent.contains("-S"), "WikibaseSense")
-        .when(oent.startswith("L"), "WikibaseLexeme")
-        .when(is_iri & o.contains("/wiki/Special:FilePath/"), "CommonsMedia")
-        .when(is_iri & o.contains("/data/main/Data:") & o.endswith(".map>"), "GeoShape")
-        .when(is_iri & o.contains("/data/main/Data:") & o.endswith(".tab>"), "TabularData")
-        .when(is_iri, "Url")
-    )
-    object_value = F.when(is_lit, body).when(is_iri & (oitem == ""), F.substring(o, F.lit(2), F.length(o) - 2))
-
-    is_stmt, is_term = kind == "statement", kind == "term"
-    return df.select(
-        kind.alias("kind"),
-        F.col("reason"),
-        F.when(kind == "reject", F.col("source")).alias("source"),
-        F.when(kind == "reject", raw).alias("line"),  # whole and as read: name_rejects needs it
-        F.when(is_stmt | is_term | (kind == "property_type"), sid).alias("subject"),
-        F.when(is_stmt, pid).alias("property"),
-        F.when(is_stmt, object_kind).alias("object_kind"),
-        F.when(is_stmt & (oitem != ""), oitem).alias("object_item"),
-        F.when(is_stmt | is_term, object_value).alias("object_value"),
-        F.when(is_stmt, dt_c).alias("object_datatype"),
-        F.when(is_stmt | is_term, lang_c).alias("object_lang"),
-        F.when(is_stmt, inferred).alias("inferred_datatype"),
-        F.when(is_term, tk).alias("term_kind"),
-        F.when(is_stmt | is_term, is_lit & body.contains("\\")).alias("has_escape"),
-        F.when(kind == "property_type", F.regexp_extract(o, WIKIBASE_NAME, 1)).alias("declared_datatype"),
-    )
-
-
-def lex_lines(
-    lines: DataFrame,
-    languages: Iterable[str],
-    entity_namespace: str,
-    direct_claim_namespace: str,
-) -> DataFrame:
-    """Classify raw lines (columns ``value``, ``source``) into staged rows.
-
-    Pure Spark SQL functions: no Python runs per line, and a valid line costs one
-    regex evaluation. Every input line yields exactly one output row whose ``kind``
-    is statement, term, property_type, reject (``reason`` says why) or skip
-    (``reason`` says which valid line this stage does not need).
-    """
-    staged = classify_lines(match_lines(lines, entity_namespace, direct_claim_namespace), languages)
-    return name_rejects(staged)
-
-
 def name_rejects(staged: DataFrame) -> DataFrame:
     """``staged`` with each reject's ``reason`` named and its ``line`` cut to
     ``MAX_REJECT_LINE`` characters of valid UTF-8. Run it on few rows (the staged
@@ -333,41 +230,6 @@ def read_dump_lines(spark: SparkSession, paths: list[str]) -> DataFrame:
 
 
 # ---------------------------------------------------------------- phase 2: resolve
-
-
-_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.S)
-_SIMPLE = {"t": "\t", "b": "\b", "n": "\n", "r": "\r", "f": "\f", '"': '"', "'": "'", "\\": "\\"}
-
-
-def _replace_escape(m: re.Match) -> str:
-    hex4, hex8, simple = m.groups()
-    if simple is not None:
-        return _SIMPLE.get(simple, simple)
-    return chr(int(hex4 or hex8, 16))
-
-
-def unescape_literal(text: str) -> str:
-    """N-Triples literal escapes -> text. Surrogate pairs written as two \\u escapes
-    are joined; a lone surrogate (rejected in SQL before this runs) becomes U+FFFD."""
-    out = _ESCAPE.sub(_replace_escape, text)
-    if any("\ud800" <= ch <= "\udfff" for ch in out):
-        out = out.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return out
-
-
-@pandas_udf(StringType())
-def unescape_batch(values: pd.Series) -> pd.Series:
-    """Arrow batch unescaper; null in, null out (callers pass null for literals
-    without a backslash, so those rows cost one null bit)."""
-    mask = values.notna()
-    out = values.copy()
-    out[mask] = values[mask].map(unescape_literal)
-    return out
-
-
-def unescaped(value: Column, has_escape: Column) -> Column:
-    """``value`` with its escapes decoded, running Python only where ``has_escape``."""
-    return F.when(has_escape, unescape_batch(F.when(has_escape, value))).otherwise(value)
 
 
 def conform(df: DataFrame, schema: StructType) -> DataFrame:
@@ -484,8 +346,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     languages = cfg.filter.languages or ["en"]
 
     lines = read_dump_lines(spark, cfg.input.dumps)
-    matched = match_lines(lines, cfg.input.entity_namespace, cfg.input.direct_claim_namespace)
-    staged = classify_lines(matched, languages)
+    staged = lex_lines(lines, languages, cfg.input.entity_namespace, cfg.input.direct_claim_namespace)
     staged.write.mode("overwrite").partitionBy(STAGED_PARTITION).parquet(staged_path)
 
     staged = spark.read.parquet(staged_path)
@@ -502,7 +363,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         F.col("subject").alias("entity"),
         F.col("term_kind").alias("kind"),
         F.col("object_lang").alias("lang"),
-        unescaped(F.col("object_value"), F.col("has_escape")).alias("value"),
+        F.col("object_value").alias("value"),
     )
     declared = staged.where(F.col("kind") == "property_type").select(
         F.col("subject").alias("property"), "declared_datatype"
@@ -517,9 +378,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     conform(props, PROPERTIES).write.mode("overwrite").parquet(str(out / "properties"))
 
     flagged = filter_reason(stmts, props, cfg)
-    kept = flagged.where(F.col("filter_reason").isNull()).withColumn(
-        "object_value", unescaped(F.col("object_value"), F.col("has_escape"))
-    )
+    kept = flagged.where(F.col("filter_reason").isNull())
     conform(kept, STATEMENTS).write.mode("overwrite").parquet(str(out / "statements"))
     filtered = {
         r["filter_reason"]: r["count"]
