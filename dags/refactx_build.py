@@ -17,6 +17,8 @@ Per environment (read when the DAG file is parsed):
   executors do not have the package installed.
 - ``REFACTX_SPARK_SUBMIT``: the spark-submit to run (default: the one installed with the
   pinned pyspark beside this interpreter, else ``spark-submit`` on the PATH).
+- ``REFACTX_JAR``: the project jar (the parse stage's lexer); default: the one
+  ``python -m jobs.jvm`` (run by ``./dev setup`` and the Docker image) builds for these sources.
 - ``REFACTX_TASK_RETRIES``: retries per task (default 1; every stage is safe to re-run).
 - ``PYSPARK_PYTHON``: the interpreter of Python workers (default: this interpreter).
 
@@ -35,6 +37,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, chain
 
+from jobs.jvm import jar_path
 from jobs.pipeline import select_stages
 from refactx_index.config import Config
 
@@ -120,6 +123,9 @@ with DAG(
             spark_binary=spark_submit(),
             name=f"refactx_{stage}_{{{{ params.dump_date or ds_nodash }}}}",
             py_files=os.environ.get("REFACTX_PY_FILES") or None,
+            # the project jar must be on the driver's classpath, which a running JVM cannot
+            # extend: spark-submit's --jars (not built here: DAG parsing stays cheap)
+            jars=os.environ.get("REFACTX_JAR") or str(jar_path(build=False)),
             env_vars={
                 "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
                 # jobs/<stage>.py imports `jobs.*` and `refactx_index`: the project root

@@ -39,6 +39,7 @@ import pendulum  # noqa: E402
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
 
+from jobs.jvm import jar_path  # noqa: E402
 from refactx_index.config import Config  # noqa: E402
 
 _root.handlers[:], _root.level = _root_state[0], _root_state[1]
@@ -157,6 +158,8 @@ def test_build_chains_the_stages_in_pipeline_order(dagbag):
         # the spark-submit of the pinned pyspark, not whatever is first on the PATH
         assert Path(task._spark_binary) == Path(sys.executable).parent / "spark-submit"
         assert Path(task._spark_binary).exists()
+        # the project jar (the parse lexer) goes to the driver's classpath with --jars
+        assert task.jars == str(jar_path(build=False))
 
 
 def test_schedule_is_weekly_without_catchup(dagbag):
