@@ -83,31 +83,6 @@ def bench_plain_bz2(path: Path) -> tuple[int, float]:
     return n, time.perf_counter() - started
 
 
-def match_lines_arrow(lines, entity_namespace: str, direct_claim_namespace: str):
-    """``parse.match_lines`` with the regex run by RE2 in Arrow batches (same output)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    from pyspark.sql import functions as F
-
-    from jobs import parse
-
-    pattern = parse.line_pattern(entity_namespace, direct_claim_namespace, java=False)
-    names = ("raw", "source", "matched") + parse.LINE_GROUPS
-    schema = ", ".join(f"{n} {'boolean' if n == 'matched' else 'string'}" for n in names)
-
-    def match(batches):
-        for batch in batches:
-            raw = batch.column("value")
-            groups = pc.extract_regex(raw, pattern)
-            columns = [raw, batch.column("source"), pc.is_valid(groups)]
-            columns += [pc.fill_null(pc.struct_field(groups, [i]), "") for i in range(len(parse.LINE_GROUPS))]
-            yield pa.RecordBatch.from_arrays(columns, names=list(names))
-
-    matched = lines.mapInArrow(match, schema)
-    return matched.select("raw", "source", (F.col("matched") & F.is_valid_utf8("raw")).alias("ok"),
-                          *parse.LINE_GROUPS)
-
-
 def seconds(action) -> float:
     """Wall-clock seconds of one run of ``action``."""
     started = time.perf_counter()
@@ -152,19 +127,16 @@ def main() -> None:
         n_plain, s_plain = bench_plain_bz2(dump)
         ens, dcs = cfg.input.entity_namespace, cfg.input.direct_claim_namespace
         lines = parse.read_dump_lines(spark, [str(dump)])
-        staged = parse.classify_lines(parse.match_lines(lines, ens, dcs), ["en"])  # parse.run's per-line work
+        staged = parse.lex_lines(lines, ["en"], ens, dcs)  # parse.run's per-line work
         staged_path = str(Path(tmp) / "_staged")
         actions = {
             # decompression and line splitting only: count() reads no column
             "read": lines.count,
             # the same, with every line turned into a string column (what parsing starts from)
             "lines": noop(lines.select("value")),
-            # where the lex time goes: the full-line regex alone, then with its groups split out
-            "regex": noop(lines.select(F.col("value").rlike(parse.line_pattern(ens, dcs)))),
-            "groups": noop(parse.match_lines(lines, ens, dcs)),
             "lex": noop(staged),
             # lex plus the staged Parquet write of parse.run, the whole of its first phase
-            "lex_write": lambda: staged.write.mode("overwrite").partitionBy(parse.STAGED_PARTITION).parquet(staged_path),
+            "lex_write": lambda: parse.write_staged(staged, staged_path),
         }
         for action in actions.values():  # warm-up: JIT for the generated code and the regex, file listing
             action()
@@ -176,31 +148,21 @@ def main() -> None:
         n_text = lines.count()
         kinds = {r["kind"]: r["count"] for r in staged.groupBy("kind").count().collect()}
         assert n_plain == n_text == n == sum(kinds.values()), (n_plain, n_text, n, kinds)
-        staged_re2 = parse.classify_lines(match_lines_arrow(lines, ens, dcs), ["en"])
-        noop(staged_re2)()
-        s_re2 = seconds(noop(staged_re2))
-        kinds_re2 = {r["kind"]: r["count"] for r in staged_re2.groupBy("kind").count().collect()}
-        assert kinds_re2 == kinds, (kinds_re2, kinds)
-
         per_core = lambda s: n / s / args.cores  # noqa: E731
         c = args.cores
         rows = [
             ("plain bz2 decompression (python bz2, 1 core)", n / s_plain, "lines/s"),
             (f"spark bz2 read + count, no column ({c} cores)", per_core(secs["read"]), "lines/s/core"),
             (f"spark read, lines as strings ({c} cores)", per_core(secs["lines"]), "lines/s/core"),
-            (f"  full-line regex alone (rlike) ({c} cores)", per_core(secs["regex"]), "lines/s/core"),
-            (f"  regex + groups (match_lines) ({c} cores)", per_core(secs["groups"]), "lines/s/core"),
-            (f"spark parse lex, JVM regex ({c} cores)", per_core(secs["lex"]), "lines/s/core"),
+            (f"spark parse lex, JVM lexer ({c} cores)", per_core(secs["lex"]), "lines/s/core"),
             (f"spark parse lex + staged parquet ({c} cores)", per_core(secs["lex_write"]), "lines/s/core"),
-            (f"spark parse lex, RE2 in Arrow ({c} cores)", per_core(s_re2), "lines/s/core"),
         ]
-        print(f"best of {args.rounds} interleaved rounds (RE2: one warm run)")
+        print(f"best of {args.rounds} interleaved rounds")
         for label, rate, unit in rows:
             print(f"{label:48s} {rate:12,.0f} {unit}")
         read = secs["read"]
         print("time / spark decompression: " + ", ".join(
-            f"{name} {secs[name] / read:.2f}x" for name in ("lines", "regex", "groups", "lex", "lex_write"))
-            + f", RE2 lex {s_re2 / read:.2f}x")
+            f"{name} {secs[name] / read:.2f}x" for name in ("lines", "lex", "lex_write")))
         print(f"ratio parse lex per core / plain bz2:  {per_core(secs['lex']) / (n / s_plain):.2f}x throughput")
         print(f"line kinds: {kinds}")
         if args.full:

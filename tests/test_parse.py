@@ -337,3 +337,20 @@ def test_lexer_accepts_exactly_the_grammar(spark):
             assert row["property"] == expected["pid"], line
             assert row["object_item"] == (expected["oitem"] or None), line
     assert 1000 < accepted < len(lines) - 1000  # both sides of the grammar were exercised
+
+
+@pytest.mark.parametrize("with_lines", [True, False])
+def test_only_skipped_lines_or_an_empty_file(spark, cfg, tmp_path, with_lines):
+    """Nothing staged (skipped lines are counted, not written): every output is empty, not an error."""
+    dumps = [tmp_path / "empty.nt"]
+    dumps[0].write_bytes(b"")
+    if with_lines:
+        dumps.append(tmp_path / "skips.nt")
+        dumps[1].write_text(f'<{E}Q1> {LABEL} "Douglas"@fr .\n# comment\n\n'
+                            f'<{E}Q1> <http://schema.org/version> "5" .\n')
+    counts, frames = _run(spark, cfg, dumps)
+    assert counts["lines_in"] == (4 if with_lines else 0)
+    assert counts["skipped_by_reason"] == (
+        {"other_language": 1, "blank_or_comment": 2, "other_predicate": 1} if with_lines else {})
+    assert counts["statements"] == counts["terms"] == counts["rejected"] == 0
+    assert all(frame.count() == 0 for frame in frames.values())
