@@ -228,6 +228,8 @@ EDGE_GOOD = [
     # a typed literal, a language tag with a subtag that is not configured
     f'<{E}Q14> <{D}P569> "2001-01-01T00:00:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime> .',
     f'<{E}Q14> {LABEL} "colour"@en-GB .',
+    # U+FFFD written as valid UTF-8: the lexer checks such a line's bytes strictly, and keeps it
+    f'<{E}Q15> {LABEL} "replacement \ufffd character"@en .',
 ]
 EDGE_HOSTILE = {
     f'<{E}Q1> {LABEL} "lone \\uDC00 low"@en .': "lone_surrogate",
@@ -246,7 +248,7 @@ def test_full_line_pattern_edges(spark, cfg, tmp_path):
     assert rejects == EDGE_HOSTILE
     assert counts["lines_in"] == len(EDGE_GOOD) + len(EDGE_HOSTILE)
     terms = {r["entity"]: r["value"] for r in frames["terms"].collect()}
-    assert terms == {"Q10": "smile \U0001f600", "Q11": "\\uD800"}
+    assert terms == {"Q10": "smile \U0001f600", "Q11": "\\uD800", "Q15": "replacement \ufffd character"}
     stmts = {(r["subject"], r["property"]): r for r in frames["statements"].collect()}
     assert stmts[("Q12", "P31")]["object_item"] == "Q5"
     assert stmts[("Q13", "P1545")]["object_value"] == "\u00e9" * 20_000

@@ -1,12 +1,18 @@
 package org.refactx.ntriples;
 
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF2;
+import org.apache.spark.sql.api.java.UDF1;
 
 /**
  * The parse stage's per-line work: one N-Triples line of a Wikidata truthy dump
@@ -20,10 +26,11 @@ import org.apache.spark.sql.api.java.UDF2;
  * later from the raw line ({@code parse.reject_reason}): rejects are rare, and
  * naming them here would be a second grammar to keep in step.
  *
- * <p>Called as a Spark SQL function with the line and whether its bytes are valid
- * UTF-8 (Spark decodes invalid bytes to U+FFFD before this sees them).
+ * <p>Called as a Spark SQL function of the line's bytes (a binary column: decoding
+ * them here tells invalid UTF-8 apart in the same pass, where a string argument
+ * would arrive with U+FFFD in place of the invalid bytes).
  */
-public final class NTriplesLexer implements UDF2<String, Boolean, Row> {
+public final class NTriplesLexer implements UDF1<byte[], Row> {
     private static final long serialVersionUID = 1L;
 
     private static final String RDF_TYPE = "<http://www.w3.org/1999/02/22-rdf-syntax-ns#type>";
@@ -80,12 +87,31 @@ public final class NTriplesLexer implements UDF2<String, Boolean, Row> {
     }
 
     @Override
-    public Row call(String text, Boolean validUtf8) {
-        Line line = validUtf8 != null && validUtf8 ? lex(text) : null;
+    public Row call(byte[] bytes) {
+        String text = new String(bytes, StandardCharsets.UTF_8);
+        Line line = isValidUtf8(bytes, text) ? lex(text) : null;
         if (line == null) {
-            return isBlankOrComment(text) ? skip("blank_or_comment") : row("reject", null);
+            return isBlankOrComment(text) ? skip("blank_or_comment") : REJECT;
         }
         return classify(line);
+    }
+
+    /**
+     * Whether {@code bytes} are valid UTF-8, given {@code text}, their lenient decoding: that
+     * decoding puts U+FFFD for every malformed sequence, so only a line holding U+FFFD (rare)
+     * is decoded again, strictly.
+     */
+    private static boolean isValidUtf8(byte[] bytes, String text) {
+        if (text.indexOf('\uFFFD') < 0) return true;
+        try {
+            StandardCharsets.UTF_8.newDecoder()
+                    .onMalformedInput(CodingErrorAction.REPORT)
+                    .onUnmappableCharacter(CodingErrorAction.REPORT)
+                    .decode(ByteBuffer.wrap(bytes));
+            return true;
+        } catch (CharacterCodingException e) {
+            return false;
+        }
     }
 
     // ------------------------------------------------------------ lexing
@@ -423,12 +449,20 @@ public final class NTriplesLexer implements UDF2<String, Boolean, Row> {
 
     // ------------------------------------------------------------ rows
 
-    private static Row skip(String reason) {
-        return row("skip", reason);
+    // rows without a value of the line, made once
+    private static final Row REJECT = row("reject", null, null, null, null, null, null, null, null, null, null, null);
+    private static final Map<String, Row> SKIPS = new HashMap<>();
+
+    static {
+        for (String reason : new String[] {"blank_or_comment", "non_item_subject", "unknown_value", "other_language",
+                "term_of_other_subject", "no_value", "other_predicate"}) {
+            SKIPS.put(reason, row("skip", reason, null, null, null, null, null, null, null, null, null, null));
+        }
     }
 
-    private static Row row(String kind, String reason) {
-        return row(kind, reason, null, null, null, null, null, null, null, null, null, null);
+    /** The row of a skipped line (one of the reasons above: parse.LINE_OUTCOMES lists them too). */
+    private static Row skip(String reason) {
+        return SKIPS.get(reason);
     }
 
     /** One staged row, in the field order of {@code parse.STAGED_FIELDS}. */
