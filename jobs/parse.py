@@ -2,20 +2,17 @@
 
 Two phases, one scan of the dump:
 
-1. **lex** (JVM only): every line of every input file is matched once against
-   one full-line pattern (``line_pattern``) and classified with cheap string
-   functions of its groups into one staged Parquet dataset partitioned by
-   ``kind`` (statement | term | property_type | reject | skip). Skipped lines
-   keep only their reason; rejects keep their raw line, and only they are later
-   run through the reason rules (``reject_reason``).
+1. **lex** (JVM only): every line of every input file goes once through
+   ``NTriplesLexer`` (``jobs/jvm/src``: one left-to-right scan, literal escapes
+   decoded in the same scan, no regex), which classifies it as statement, term,
+   property_type, reject or skip. ``write_staged`` writes all but the skips to one
+   staged Parquet dataset and counts every kind and reason during that write.
+   Rejects keep their raw line; only they later go through the reason rules
+   (``reject_reason``).
 2. **resolve** (on the staged Parquet): property datatypes (the dump's own
    ``wikibase:propertyType`` lines, else a property table, else inferred from
-   the objects' shapes), the configured filters, literal unescaping (an Arrow
-   batch function called only for literals that contain a backslash), and the
-   outputs of ``jobs/schemas.py`` plus ``counts.json``.
-
-Literal values are validated by the full-line pattern (escapes, unescaped quotes,
-lone UTF-16 surrogates), so the unescaper never sees a malformed literal.
+   the objects' shapes), the configured filters, and the outputs of
+   ``jobs/schemas.py`` plus ``counts.json``.
 """
 
 from __future__ import annotations
@@ -181,7 +178,7 @@ def lex_lines(
 
 
 def reject_reason(raw: Column) -> Column:
-    """Why a line the full-line pattern refused is malformed (never null).
+    """Why a line the lexer refused is malformed (never null).
 
     Evaluated only for refused lines, so its splits and regexes cost nothing on
     valid input; the first failing rule names the reason."""
