@@ -17,6 +17,7 @@ Two phases, one scan of the dump:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -139,7 +140,7 @@ def lexer_function(spark: SparkSession, languages: Iterable[str], entity_namespa
     jlangs = gateway.new_array(jvm.java.lang.String, len(langs))
     for i, lang in enumerate(langs):
         jlangs[i] = lang
-    lexer_class = jvm.org.refactx.ntriples.NTriplesLexer
+    lexer_class = functools.reduce(getattr, LEXER_CLASS.split("."), jvm)
     if not isinstance(lexer_class, JavaClass):  # py4j names a missing class as a package
         raise ConfigError(
             f"{LEXER_CLASS} is not on Spark's classpath: pass the project jar "

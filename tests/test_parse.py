@@ -10,6 +10,7 @@ import pytest
 
 from jobs import parse
 from jobs.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
+from refactx_index.errors import ConfigError
 from tests import ntriples_grammar as grammar
 from tests.conftest import shared_path
 
@@ -356,3 +357,10 @@ def test_only_skipped_lines_or_an_empty_file(spark, cfg, tmp_path, with_lines):
         {"other_language": 1, "blank_or_comment": 2, "other_predicate": 1} if with_lines else {})
     assert counts["statements"] == counts["terms"] == counts["rejected"] == 0
     assert all(frame.count() == 0 for frame in frames.values())
+
+
+def test_lexer_missing_from_the_classpath_is_a_config_error(spark, monkeypatch):
+    """Under spark-submit without --jars the class is absent: say so, and how to fix it."""
+    monkeypatch.setattr(parse, "LEXER_CLASS", "org.refactx.ntriples.NoSuchLexer")
+    with pytest.raises(ConfigError, match="--jars"):
+        parse.lexer_function(spark, ["en"], E, D)
