@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import json
 import random
+from collections import Counter
 
 import pytest
 
@@ -278,39 +279,50 @@ def test_lex_lines_in_memory_rows(spark):
     ]
 
 
-SUBJECTS = [f"<{E}Q1>", f"<{E}P5>", f"<{E}L1>", f"<{E}Q0>", f"<{E}Q01>", f"<{E}Q 1>", f"<{E}Q12",
-            "_:b1", "_:b.1", "_:b1.", "_:-b", "_:", "<http://x/y>", "<>", "<a{b>", '"lit"', "<http://x/\u00e9>",
-            "<http://x/\u0435>"]
-PREDICATES = [f"<{D}P31>", f"<{D}P0>", f"<{D}Q31>", f"<{D}P31", LABEL, "<http://schema.org/description>",
-              "<http://www.w3.org/2004/02/skos/core#altLabel>", "<http://wikiba.se/ontology#propertyType>",
-              "<http://wikiba.se/ontology-beta#propertyType>", "<http://www.w3.org/1999/02/22-rdf-syntax-ns#type>",
-              '"p"', "_:p"]
-OBJECTS = [f"<{E}Q5>", f"<{E}L1-F2>", f"<{E}P1-S3>", f"<{E}Q5-F1>", f"<{E}L1-X2>", f"<{E}P7>",
-           "<http://wikiba.se/ontology#WikibaseItem>", "<http://wikiba.se/ontology-beta#Url>",
-           "<http://wikiba.se/ontology#Foo-bar>", "<http://x/.well-known/genid/ab>",
-           "<http://www.wikidata.org/prop/novalue/P5>", "<http://commons.wikimedia.org/wiki/Special:FilePath/a.jpg>",
-           "<http://commons.wikimedia.org/data/main/Data:a.map>", "_:b", "_:b.", "_:-b", "<a b>", "<a\\b>"]
-BODY_PARTS = ["a", " . ", '\\"', "\\\\", "\\u00e9", "\\u00E9", "\\uD83D\\uDE00", "\\ud83d\\ude00", "\\uD800",
-              "\\uDC00", "\\U0001F600", "\\U00110000", "\\U0000D800", "\\x", "\\", '"', "\u00e9", "\t",
-              "\\uD83D", "\\u12", "\U0001f600", "\\uFF10", "\\u\uff10\uff10\uff10\uff10", "\\t\\n\\r\\b\\f\\'"]
-LITERAL_SUFFIXES = ["", "@en", "@en-GB", "@EN", "@fr", "@", "@en-", "@e1", "@en-1a",
-                    "^^<http://www.w3.org/2001/XMLSchema#dateTime>", "^^<http://www.w3.org/2001/XMLSchema#string>",
-                    "^^<http://www.w3.org/2001/XMLSchema#decimal>", "^^<http://x>", "^^", "^^<a b>", "^^x"]
-SEPARATORS = [" ", " ", " ", "\t", "", "  ", " \r"]
-ENDINGS = [" .", " .", ".", " . ", " .\r", "", " . x", " ..", "\t.\t", " .\u0085"]
+# (valid pieces, broken pieces) of each part of a line
+SUBJECTS = ([f"<{E}Q1>", f"<{E}Q42>", f"<{E}P5>", f"<{E}L1>", f"<{E}Q0>", f"<{E}Q01>", "_:b1", "_:b.1",
+             "<http://x/y>", "<>", "<http://x/\u00e9>"],
+            [f"<{E}Q 1>", f"<{E}Q12", "_:b1.", "_:-b", "_:", "<a{b>", '"lit"'])
+PREDICATES = ([f"<{D}P31>", f"<{D}P569>", f"<{D}P0>", f"<{D}Q31>", LABEL, "<http://schema.org/description>",
+               "<http://www.w3.org/2004/02/skos/core#altLabel>", "<http://wikiba.se/ontology#propertyType>",
+               "<http://wikiba.se/ontology-beta#propertyType>", "<http://www.w3.org/1999/02/22-rdf-syntax-ns#type>"],
+              [f"<{D}P31", '"p"', "_:p"])
+OBJECTS = ([f"<{E}Q5>", f"<{E}L1-F2>", f"<{E}P1-S3>", f"<{E}Q5-F1>", f"<{E}L1-X2>", f"<{E}P7>",
+            "<http://wikiba.se/ontology#WikibaseItem>", "<http://wikiba.se/ontology-beta#Url>",
+            "<http://wikiba.se/ontology#Foo-bar>", "<http://x/.well-known/genid/ab>",
+            "<http://www.wikidata.org/prop/novalue/P5>", "<http://commons.wikimedia.org/wiki/Special:FilePath/a.jpg>",
+            "<http://commons.wikimedia.org/data/main/Data:a.map>", "<http://commons.wikimedia.org/data/main/Data:b.tab>",
+            "_:b", "_:b."],
+           ["_:-b", "<a b>", "<a\\b>"])
+BODY_PARTS = (["a", " . ", '\\"', "\\\\", "\\u00e9", "\\u00E9", "\\uD83D\\uDE00", "\\ud83d\\ude00", "\\U0001F600",
+               "\\U0000D800", "\u00e9", "\t", "\U0001f600", "\\t\\n\\r\\b\\f\\'", "Point(67 12)", "+19.5"],
+              ["\\uD800", "\\uDC00", "\\U00110000", "\\x", "\\", '"', "\\uD83D", "\\u12", "\\uFF10",
+               "\\u\uff10\uff10\uff10\uff10"])
+LITERAL_SUFFIXES = (["", "@en", "@en-GB", "@EN", "@fr", "@en-1a", "^^<http://www.w3.org/2001/XMLSchema#dateTime>",
+                     "^^<http://www.w3.org/2001/XMLSchema#string>", "^^<http://www.w3.org/2001/XMLSchema#decimal>",
+                     "^^<http://www.opengis.net/ont/geosparql#wktLiteral>", "^^<http://www.w3.org/1998/Math/MathML>",
+                     "^^<http://x>"],
+                    ["@", "@en-", "@e1", "^^", "^^<a b>", "^^x"])
+SEPARATORS = ([" ", "\t", "  ", " \t"], ["", " \r"])
+ENDINGS = ([" .", ".", " . ", " .\r", "\t.\t"], ["", " . x", " ..", " .\u0085"])
 
 
 def generated_lines(count: int, seed: int = 7) -> list[str]:
-    """Lines assembled from valid and broken pieces of every part of the grammar."""
+    """Lines assembled from pieces of every part of the grammar, each piece broken
+    one time in twenty: about half the lines are valid."""
     rng = random.Random(seed)
+
+    def piece(choices: tuple[list[str], list[str]]) -> str:
+        return rng.choice(choices[1] if rng.random() < 0.05 else choices[0])
+
     lines = []
     for _ in range(count):
         if rng.random() < 0.5:
-            obj = '"' + "".join(rng.choice(BODY_PARTS) for _ in range(rng.randint(0, 4))) + '"' + rng.choice(LITERAL_SUFFIXES)
+            obj = '"' + "".join(piece(BODY_PARTS) for _ in range(rng.randint(0, 3))) + '"' + piece(LITERAL_SUFFIXES)
         else:
-            obj = rng.choice(OBJECTS)
-        lines.append(rng.choice(["", "", " ", "\t"]) + rng.choice(SUBJECTS) + rng.choice(SEPARATORS)
-                     + rng.choice(PREDICATES) + rng.choice(SEPARATORS) + obj + rng.choice(ENDINGS))
+            obj = piece(OBJECTS)
+        lines.append(rng.choice(["", "", " ", "\t"]) + piece(SUBJECTS) + piece(SEPARATORS) + piece(PREDICATES)
+                     + piece(SEPARATORS) + obj + piece(ENDINGS))
     return lines
 
 
@@ -339,7 +351,12 @@ def test_lexer_accepts_exactly_the_grammar(spark):
         if row["kind"] == "statement":
             assert row["property"] == expected["pid"], line
             assert row["object_item"] == (expected["oitem"] or None), line
-    assert 1000 < accepted < len(lines) - 1000  # both sides of the grammar were exercised
+            assert row["object_lang"] == (expected["lang"].lower() or None), line
+            assert row["object_datatype"] == (expected["dt"][1:-1] or None), line
+    kinds = Counter(row["kind"] for row in lexed)
+    # both sides of the grammar, and every kind of valid line, were exercised
+    assert 1000 < accepted < len(lines) - 1000
+    assert min(kinds[k] for k in ("statement", "term", "property_type", "skip")) > 10, kinds
 
 
 @pytest.mark.parametrize("with_lines", [True, False])
