@@ -410,7 +410,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     )
     table = read_property_table(spark, cfg.input.property_table) if cfg.input.property_table else None
 
-    terms.write.mode("overwrite").parquet(str(out / "terms"))
+    conform(terms, TERMS).write.mode("overwrite").parquet(str(out / "terms"))
     terms = spark.read.parquet(str(out / "terms"))
     props = resolve_properties(stmts, terms, declared, table, languages[0].lower())
     props.write.mode("overwrite").parquet(str(out / "_properties_resolved"))
