@@ -2,7 +2,7 @@
 
 Builds the input by repeating a real dump extract with renumbered item ids and
 writes it as bz2 in a temp dir. ``--template head`` (default) repeats the first
-10,000 lines of the 2018 truthy dump: the line mix of a whole dump, where 80% of
+10,000 lines of the 2018 truthy dump: the line mix of a whole dump, where 81% of
 the lines are terms in other languages and sitelink metadata that parsing counts
 and skips. ``--template sample`` repeats the English-only 500-item extract, where
 every line is a statement or an English term: the worst case for the staged write.

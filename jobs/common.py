@@ -23,7 +23,7 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
     virtual environment (and the pinned pyspark) as the driver. The project jar
     (``jobs.jvm``, the parse stage's lexer) is on the classpath; under
     ``spark-submit`` the JVM is already running, so the submit must pass it too
-    (``--jars``, as ``dags/spark_stage.py`` does).
+    (``--jars``, as ``dags/refactx_build.py`` does).
     """
     from pyspark.sql import SparkSession
 

@@ -39,24 +39,8 @@ log = logging.getLogger(__name__)
 
 MAX_REJECT_LINE = 10_000
 
-RDF_TYPE = "<http://www.w3.org/1999/02/22-rdf-syntax-ns#type>"
-TERM_PREDICATES = {
-    "<http://www.w3.org/2000/01/rdf-schema#label>": "label",
-    "<http://schema.org/description>": "description",
-    "<http://www.w3.org/2004/02/skos/core#altLabel>": "alias",
-}
-# both the current and the pre-2018 ontology namespace
-WIKIBASE_NS = ("<http://wikiba.se/ontology#", "<http://wikiba.se/ontology-beta#")
-PROPERTY_TYPE_IRIS = [ns + "propertyType>" for ns in WIKIBASE_NS]
-WIKIBASE_NAME = r"^<http://wikiba\.se/ontology(?:-beta)?#([A-Za-z]+)>$"
-
-XSD = "http://www.w3.org/2001/XMLSchema#"
-LITERAL_KINDS = {
-    XSD + "dateTime": ("time", "Time"),
-    XSD + "decimal": ("quantity", "Quantity"),
-    "http://www.opengis.net/ont/geosparql#wktLiteral": ("coordinate", "GlobeCoordinate"),
-    "http://www.w3.org/1998/Math/MathML": ("other", "Math"),
-}
+# The predicates, namespaces and datatype IRIs a line is classified by live in the
+# lexer (NTriplesLexer.java), the only code that reads them.
 
 # Wikidata JSON datatype names (property tables) -> RDF names (propertyType lines)
 JSON_DATATYPES = {
@@ -227,11 +211,11 @@ def write_staged(staged: DataFrame, path: str) -> dict[str, dict[str, int]]:
     of lines by kind and reason (``LINE_OUTCOMES``).
 
     Skipped lines are counted, not written: they are most of a real dump (terms in
-    other languages, sitelink metadata: 80% of the 2018 dump's head) and nothing
+    other languages, sitelink metadata: 81% of the 2018 dump's head) and nothing
     reads them again. The counts are observed during the write itself, not by
-    another pass over the lines; as sums, which Spark evaluates in the generated
-    code (``count``/``count_if`` made the lex a quarter slower). One flat dataset:
-    partitioning it by kind would sort every task's rows first."""
+    another pass over the lines, as sums of one condition each (the same counts
+    as ``count_if`` cost twice as much in ``bench/bench_parse.py``). One flat
+    dataset: partitioning it by kind would sort every task's rows first."""
     kind, reason = F.col("kind"), F.col("reason")
     metrics = []
     for i, (k, r) in enumerate(LINE_OUTCOMES):
