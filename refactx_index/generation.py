@@ -1,45 +1,38 @@
-"""Constrained generation for transformers: after the trigger, only stored facts.
+"""Constrained generation for transformers: a thin adapter over :mod:`refactx_index.matcher`.
 
-:class:`RefactxLogitsProcessor` is a ``transformers`` logits processor. The state of
-a row is a pure function of that row's token ids, so batches, beam search (beams
-are reordered freely between steps) and sampling need no patching and no global
-state; states are cached per processor, keyed by the row's ids.
+:class:`RefactxLogitsProcessor` is a ``transformers`` logits processor. The rules (the
+prompt is context; a row enters a fact at a trigger it writes, or at a trigger that
+ends the prompt; facts net of those already generated) are the matcher's; this module
+only finds where the prompt ends, keeps each row's state from one step to the next,
+and masks the scores.
 
-The rules, exactly:
-
-* **Trigger.** A row enters a fact when its ids end with one of the trigger
-  sequences (``trigger`` tokenized alone and after a space, or ``trigger_ids``),
-  whether the trigger was generated or ends the prompt. Triggers are looked for
-  only outside a fact.
-* **Inside a fact** the allowed tokens are the children of the fact's prefix in
-  the tree, *net of the facts already completed in the same row*: a child whose
-  facts have all been generated is removed, and a prefix that is itself an already
-  generated fact cannot end there again.
-* **End or continue.** Where the prefix is a fact (net ``ends``), the fact may end:
-  the constraint is released for that step, so every token is allowed. A tree child
-  continues the fact; any other token completes it (recorded as generated) and is
-  free text, which may start a new trigger.
-* **Dead end.** If no continuation is left (every fact under the prefix was already
-  generated, or the prompt wrote a fact the tree does not hold), the row is forced
-  to end: only ``eos_token_id`` is allowed and a warning is logged. The constraint is
-  never released in the middle of a fact: a row at a dead end stays there (forced
-  EOS) until a new trigger, so a prompt should write only stored facts after a
-  trigger.
-* **Cost.** Only constrained rows are touched: their scores are set to ``-inf``
-  except on the allowed tokens, in place: one gather and one indexed assignment over
-  all rows, and one ``fill_`` per constrained row (no Python loop over the vocabulary).
+* **Where the prompt ends.** ``generate`` first calls the processor with the prompt
+  alone (left-padded: every row's prompt ends at the same column), then with one more
+  token per row per step. A call that does not continue the previous one (one column
+  more, every row's ids minus the last equal to a row of the previous call) starts a
+  new generation: its width is the prompt length. So one processor may serve several
+  ``generate`` calls in turn; :meth:`RefactxLogitsProcessor.reset` forces a new start.
+* **State per row** is a function of the row's ids: the previous step's states are
+  kept by the bytes of their ids, so beam search may reorder, copy or drop rows freely.
+* **One round trip per step**: all rows advance in one ``FactMatcher.step_batch``.
+* **Masks** are written in place on constrained rows only. On CPU the scores are
+  written through a numpy view (gather the allowed scores, ``fill(-inf)``, scatter them
+  back) on the calling thread: a ``torch`` fill of a row wider than 32,768 columns goes
+  through the intra-op thread pool, which costs milliseconds on a busy machine
+  (``bench/bench_masks.py``). Other devices use the same three steps in torch.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+import time
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from .index import TreeIndex
+from .matcher import DEAD, FACT, FREE, FactMatcher, RowState
 from .vocab import CONTEXT
 
 if TYPE_CHECKING:
@@ -52,46 +45,35 @@ except ImportError:  # pragma: no cover - depends on the install
 
 log = logging.getLogger(__name__)
 
-FREE, FACT, DEAD = 0, 1, 2
-_MODE_NAMES = {FREE: "free", FACT: "fact", DEAD: "dead"}
+__all__ = ["DEAD", "FACT", "FREE", "RefactxLogitsProcessor", "RowState", "trigger_variants"]
 
 
-class FactState:
-    """Where a row stands: free text, inside a fact, or at a dead end.
+def trigger_variants(tokenizer: object, trigger: str) -> list[list[int]]:
+    """The ids a model may write for ``trigger``: alone, after a space, after a newline.
 
-    ``prefix`` is the current fact's tokens so far; ``done`` the facts completed in
-    the row; ``allowed``/``ends`` the net continuations of ``prefix`` (fact mode).
+    The newline variant is read as a continuation (the ids of ``"\\n" + trigger`` after
+    those of ``"\\n"``): SentencePiece vocabularies write ``Fact`` without the word-start
+    mark there, which neither of the other two encodings gives.
     """
+    from .memory import encode_texts
 
-    __slots__ = ("mode", "prefix", "done", "allowed", "ends")
-
-    def __init__(self, mode: int, prefix: tuple[int, ...], done: frozenset,
-                 allowed: np.ndarray | None = None, ends: bool = False) -> None:
-        self.mode = mode
-        self.prefix = prefix
-        self.done = done
-        self.allowed = allowed
-        self.ends = ends
-
-    @property
-    def constrained(self) -> bool:
-        """Whether this step's tokens are restricted (a fact that may not end here, or a dead end)."""
-        return self.mode == DEAD or (self.mode == FACT and not self.ends)
-
-    def __repr__(self) -> str:
-        return (f"FactState({_MODE_NAMES[self.mode]}, prefix={self.prefix}, done={len(self.done)}, "
-                f"allowed={0 if self.allowed is None else self.allowed.size}, ends={self.ends})")
-
-
-_START = FactState(FREE, (), frozenset())
+    alone, spaced, newline, nl = encode_texts(tokenizer, [trigger, " " + trigger, "\n" + trigger, "\n"])
+    variants = [alone, spaced]
+    if newline[: len(nl)] == nl and len(newline) > len(nl):
+        variants.append(newline[len(nl):])
+    return variants
 
 
 class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
-    """Restrict generation after the trigger to facts of ``index`` (see the module doc).
+    """Restrict generation after the trigger to facts of ``index`` (see the module docs).
 
     ``tokenizer`` (a ``tokenizers.Tokenizer`` or a transformers tokenizer) is used only
-    to tokenize the trigger; pass ``trigger_ids`` instead to skip it.
-    ``eos_token_id`` is what a dead end is forced to.
+    to tokenize the trigger; pass ``trigger_ids`` instead to skip it. ``eos_token_id``
+    is what a dead end is forced to. ``prompt_length`` fixes where the prompt ends for
+    the next generation instead of taking the first call's width.
+
+    ``steps``, ``constrained_steps`` and ``seconds`` count this processor's calls, the
+    rows it masked and its own time (for benchmarks).
     """
 
     supports_continuous_batching = False
@@ -104,139 +86,120 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
         eos_token_id: int | Sequence[int],
         trigger: str = CONTEXT,
         trigger_ids: Sequence[Sequence[int]] | None = None,
-        max_states: int = 4096,
+        prompt_length: int | None = None,
     ) -> None:
         self.index = index
         eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-        if not eos:
-            raise ValueError("eos_token_id is required: a dead end is forced to end the sequence")
-        self._eos = np.asarray(sorted(set(int(e) for e in eos)), dtype=np.int64)
-        self._eos_set = frozenset(self._eos.tolist())
         if trigger_ids is None:
             if tokenizer is None:
                 raise ValueError("give a tokenizer (to tokenize the trigger) or trigger_ids")
-            from .memory import encode_texts
-
-            trigger_ids = encode_texts(tokenizer, [trigger, " " + trigger])
-        self._triggers = sorted({tuple(int(t) for t in ids) for ids in trigger_ids if len(ids)},
-                                key=len)
-        if not self._triggers:
-            raise ValueError("the trigger tokenizes to nothing")
-        self._states: OrderedDict[bytes, FactState] = OrderedDict()
-        self._max_states = max_states
+            trigger_ids = trigger_variants(tokenizer, trigger)
+        self.matcher = FactMatcher(index, trigger_ids, eos)
+        self._next_prompt_length = prompt_length
+        self._prompt_length: int | None = None
+        self._states: dict[bytes, RowState] = {}
+        self._width = -1
         self._lock = threading.Lock()
+        self.steps = 0
+        self.constrained_steps = 0
+        self.seconds = 0.0
 
     # ------------------------------------------------------------------ states
     @property
     def trigger_ids(self) -> list[tuple[int, ...]]:
-        return list(self._triggers)
+        return list(self.matcher.triggers)
 
-    def state(self, ids: Sequence[int] | np.ndarray) -> FactState:
-        """The state of a row whose token ids are ``ids`` (cached)."""
+    @property
+    def prompt_length(self) -> int | None:
+        """Where the prompt of the current generation ends (``None`` before the first call)."""
+        return self._prompt_length
+
+    def reset(self, prompt_length: int | None = None) -> None:
+        """Start a new generation at the next call (its prompt ends at ``prompt_length``,
+        or at that call's width)."""
+        with self._lock:
+            self._states = {}
+            self._width = -1
+            self._prompt_length = None
+            self._next_prompt_length = prompt_length
+
+    def state(self, ids: Sequence[int] | np.ndarray, prompt_length: int | None = None) -> RowState:
+        """The state of a row whose token ids are ``ids``, the prompt being the first
+        ``prompt_length`` of them (default: the current generation's prompt length).
+        A row of the last step is answered from memory, any other is scanned."""
         row = np.ascontiguousarray(np.asarray(ids, dtype=np.int64))
-        return self._state_of(row)
+        if prompt_length is None:
+            prompt_length = self._prompt_length
+            if prompt_length is None:
+                raise ValueError("no generation has started: give prompt_length")
+            with self._lock:
+                known = self._states.get(row.tobytes())
+            if known is not None:
+                return known
+        return self.matcher.scan(row.tolist(), prompt_length)
 
-    def _state_of(self, row: np.ndarray) -> FactState:
-        key = row.tobytes()
-        with self._lock:
-            st = self._states.get(key)
-            if st is not None:
-                self._states.move_to_end(key)
-                return st
-            parent = self._states.get(key[:-8]) if row.size else None
-        if parent is not None:
-            tail_len = min(row.size, len(self._triggers[-1]))
-            st = self._advance(parent, row[-tail_len:].tolist())
-        else:
-            st = self._scan(row.tolist())
-        with self._lock:
-            self._states[key] = st
-            while len(self._states) > self._max_states:
-                self._states.popitem(last=False)
-        return st
-
-    def _scan(self, seq: list[int]) -> FactState:
-        st = _START
-        for i in range(len(seq)):
-            st = self._advance(st, seq[max(0, i + 1 - len(self._triggers[-1])): i + 1])
-        return st
-
-    def _advance(self, st: FactState, tail: list[int]) -> FactState:
-        """The state after appending ``tail[-1]`` (``tail``: the last ids, for the trigger)."""
-        tok = tail[-1]
-        done = st.done
-        if st.mode == FACT:
-            allowed = st.allowed
-            i = int(np.searchsorted(allowed, tok))
-            if i < allowed.size and allowed[i] == tok:
-                return self._enter(st.prefix + (tok,), done)
-            if not st.ends:  # a forced EOS, or a prompt that writes a fact the tree lacks
-                if tok not in self._eos_set:
-                    log.warning("token %d leaves the tree after %d fact tokens: the row is at a "
-                                "dead end (end of sequence forced until the next trigger)",
-                                tok, len(st.prefix))
-                return FactState(DEAD, st.prefix, done)
-            done = done | {st.prefix}  # the fact ended; ``tok`` is free text
-        for trig in self._triggers:
-            if len(tail) >= len(trig) and tuple(tail[-len(trig):]) == trig:
-                return self._enter((), done)
-        if st.mode == DEAD or (st.mode == FREE and done is st.done):
-            return st
-        return FactState(FREE, (), done)
-
-    def _enter(self, prefix: tuple[int, ...], done: frozenset) -> FactState:
-        """A fact-mode state with its net continuations computed."""
-        answer = self.index.next_tokens(prefix)
-        tokens, ends = answer.tokens, answer.ends
-        if done:
-            n = len(prefix)
-            if prefix in done:
-                ends = False
-            below = [f[n] for f in done if len(f) > n and f[:n] == prefix]
-            if below:
-                used_tok, used = np.unique(np.asarray(below, dtype=np.int64), return_counts=True)
-                pos = np.searchsorted(tokens, used_tok)
-                net = answer.leaves.copy()
-                net[pos] -= used
-                tokens = tokens[net > 0]
-        st = FactState(FACT, prefix, done, tokens, bool(ends))
-        if tokens.size == 0 and not ends:
-            log.warning("constrained generation reached a dead end after %d fact tokens "
-                        "(%d facts already generated): forcing end of sequence",
-                        len(prefix), len(done))
-        return st
+    def _advance(self, ids: np.ndarray) -> list[RowState]:
+        """Every row's state after this call's last column (the prompt's end on a new start)."""
+        width = ids.shape[1]
+        keys = [ids[r].tobytes() for r in range(ids.shape[0])]
+        parents = [self._states.get(k[:-8]) for k in keys] if width == self._width + 1 else []
+        if parents and all(p is not None for p in parents):
+            tails = ids[:, max(0, width - self.matcher.tail_length):].tolist()
+            states = self.matcher.step_batch(parents, ids[:, -1].tolist(), tails)  # type: ignore[arg-type]
+        else:  # a new generation: the prompt ends here (or where the caller said)
+            prompt_length = self._next_prompt_length
+            self._next_prompt_length = None
+            if prompt_length is None or prompt_length >= width:
+                self._prompt_length = width
+                states = self.matcher.start_batch(ids.tolist())
+            else:
+                self._prompt_length = prompt_length
+                states = [self.matcher.scan(row, prompt_length) for row in ids.tolist()]
+        self._states = dict(zip(keys, states))
+        self._width = width
+        return states
 
     # ------------------------------------------------------------------ masking
     def __call__(self, input_ids: "torch.LongTensor", scores: "torch.Tensor") -> "torch.Tensor":
-        import torch
-
-        ids = input_ids.detach().cpu().numpy()
+        started = time.perf_counter()
+        ids = input_ids.detach().cpu().numpy().astype(np.int64, copy=False)
+        with self._lock:
+            states = self._advance(ids)
         vocab = scores.shape[-1]
         rows: list[int] = []
         cols: list[np.ndarray] = []
-        for r in range(ids.shape[0]):
-            st = self._state_of(ids[r])
-            if not st.constrained:
+        for r, st in enumerate(states):
+            allowed = self.matcher.allowed(st)
+            if allowed is None:
                 continue
-            allowed = st.allowed if st.mode == FACT else self._eos
-            if allowed.size and allowed[-1] >= vocab:
+            if allowed.size and allowed[-1] >= vocab:  # tree ids beyond the model's scores
                 allowed = allowed[allowed < vocab]
-            if allowed.size == 0:  # dead end, or tree tokens beyond the model's vocabulary
-                allowed = self._eos
+            if allowed.size == 0:
+                allowed = self.matcher.eos
             rows.append(r)
             cols.append(allowed)
-        if not rows:
-            return scores
-        device = scores.device
-        col_t = torch.from_numpy(np.concatenate(cols)).to(device)
-        row_t = torch.from_numpy(
-            np.repeat(np.asarray(rows, dtype=np.int64), [c.size for c in cols])
-        ).to(device)
-        kept = scores[row_t, col_t]
-        # one fill per constrained row (a loop over rows, not the vocabulary): a row
-        # view's fill_ stays on the calling thread, where index_fill_ over rows goes
-        # through the intra-op pool and costs milliseconds on a busy CPU
-        for r in rows:
-            scores[r].fill_(float("-inf"))
-        scores[row_t, col_t] = kept
+        if rows:
+            _mask_rows(scores, rows, cols)
+        self.steps += 1
+        self.constrained_steps += len(rows)
+        self.seconds += time.perf_counter() - started
         return scores
+
+
+def _mask_rows(scores: "torch.Tensor", rows: list[int], cols: list[np.ndarray]) -> None:
+    """Set ``scores[r]`` to ``-inf`` except at ``cols[i]`` for each ``rows[i]``, in place."""
+    import torch
+
+    if scores.device.type == "cpu" and scores.dtype in (torch.float32, torch.float64, torch.float16):
+        view = scores.detach().numpy()  # shares the tensor's memory
+        for r, allowed in zip(rows, cols):
+            row = view[r]
+            kept = row[allowed]
+            row.fill(-np.inf)
+            row[allowed] = kept
+        return
+    for r, allowed in zip(rows, cols):
+        index = torch.from_numpy(allowed).to(scores.device)
+        kept = scores[r, index]
+        scores[r].fill_(float("-inf"))
+        scores[r, index] = kept

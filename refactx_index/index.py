@@ -80,6 +80,10 @@ class TreeIndex(Protocol):
 
     def next_tokens_batch(self, prefixes: Sequence[Sequence[int]]) -> list[NextTokens]: ...
 
+    def root(self) -> "Cursor": ...
+
+    def advance_batch(self, moves: Sequence[tuple["Cursor | None", int]]) -> list["Cursor | None"]: ...
+
     def close(self) -> None: ...
 
 
@@ -116,6 +120,45 @@ def fragment_nbytes(frag: "Fragment") -> int:
     return frag.nbytes
 
 
+_TOKEN = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """A node of the tree, reached by a prefix: the decoded row holding it and the node.
+
+    Generation keeps one cursor per row and advances it by one token per step
+    (:meth:`RowTreeIndex.advance_batch`), so a step costs one child search, not a
+    walk from the root. A cursor never rests on an external node: reaching one moves
+    it to node 0 of the row keyed by that node's prefix. ``key`` is the prefix's row
+    key (``prefix_key``); ``depth`` its length in tokens.
+    """
+
+    frag: "Fragment"
+    node: int
+    key: bytes
+
+    @property
+    def depth(self) -> int:
+        return len(self.key) // 4
+
+    def next_tokens(self) -> NextTokens:
+        """The children of this node with their leaf counts, and whether a fact ends here."""
+        toks, leaves = self.frag.children(self.node)
+        return NextTokens(toks, leaves, bool(self.frag.ends[self.node]))
+
+
+@dataclass
+class LookupStats:
+    """Counters of one index: answers given, round trips to the row store, rows fetched
+    and decoded. Benchmarks read them; they are plain integers, not synchronised."""
+
+    lookups: int = 0
+    round_trips: int = 0
+    rows_fetched: int = 0
+    rows_decoded: int = 0
+
+
 class _Need:
     """A walk stopped because the row keyed by ``prefix[:length]`` is not at hand."""
 
@@ -125,20 +168,23 @@ class _Need:
         self.length = length
 
 
-
-
 class RowTreeIndex:
     """Walks stored rows; subclasses provide :meth:`_fetch_rows`.
 
-    Rows are decoded once and kept in a byte-bounded LRU cache. A lookup that
-    misses a row fetches, in one call, every row its prefix may still need
-    (the keys ``prefix[:i]`` for ``i`` from the missing one up to the depth ``D``);
-    keys with no row simply do not come back.
+    Rows are decoded once and kept in a byte-bounded LRU cache. Two ways in:
+
+    * :meth:`next_tokens_batch` walks each prefix from the root. A lookup that misses
+      a row fetches, in one call, every row its prefix may still need (the keys
+      ``prefix[:i]`` from the missing one up to the depth ``D``); keys with no row do
+      not come back, and only the rows the walk reaches are decoded.
+    * :meth:`advance_batch` moves cursors by one token each: only the rows of the
+      external nodes just reached are needed, all fetched in one call.
     """
 
     def __init__(self, info: IndexInfo, cache: "ByteLRUCache[bytes, Fragment]") -> None:
         self._info = info
         self._cache = cache
+        self.stats = LookupStats()
 
     # ------------------------------------------------------------------ interface
     @property
@@ -152,6 +198,18 @@ class RowTreeIndex:
     def _fetch_rows(self, keys: list[bytes]) -> Mapping[bytes, bytes]:
         """Stored ``node`` bytes of those ``keys`` that have a row (one round trip)."""
         raise NotImplementedError
+
+    def _fetch(self, keys: list[bytes]) -> Mapping[bytes, bytes]:
+        self.stats.round_trips += 1
+        found = self._fetch_rows(keys)
+        self.stats.rows_fetched += len(found)
+        return found
+
+    def _decode(self, key: bytes, node: bytes) -> "Fragment":
+        frag = decode_row(node)
+        self.stats.rows_decoded += 1
+        self._cache.put(key, frag)
+        return frag
 
     def close(self) -> None:
         """Release resources (the in-memory index has none)."""
@@ -169,7 +227,9 @@ class RowTreeIndex:
     def next_tokens_batch(self, prefixes: Sequence[Sequence[int]]) -> list[NextTokens]:
         """:meth:`next_tokens` for many prefixes, fetching missing rows in one round trip."""
         prefs = [_as_tuple(p) for p in prefixes]
-        fetched: dict[bytes, Fragment] = {}  # rows of this call, even if the cache drops them
+        self.stats.lookups += len(prefs)
+        # rows of this call, even if the cache drops them; raw bytes until a walk needs one
+        fetched: dict[bytes, "Fragment | bytes"] = {}
         results: list[NextTokens | None] = [None] * len(prefs)
         pending = list(range(len(prefs)))
         requested: set[bytes] = set()  # keys asked for in earlier rounds
@@ -191,25 +251,73 @@ class RowTreeIndex:
                     results[i] = located
             if still:
                 requested |= wanted
-                for key, node in self._fetch_rows(sorted(wanted)).items():
-                    frag = decode_row(node)
-                    fetched[key] = frag
-                    self._cache.put(key, frag)
+                fetched.update(self._fetch(sorted(wanted)))
             pending = still
         return results  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ cursors
+    def root(self) -> Cursor:
+        """A cursor at the root (the empty prefix)."""
+        return self.advance_batch([(None, 0)])[0]  # type: ignore[return-value]
+
+    def advance(self, cursor: Cursor, token: int) -> Cursor | None:
+        """The cursor one ``token`` further, or ``None`` when ``token`` is not a child."""
+        return self.advance_batch([(cursor, token)])[0]
+
+    def advance_batch(self, moves: Sequence[tuple[Cursor | None, int]]) -> list[Cursor | None]:
+        """Advance each ``(cursor, token)``; ``(None, _)`` asks for the root.
+
+        Rows not in the cache (the external nodes just reached) are fetched in one
+        round trip for the whole batch; a cursor that stays inside its row costs one
+        child search and no fetch.
+        """
+        out: list[Cursor | None] = [None] * len(moves)
+        need: dict[bytes, list[int]] = {}
+        self.stats.lookups += len(moves)
+        for i, (cur, tok) in enumerate(moves):
+            if cur is None:
+                key = b""
+            else:
+                child = cur.frag.child(cur.node, tok)
+                if child < 0:
+                    continue
+                key = cur.key + _TOKEN.pack(tok)
+                if not cur.frag.external[child]:
+                    out[i] = Cursor(cur.frag, child, key)
+                    continue
+            frag = self._cache.get(key)
+            if frag is not None:
+                out[i] = Cursor(frag, 0, key)
+            else:
+                need.setdefault(key, []).append(i)
+        if need:
+            found = self._fetch(sorted(need))
+            for key, slots in need.items():
+                node = found.get(key)
+                if node is None:
+                    raise FormatError(
+                        f"index {self._info.name!r}: no row for prefix key {key.hex() or '(root)'}"
+                        + (" although its parent marks it external" if key else "")
+                    )
+                frag = self._decode(key, node)
+                for i in slots:
+                    out[i] = Cursor(frag, 0, key)
+        return out
 
     # ------------------------------------------------------------------ walking
     def _speculative_keys(self, prefix: tuple[int, ...], start: int) -> list[bytes]:
         stop = min(len(prefix), max(self._info.depth, start))
         return [prefix_key(prefix[:j]) for j in range(start, stop + 1)]
 
-    def _row(self, key: bytes, fetched: dict[bytes, "Fragment"]) -> "Fragment | None":
+    def _row(self, key: bytes, fetched: dict[bytes, "Fragment | bytes"]) -> "Fragment | None":
         frag = fetched.get(key)
         if frag is None:
-            frag = self._cache.get(key)
+            return self._cache.get(key)
+        if isinstance(frag, bytes):  # fetched by this call, decoded when first reached
+            frag = fetched[key] = self._decode(key, frag)
         return frag
 
-    def _locate(self, prefix: tuple[int, ...], fetched: dict[bytes, "Fragment"]):
+    def _locate(self, prefix: tuple[int, ...], fetched: dict[bytes, "Fragment | bytes"]):
         frag = self._row(b"", fetched)
         if frag is None:
             return _Need(0)

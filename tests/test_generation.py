@@ -110,34 +110,38 @@ def test_trigger_tokens_and_states_follow_the_ids(index, tokenizer, stored):
     proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
     assert (29054, 25) in proc.trigger_ids and (19020, 25) in proc.trigger_ids
     prompt = tokenizer.encode("Known facts. Fact:", add_special_tokens=False).ids
-    st = proc.state(prompt)
+    p = len(prompt)
+    st = proc.state(prompt, prompt_length=p)  # a prompt that ends with the trigger constrains
     assert st.mode == FACT and st.prefix == () and st.constrained
-    assert proc.state(prompt[:-1]).mode == FREE
+    assert proc.state(prompt[:-1], prompt_length=p - 1).mode == FREE
     fact = sorted(stored)[0]
-    st = proc.state(prompt + list(fact))
+    st = proc.state(prompt + list(fact), prompt_length=p)
     assert st.mode == FACT and st.ends and not st.constrained  # may end: released
-    after = proc.state(prompt + list(fact) + [198])
-    assert after.mode == FREE and fact in after.done
+    after = proc.state(prompt + list(fact) + [198], prompt_length=p)
+    assert after.mode == FREE and after.done == (fact,)
     # the same fact cannot end again in the same row
     head = prompt + list(fact) + [198] + prompt[-2:]
     for j in range(len(fact)):  # somewhere along the path the repeat is cut off
-        st = proc.state(head + list(fact[:j]))
+        st = proc.state(head + list(fact[:j]), prompt_length=p)
         assert st.mode == FACT and st.constrained
         if fact[j] not in st.allowed.tolist():
             break
     else:
         raise AssertionError("the fact could be written twice")
-    # only a prompt can write the blocked token (generation is masked): a dead end
-    assert proc.state(head + list(fact[: j + 1])).mode == DEAD
+    # only an engine ignoring the mask can write the blocked token: a dead end
+    assert proc.state(head + list(fact[: j + 1]), prompt_length=p).mode == DEAD
+
+
+def _left_padded(rows: list[list[int]]) -> "torch.Tensor":
+    width = max(map(len, rows))
+    return torch.tensor([[EOS] * (width - len(r)) + r for r in rows])
 
 
 def test_mask_is_applied_in_place_to_constrained_rows_only(index, tokenizer, stored):
     proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
     fact_row = tokenizer.encode("x Fact:", add_special_tokens=False).ids
     free_row = tokenizer.encode("x Fac t", add_special_tokens=False).ids
-    width = max(len(fact_row), len(free_row))
-    ids = torch.tensor([[EOS] * (width - len(fact_row)) + fact_row,
-                        [EOS] * (width - len(free_row)) + free_row])
+    ids = _left_padded([fact_row, free_row])
     scores = torch.randn(2, 50257)
     before = scores.clone()
     out = proc(ids, scores)
@@ -148,13 +152,108 @@ def test_mask_is_applied_in_place_to_constrained_rows_only(index, tokenizer, sto
     assert torch.equal(out[0, allowed], before[0, allowed])
 
 
-def test_dead_end_forces_eos_and_warns(index, tokenizer, caplog):
+def test_triggers_facts_and_dead_ends_inside_the_prompt_never_constrain(index, tokenizer, stored, caplog):
+    """The reported case: a system prompt that explains "Fact:" and examples whose Fact:
+    lines are not in the tree; the row starts free, and no warning is logged."""
     proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
-    foreign = tokenizer.encode("Fact: <Nobody> <knows>", add_special_tokens=False).ids
+    prompt = tokenizer.encode(
+        'Write "Fact:". to fetch a fact.\nQ: Who founded Nobody Inc?\nFact: <Nobody Inc> <founder> '
+        '<Jane> .\nFact: <Nobody', add_special_tokens=False).ids
     scores = torch.zeros(1, 50257)
-    with caplog.at_level(logging.WARNING, logger="refactx_index.generation"):
-        proc(torch.tensor([foreign]), scores)
-    assert proc.state(foreign).mode == DEAD and "dead end" in caplog.text
+    with caplog.at_level(logging.INFO, logger="refactx_index"):
+        proc(torch.tensor([prompt]), scores)
+    assert proc.state(prompt).mode == FREE
+    assert torch.isfinite(scores).all()  # nothing masked
+    assert caplog.text == ""
+
+
+def test_facts_written_by_the_prompt_do_not_count_as_generated(index, tokenizer, stored):
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    fact = sorted(stored)[0]
+    trigger = tokenizer.encode(" Fact:", add_special_tokens=False).ids
+    prompt = tokenizer.encode("Example:", add_special_tokens=False).ids + trigger + list(fact) + [198]
+    st = proc.state(prompt + trigger + list(fact), prompt_length=len(prompt))
+    assert st.mode == FACT and st.ends and st.done == ()  # the example fact may be written again
+
+
+def test_padded_batch_and_reordered_beams_follow_each_rows_ids(index, tokenizer, stored):
+    """Rows of different prompt lengths, left padded; between steps the rows are permuted
+    and one is duplicated (as beam search does): each row's mask follows its own ids."""
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    fact = sorted(stored, key=len)[-1]
+    prompts = [tokenizer.encode("A longer prompt that ends in a Fact:", add_special_tokens=False).ids,
+               tokenizer.encode("Free text", add_special_tokens=False).ids,
+               tokenizer.encode("Fact:", add_special_tokens=False).ids]
+    ids = _left_padded(prompts)
+    width = ids.shape[1]
+    proc(ids, torch.zeros(3, 50257))
+    assert proc.prompt_length == width
+    for step, tok in enumerate(fact[:4]):
+        order = [2, 0, 0, 1] if step % 2 == 0 else [1, 2, 3, 0]  # reorder, duplicate, drop
+        ids = torch.cat([ids[order], torch.tensor([[tok], [tok], [tok], [198]])], dim=1)
+        scores = torch.zeros(4, 50257)
+        proc(ids, scores)
+        for r in range(4):
+            expected = proc.matcher.scan(ids[r].tolist(), width)
+            st = proc.state(ids[r])
+            assert (st.mode, st.prefix, st.done) == (expected.mode, expected.prefix, expected.done)
+            allowed = torch.isfinite(scores[r]).nonzero().flatten()
+            if st.constrained:
+                assert allowed.tolist() == proc.matcher.allowed(st).tolist()
+            else:
+                assert allowed.numel() == 50257
+        # the prompt-length boundary holds: the free-text prompt row never entered a fact
+    assert proc.prompt_length == width
+
+
+def test_one_index_round_trip_per_step_for_the_whole_batch(index, tokenizer, stored):
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    prompts = [tokenizer.encode(p, add_special_tokens=False).ids
+               for p in ("One. Fact:", "Two, Fact:", "Three and Fact:", "Fact:")]
+    ids = _left_padded(prompts)
+    index.cache.clear()
+    before = index.stats.round_trips
+    proc(ids, torch.zeros(4, 50257))
+    assert index.stats.round_trips - before == 1  # the root, once for four rows
+    walks = sorted(stored)[:4]
+    for step in range(4):
+        ids = torch.cat([ids, torch.tensor([[w[step]] for w in walks])], dim=1)
+        before = index.stats.round_trips
+        proc(ids, torch.zeros(4, 50257))
+        assert index.stats.round_trips - before <= 1
+
+
+def test_a_processor_serves_successive_generations(index, tokenizer, stored):
+    proc = RefactxLogitsProcessor(index, tokenizer, eos_token_id=EOS)
+    first = torch.tensor([tokenizer.encode("Fact:", add_special_tokens=False).ids])
+    proc(first, torch.zeros(1, 50257))
+    assert proc.state(first[0]).mode == FACT
+    second = torch.tensor([tokenizer.encode("No trigger here, Fact: <Acme", add_special_tokens=False).ids])
+    scores = torch.zeros(1, 50257)
+    proc(second, scores)  # not a continuation of the first: a new prompt
+    assert proc.prompt_length == second.shape[1]
+    assert proc.state(second[0]).mode == FREE and torch.isfinite(scores).all()
+
+
+def test_all_facts_generated_goes_on_as_free_text(tokenizer, caplog):
+    facts = ["<Acme Corp> <founded in> <1990>"]
+    small = MemoryTreeIndex.from_facts(facts, tokenizer)
+    proc = RefactxLogitsProcessor(small, tokenizer, eos_token_id=EOS)
+    fact = encode_texts(tokenizer, [" " + facts[0]])[0]
+    prompt = tokenizer.encode("Q", add_special_tokens=False).ids
+    trigger = tokenizer.encode(" Fact:", add_special_tokens=False).ids
+    with caplog.at_level(logging.INFO, logger="refactx_index.matcher"):
+        st = proc.state(prompt + trigger + fact + [198] + trigger, prompt_length=len(prompt))
+    assert st.mode == FREE and not st.constrained and st.done == (tuple(fact),)
+    assert "already generated" in caplog.text
+
+
+def test_tree_ids_beyond_the_model_vocabulary_force_eos(tokenizer):
+    small = MemoryTreeIndex.from_sequences([(60000, 1), (60001, 2)])
+    proc = RefactxLogitsProcessor(small, tokenizer, eos_token_id=EOS)
+    prompt = tokenizer.encode("Fact:", add_special_tokens=False).ids
+    scores = torch.zeros(1, 50257)
+    proc(torch.tensor([prompt]), scores)
     assert torch.isfinite(scores[0]).nonzero().flatten().tolist() == [EOS]
 
 
@@ -174,8 +273,8 @@ def test_every_fact_is_stored_and_thirty_in_a_row_never_repeat(model, index, tok
     acme = tokenizer.encode(" <Acme Corp> <slogan> <We make things>", add_special_tokens=False).ids
     assert tuple(acme) in facts  # a fact that is a prefix of another was produced ...
     assert any(len(f) > len(acme) and f[:len(acme)] == tuple(acme) for f in facts)  # ... and the longer one
-    # the 31st trigger is a dead end: the row is forced to end there
-    assert row[-1] == EOS and runs[-1][0] == ()
+    # every later trigger finds nothing left: the row goes on as free text
+    assert runs[-1][0] == () and proc.state(row).mode == FREE
 
 
 def test_batch_of_two_prompts_with_three_beams_stays_in_the_tree(model, index, tokenizer, stored):
@@ -226,7 +325,7 @@ def test_prefix_fact_is_produced_when_the_model_ends_there(model, tokenizer):
                    do_sample=False, max_new_tokens=40)
     generated = tuple(out[0, prompt.shape[1]:].tolist())
     assert generated == short_ids + (EOS,)
-    assert proc.state(out[0].tolist()).done == frozenset({short_ids})
+    assert proc.state(out[0].tolist()).done == (short_ids,)
 
 
 def test_generation_against_postgres_index(pg_dsn, model, tokenizer, stored):
@@ -242,6 +341,6 @@ def test_generation_against_postgres_index(pg_dsn, model, tokenizer, stored):
                        top_k=0, max_new_tokens=20)
         generated = out[0, prompt.shape[1]:].tolist()
         st = proc.state(out[0].tolist())
-        fact = st.prefix if st.mode == FACT else next(iter(st.done))
+        fact = st.prefix if st.mode == FACT else st.done[0]
         assert fact in stored or any(s[:len(fact)] == fact for s in stored)
         assert generated[: len(fact)] == list(fact)

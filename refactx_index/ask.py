@@ -1,0 +1,198 @@
+"""Answer questions with constrained generation: the model fetches facts, then answers.
+
+``ask(questions, index, loaded)`` builds the chat prompt (``refactx_index.prompt``),
+generates with :class:`~refactx_index.generation.RefactxLogitsProcessor` (beam search
+or greedy; a batch of questions is left-padded into one ``generate`` call), and reads
+each reply back: the facts it wrote (each checked against the index), the final answer,
+token counts and timings. :func:`check_model_vocabulary` makes sure, before any
+generation, that the model's tokenizer is the index's vocabulary.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from .errors import VocabularyMismatch
+from .index import TreeIndex
+from .matcher import FACT
+from .models import LoadedModel
+from .prompt import Prompt, final_answer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GeneratedFact:
+    """A fact the model wrote after the trigger: its text, its ids, and whether the index
+    holds exactly that sequence (``complete`` is false when generation stopped inside it)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    stored: bool
+    complete: bool = True
+
+
+@dataclass
+class Answer:
+    """One question's reply, read back."""
+
+    question: str
+    reply: str  # the generated text (special tokens removed)
+    facts: list[GeneratedFact]
+    answer: str  # after the last "Answer:" line; "" when the reply has none
+    prompt_tokens: int
+    generated_tokens: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["facts"] = [{**asdict(f), "token_ids": list(f.token_ids)} for f in self.facts]
+        return data
+
+
+def _fact_tokenizer(tokenizer: Any):
+    """A copy of a transformers tokenizer's backend set up like the pipeline's (the model's
+    own tokenizer object is not modified)."""
+    from tokenizers import Tokenizer
+
+    from .vocab import _for_facts
+
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    return _for_facts(Tokenizer.from_str(backend.to_str()))
+
+
+def sample_facts(index: TreeIndex, count: int = 4) -> list[tuple[int, ...]]:
+    """Up to ``count`` stored facts: from the root's most populous children, each followed
+    down its most populous branch to the first fact end."""
+    root = index.root()
+    start = root.next_tokens()
+    order = start.leaves.argsort()[::-1][:count]
+    facts = []
+    for tok in start.tokens[order].tolist():
+        cursor, path = index.advance(root, tok), [tok]
+        while cursor is not None:
+            step = cursor.next_tokens()
+            if step.ends or step.tokens.size == 0:
+                facts.append(tuple(path))
+                break
+            nxt = int(step.tokens[int(step.leaves.argmax())])
+            cursor, path = index.advance(cursor, nxt), path + [nxt]
+    return facts
+
+
+def check_model_vocabulary(index: TreeIndex, tokenizer: Any, tokenizer_sha256: str | None = None) -> None:
+    """Raise :class:`VocabularyMismatch` unless ``tokenizer`` writes the index's token ids.
+
+    The same ``tokenizer.json`` (by sha256) passes at once. Otherwise the vocabulary
+    sizes must agree and a few stored facts, decoded and encoded again as the tokenize
+    stage does, must give back their own ids.
+    """
+    from .index import vocabulary_size
+    from .vocab import decode_continuation, encode_facts
+
+    info = index.info
+    if tokenizer_sha256 and tokenizer_sha256 == info.tokenizer_hash:
+        return
+    size = vocabulary_size(tokenizer)
+    if info.vocab_size and size != info.vocab_size:
+        raise VocabularyMismatch(
+            f"index {info.name!r} was built for vocabulary {info.tokenizer!r} of {info.vocab_size} "
+            f"tokens; the model's tokenizer has {size}: build the index with the model's tokenizer.json"
+        )
+    fast = _fact_tokenizer(tokenizer)
+    facts = sample_facts(index)
+    texts = [decode_continuation(fast, f) for f in facts]
+    prefix, suffix = info.fact_prefix, info.fact_suffix
+    bodies = [t[len(prefix):len(t) - len(suffix) if suffix else None] for t in texts]
+    encoded = encode_facts(fast, bodies, (), prefix, suffix)
+    for i, fact in enumerate(facts):
+        if tuple(encoded.ids(i)) != fact:
+            raise VocabularyMismatch(
+                f"index {info.name!r} (vocabulary {info.tokenizer!r}) stores ids the model's "
+                f"tokenizer does not write: stored fact {texts[i]!r} encodes differently"
+            )
+
+
+def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[int],
+               prompt_length: int) -> tuple[str, list[GeneratedFact]]:
+    """The reply text of a generated row and the facts it wrote, in order."""
+    from .vocab import decode_continuation
+
+    state = processor.matcher.scan(row, prompt_length)
+    written = [(fact, True) for fact in state.done]
+    if state.mode == FACT and state.prefix:  # generation stopped inside or at the end of a fact
+        written.append((state.prefix, state.ends))
+    fast = _fact_tokenizer(tokenizer) if written else None
+    checks = index.next_tokens_batch([f for f, _ in written]) if written else []
+    facts = [
+        GeneratedFact(text=decode_continuation(fast, f).strip(), token_ids=f, stored=check.ends,
+                      complete=complete)
+        for (f, complete), check in zip(written, checks)
+    ]
+    reply = tokenizer.decode(list(row[prompt_length:]), skip_special_tokens=True)
+    return reply, facts
+
+
+def ask(
+    questions: Sequence[str],
+    index: TreeIndex,
+    loaded: LoadedModel,
+    *,
+    prompt: Prompt | None = None,
+    num_beams: int = 3,
+    max_new_tokens: int = 128,
+    constrained: bool = True,
+) -> list[Answer]:
+    """Answer ``questions`` in one left-padded batch (see the module doc)."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    from .generation import RefactxLogitsProcessor
+
+    prompt = prompt or Prompt()
+    tok = loaded.tokenizer
+    texts = [tok.apply_chat_template(prompt.messages(q), tokenize=False, add_generation_prompt=True)
+             for q in questions]
+    side = tok.padding_side
+    tok.padding_side = "left"
+    try:
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    finally:
+        tok.padding_side = side
+    eos = loaded.eos_token_ids
+    processor = RefactxLogitsProcessor(index, tok, eos_token_id=eos)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = loaded.model.generate(
+            **enc,
+            logits_processor=LogitsProcessorList([processor] if constrained else []),
+            num_beams=num_beams,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad,
+            eos_token_id=eos,
+        )
+    seconds = time.perf_counter() - started
+    width = enc["input_ids"].shape[1]
+    answers = []
+    for r, question in enumerate(questions):
+        row = out[r].tolist()
+        generated = row[width:]
+        while generated and generated[-1] == pad:
+            generated.pop()
+        reply, facts = read_reply(processor, tok, index, row[: width + len(generated)], width)
+        answers.append(Answer(
+            question=question,
+            reply=reply,
+            facts=facts,
+            answer=final_answer(reply),
+            prompt_tokens=int(enc["attention_mask"][r].sum()),
+            generated_tokens=len(generated),
+            timings={"generate_s": round(seconds, 3), "processor_s": round(processor.seconds, 3),
+                     "ms_per_step": round(1000 * seconds / max(1, out.shape[1] - width), 2)},
+        ))
+    return answers
