@@ -11,6 +11,7 @@ generation, that the model's tokenizer is the index's vocabulary.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
@@ -117,22 +118,35 @@ def check_model_vocabulary(index: TreeIndex, tokenizer: Any, tokenizer_sha256: s
 
 
 def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[int],
-               prompt_length: int) -> tuple[str, list[GeneratedFact]]:
-    """The reply text of a generated row and the facts it wrote, in order."""
-    from .vocab import decode_continuation
+               prompt_length: int, constrained: bool = True) -> tuple[str, list[GeneratedFact]]:
+    """The reply text of a generated row and the facts it wrote, in order, each checked
+    against the index.
 
-    state = processor.matcher.scan(row, prompt_length)
-    written = [(fact, True) for fact in state.done]
-    if state.mode == FACT and state.prefix:  # generation stopped inside or at the end of a fact
-        written.append((state.prefix, state.ends))
-    fast = _fact_tokenizer(tokenizer) if written else None
+    Constrained, the facts are read on token ids by the matcher (what it let through).
+    Unconstrained, they are the text after each trigger up to the line's end, encoded as
+    the tokenize stage encodes facts: what the model would have had to write.
+    """
+    from .vocab import decode_continuation, encode_facts
+
+    reply = tokenizer.decode(list(row[prompt_length:]), skip_special_tokens=True)
+    fast = _fact_tokenizer(tokenizer)
+    written: list[tuple[tuple[int, ...], bool]] = []
+    if constrained:
+        state = processor.matcher.scan(row, prompt_length)
+        written = [(fact, True) for fact in state.done]
+        if state.mode == FACT and state.prefix:  # generation stopped inside or at the end of a fact
+            written.append((state.prefix, state.ends))
+    else:
+        info = index.info
+        texts = [m.group(1).strip() for m in re.finditer(r"Fact:(.*)", reply)]
+        encoded = encode_facts(fast, texts, (), info.fact_prefix, info.fact_suffix)
+        written = [(tuple(encoded.ids(i)), True) for i in range(len(texts)) if texts[i]]
     checks = index.next_tokens_batch([f for f, _ in written]) if written else []
     facts = [
         GeneratedFact(text=decode_continuation(fast, f).strip(), token_ids=f, stored=check.ends,
                       complete=complete)
         for (f, complete), check in zip(written, checks)
     ]
-    reply = tokenizer.decode(list(row[prompt_length:]), skip_special_tokens=True)
     return reply, facts
 
 
@@ -184,7 +198,8 @@ def ask(
         generated = row[width:]
         while generated and generated[-1] == pad:
             generated.pop()
-        reply, facts = read_reply(processor, tok, index, row[: width + len(generated)], width)
+        reply, facts = read_reply(processor, tok, index, row[: width + len(generated)], width,
+                                  constrained)
         answers.append(Answer(
             question=question,
             reply=reply,

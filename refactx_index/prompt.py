@@ -32,7 +32,8 @@ UNKNOWN = "I don't know."
 SYSTEM = (
     "You answer questions from a knowledge base of facts. "
     "To read a fact, write a line that starts with Fact: followed by the fact as "
-    "<subject> <property> <value> . -- the knowledge base completes it with a fact it holds. "
+    "<subject> <property> <value> . and the knowledge base completes it with a fact it holds. "
+    "Names may carry a short description in parentheses. "
     "First say in one sentence what you need, then write the Fact: lines you need, one per line. "
     "Then write a line that starts with Answer: and answer in a few words, using only the facts "
     f"you wrote. If they do not give the answer, write Answer: {UNKNOWN}"
@@ -42,15 +43,14 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     (
         "When was Danny Boyle born?",
         "I need the date of birth of Danny Boyle.\n"
-        "Fact: <Danny Boyle> <date of birth> <1956-10-20> .\n"
-        "Answer: Danny Boyle was born on 20 October 1956.",
+        "Fact: <Danny Boyle (British film director)> <date of birth> <1956-10-20> .\n"
+        "Answer: 20 October 1956.",
     ),
     (
-        "What is the capital of the country of the Eiffel Tower?",
-        "I need the country of the Eiffel Tower, then its capital.\n"
+        "In which country is the Eiffel Tower?",
+        "I need the country of the Eiffel Tower.\n"
         "Fact: <Eiffel Tower> <country> <France> .\n"
-        "Fact: <France> <capital> <Paris> .\n"
-        "Answer: Paris.",
+        "Answer: France.",
     ),
 )
 
