@@ -179,6 +179,7 @@ def ask(
     eos = loaded.eos_token_ids
     processor = RefactxLogitsProcessor(index, tok, eos_token_id=eos)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():
         out = loaded.model.generate(
@@ -191,6 +192,7 @@ def ask(
             eos_token_id=eos,
         )
     seconds = time.perf_counter() - started
+    round_trips = (index.stats.round_trips if hasattr(index, "stats") else 0) - trips_before
     width = enc["input_ids"].shape[1]
     answers = []
     for r, question in enumerate(questions):
@@ -208,6 +210,7 @@ def ask(
             prompt_tokens=int(enc["attention_mask"][r].sum()),
             generated_tokens=len(generated),
             timings={"generate_s": round(seconds, 3), "processor_s": round(processor.seconds, 3),
-                     "ms_per_step": round(1000 * seconds / max(1, out.shape[1] - width), 2)},
+                     "ms_per_step": round(1000 * seconds / max(1, out.shape[1] - width), 2),
+                     "steps": processor.steps, "round_trips": round_trips},
         ))
     return answers

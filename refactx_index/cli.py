@@ -178,7 +178,7 @@ def _demo_config(args: argparse.Namespace) -> tuple[Config, str]:
         if page.exists() and page_props.exists():
             cfg.input.enwiki_page, cfg.input.enwiki_page_props = str(page), str(page_props)
         vocab = args.vocabulary or f"qwen2.5={shared / 'tokenizers' / 'qwen2.5'}"
-        cfg.tokenize.vocabularies = [VocabularyConfig.parse(vocab)]
+        cfg.tokenize.vocabularies = [VocabularyConfig.parse(vocab)] + _model_vocabulary(args)
         return cfg, args.prefix or ""
     log.warning("%s not found: using %s and a vocabulary trained on it", sample, EXAMPLE_GRAPH)
     cfg.paths.dump_date = "example"
@@ -189,7 +189,27 @@ def _demo_config(args: argparse.Namespace) -> tuple[Config, str]:
         vocab_dir = Path(cfg.build_dir()) / "demo-vocabulary"
         train_example_vocabulary(EXAMPLE_GRAPH, vocab_dir)
         cfg.tokenize.vocabularies = [VocabularyConfig(name="example-bpe", path=str(vocab_dir))]
+    cfg.tokenize.vocabularies += _model_vocabulary(args)
     return cfg, args.prefix or ""
+
+
+DEMO_QUESTION = "Which country is Northern Ireland part of?"
+ASK_VOCABULARY = "smollm2"
+
+
+def _model_vocabulary(args: argparse.Namespace) -> list[VocabularyConfig]:
+    """The vocabulary of the model the demo's question is asked with (its tokenizer.json),
+    or none when the question is skipped or the generation extra is missing."""
+    if args.no_question:
+        return []
+    try:
+        from .models import model_directory
+
+        return [VocabularyConfig(name=ASK_VOCABULARY, path=str(model_directory("smollm2")))]
+    except (ImportError, RefactxError) as exc:
+        log.warning("the demo's question is skipped: %s", exc)
+        args.no_question = True
+        return []
 
 
 def display_label(cfg: Config, entity: str) -> str | None:
@@ -233,7 +253,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     cfg, prefix_text = _demo_config(args)
     vocab = cfg.tokenize.vocabularies[0]
-    print(f"refactx-index demo: {', '.join(cfg.input.dumps)} with vocabulary {vocab.name} ({vocab.path})")
+    print(f"refactx-index demo: {', '.join(cfg.input.dumps)} with vocabularies "
+          f"{', '.join(f'{v.name} ({v.path})' for v in cfg.tokenize.vocabularies)}")
     print(f"outputs under {cfg.build_dir()}; PostgreSQL: {cfg.pg.dsn or 'embedded in ' + cfg.pg.embedded_dir}")
     with pg_dsn(cfg) as dsn:
         cfg.pg.dsn = dsn
@@ -261,7 +282,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
         validate = read_counts(cfg, "validate")
         if validate:
             print(f"validation: {_summary(validate)}")
+        if not args.no_question:
+            ask_name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=ASK_VOCABULARY)
+            print(f"\nasking SmolLM2-135M-Instruct, constrained to index {ask_name!r} after 'Fact:' "
+                  f"({args.beams} beams; refactx-index ask --help):")
+            sys.stdout.flush()
+            with open_index(dsn, ask_name, schema=cfg.pg.schema,
+                            statement_timeout_ms=cfg.pg.statement_timeout_ms) as index:
+                for answer in _answer(index, [args.question], args.beams, 128):
+                    print_answer(answer)
     return 0
+
+
+def _answer(index, questions: list[str], beams: int, max_new_tokens: int, *, model: str = "smollm2",
+            prompt=None, constrained: bool = True) -> list:
+    """Load the model, check it writes the index's ids, answer ``questions`` in one batch."""
+    import time
+
+    from .ask import ask, check_model_vocabulary
+    from .models import load_model
+    from .vocab import file_sha256
+
+    started = time.perf_counter()
+    loaded = load_model(model)
+    load_s = time.perf_counter() - started
+    # before any generation: the model must write the ids the index stores
+    check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
+    answers = ask(questions, index, loaded, prompt=prompt, num_beams=beams,
+                  max_new_tokens=max_new_tokens, constrained=constrained)
+    for answer in answers:
+        answer.timings["load_s"] = round(load_s, 3)
+    return answers
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
@@ -332,27 +383,16 @@ def open_served_index(args: argparse.Namespace, cfg: Config, dsn: str | None):
 
 def cmd_ask(args: argparse.Namespace) -> int:
     import contextlib
-    import time
 
-    from .ask import ask, check_model_vocabulary
-    from .models import load_model
     from .prompt import Prompt
-    from .vocab import file_sha256
 
     cfg = _config_from(args)
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
     with contextlib.ExitStack() as stack:
         dsn = None if args.index_file else stack.enter_context(_pg_dsn(cfg))
         index = stack.enter_context(open_served_index(args, cfg, dsn))
-        started = time.perf_counter()
-        loaded = load_model(args.model)
-        load_s = time.perf_counter() - started
-        # before any generation: the model must write the ids the index stores
-        check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
-        answers = ask(args.question, index, loaded, prompt=prompt, num_beams=args.beams,
-                      max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained)
-    for answer in answers:
-        answer.timings["load_s"] = round(load_s, 3)
+        answers = _answer(index, args.question, args.beams, args.max_new_tokens, model=args.model,
+                          prompt=prompt, constrained=not args.unconstrained)
     if args.json:
         print(json.dumps([a.to_json() for a in answers] if len(answers) > 1 else answers[0].to_json(),
                          indent=2))
@@ -394,6 +434,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--vocabulary", help="NAME=PATH of a tokenizer directory or hub name (default: qwen2.5 from --shared)")
     demo.add_argument("--prefix", help="text prefix to complete (default: ' <LABEL> <' for Northern Ireland, Q26)")
     demo.add_argument("--limit", type=int, default=10, help="how many completions and facts to print")
+    demo.add_argument("--question", default=DEMO_QUESTION,
+                      help=f"asked at the end with SmolLM2 constrained to the index (default: {DEMO_QUESTION!r})")
+    demo.add_argument("--beams", type=int, default=3, help="beam search width for the question (default 3)")
+    demo.add_argument("--no-question", action="store_true",
+                      help="skip the question (and the SmolLM2 vocabulary's index)")
     demo.add_argument("--offline-vocabulary", action="store_true", help=argparse.SUPPRESS)
     demo.set_defaults(func=cmd_demo)
 

@@ -128,8 +128,9 @@ def load_model(spec: str = DEFAULT_MODEL, *, threads: int | None = None) -> Load
     if threads:
         torch.set_num_threads(threads)
     directory = model_directory(spec)
-    verbosity = hf_logging.get_verbosity()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # progress bars and notices of a local load
+    hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory)
         model = AutoModelForCausalLM.from_pretrained(directory).eval()
@@ -137,6 +138,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, threads: int | None = None) -> Load
         raise ConfigError(f"model {spec!r} ({directory}) does not load: {exc}") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
     if not hasattr(tokenizer, "backend_tokenizer") or not (directory / "tokenizer.json").is_file():
         raise ConfigError(f"model {spec!r}: a fast tokenizer (tokenizer.json) is required")
     return LoadedModel(model=model, tokenizer=tokenizer, name=spec, directory=directory)

@@ -1,0 +1,134 @@
+"""Constrained generation for real: SmolLM2-135M-Instruct (the packaged GGUF), its own
+tokenizer, the project's ReFactX-style prompt (a system message that explains ``Fact:``
+and two worked examples that write ``Fact:`` lines), and an index of the shared
+sample's facts as the verbalize stage writes them.
+
+The assertions are on facts, never on the model's free text.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from refactx_index.config import Config
+
+from .conftest import shared_path
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+QUESTIONS = [
+    "Which country is Northern Ireland part of?",
+    "What is the capital of Germany?",
+    "Which continent is Japan in?",
+    "Which countries share a border with France?",
+]
+MAX_NEW_TOKENS = 64
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    from refactx_index.models import load_model
+
+    return load_model("smollm2")
+
+
+@pytest.fixture(scope="module")
+def sample_fact_texts(spark, tmp_path_factory) -> list[str]:
+    """The shared sample's facts, verbalized by the pipeline's own stages."""
+    import pyarrow.dataset as ds
+
+    from jobs.pipeline import run_pipeline
+
+    cfg = Config()
+    cfg.paths.build_root = str(tmp_path_factory.mktemp("facts") / "build")
+    cfg.paths.dump_date = "2018-sample500"
+    cfg.input.dumps = [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))]
+    cfg.input.enwiki_page = str(shared_path("data", "wikipedia", "enwiki-20150112-page.head1MiB.sql"))
+    cfg.input.enwiki_page_props = str(shared_path("data", "wikipedia", "enwiki-20150112-page_props.head1MiB.sql"))
+    run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
+    table = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(columns=["text"])
+    return table.column("text").to_pylist()
+
+
+@pytest.fixture(scope="module")
+def index(loaded, sample_fact_texts):
+    from refactx_index.memory import MemoryTreeIndex
+
+    return MemoryTreeIndex.from_facts(sample_fact_texts, str(loaded.tokenizer_file))
+
+
+@pytest.fixture(scope="module")
+def stored(loaded, sample_fact_texts) -> set[tuple[int, ...]]:
+    """Every stored sequence, encoded independently of the index."""
+    from refactx_index.vocab import encode_facts, open_tokenizer
+
+    encoded = encode_facts(open_tokenizer(str(loaded.tokenizer_file)), sample_fact_texts, ())
+    return {tuple(encoded.ids(i)) for i in range(len(sample_fact_texts))}
+
+
+@pytest.fixture(scope="module")
+def batch_answers(index, loaded):
+    from refactx_index.ask import ask
+
+    return ask(QUESTIONS, index, loaded, num_beams=3, max_new_tokens=MAX_NEW_TOKENS)
+
+
+def test_the_prompt_mentions_the_trigger_and_its_examples_write_facts():
+    from refactx_index.prompt import Prompt
+
+    prompt = Prompt()
+    assert "Fact:" in prompt.system
+    assert len(prompt.examples) == 2 and all("\nFact: <" in a for _, a in prompt.examples)
+
+
+def test_the_model_writes_stored_facts_verbatim_and_never_twice(batch_answers, stored):
+    facts = [f for a in batch_answers for f in a.facts]
+    assert facts, [a.reply for a in batch_answers]  # (a) at least one fact is generated
+    for answer in batch_answers:
+        complete = [f.token_ids for f in answer.facts if f.complete]
+        assert all(f in stored for f in complete), answer.reply  # (b) stored verbatim
+        assert all(f.stored for f in answer.facts if f.complete)  # the index agrees
+        assert len(complete) == len(set(complete)), answer.reply  # (c) no repeat in a row
+
+
+def test_a_padded_batch_with_beams_equals_each_prompt_alone(batch_answers, index, loaded):
+    """(d): 4 prompts of different lengths, left padded, 3 beams: row for row the facts of
+    each prompt generated alone."""
+    from refactx_index.ask import ask
+
+    assert len({a.prompt_tokens for a in batch_answers}) > 1  # padding was needed
+    for question, together in zip(QUESTIONS, batch_answers):
+        alone = ask([question], index, loaded, num_beams=3, max_new_tokens=MAX_NEW_TOKENS)[0]
+        assert [f.token_ids for f in alone.facts] == [f.token_ids for f in together.facts], question
+
+
+def test_the_vocabulary_check_refuses_another_tokenizer(index, loaded):
+    from refactx_index.ask import check_model_vocabulary
+    from refactx_index.errors import VocabularyMismatch
+    from refactx_index.memory import MemoryTreeIndex
+
+    check_model_vocabulary(index, loaded.tokenizer)  # the same vocabulary, checked on stored facts
+    gpt2 = MemoryTreeIndex.from_facts(["<Germany> <capital> <Berlin> ."],
+                                      str(shared_path("tokenizers", "gpt2")))
+    with pytest.raises(VocabularyMismatch, match="50257"):
+        check_model_vocabulary(gpt2, loaded.tokenizer)
+
+
+def test_the_postgresql_index_gives_the_same_facts(pg_dsn, index, loaded, stored):
+    """The same question, greedy, against the same facts served from PostgreSQL."""
+    from refactx_index.ask import ask
+    from refactx_index.pg import open_index
+
+    from .pgtree import load_tree
+
+    question = QUESTIONS[1]
+    in_memory = ask([question], index, loaded, num_beams=1, max_new_tokens=40)[0]
+    load_tree(pg_dsn, "sample-smollm2", stored, depth=8, threshold=64, vocab_size=len(loaded.tokenizer))
+    with open_index(pg_dsn, "sample-smollm2") as pg_index:
+        served = ask([question], pg_index, loaded, num_beams=1, max_new_tokens=40)[0]
+    assert 1 <= served.timings["round_trips"] <= served.timings["steps"]  # at most one per step
+    assert [f.token_ids for f in served.facts] == [f.token_ids for f in in_memory.facts]
+    assert served.facts and all(f.stored for f in served.facts if f.complete)
