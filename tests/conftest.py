@@ -34,6 +34,19 @@ def tokenizer_dir(name: str) -> Path:
     return shared_path("tokenizers", name)
 
 
+def sample_config(build_root: Path):
+    """A Config for the shared sample extract with its enwiki page + page_props heads."""
+    from refactx_index.config import Config
+
+    cfg = Config()
+    cfg.paths.build_root = str(build_root)
+    cfg.paths.dump_date = "2018-sample500"
+    cfg.input.dumps = [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))]
+    cfg.input.enwiki_page = str(shared_path("data", "wikipedia", "enwiki-20150112-page.head1MiB.sql"))
+    cfg.input.enwiki_page_props = str(shared_path("data", "wikipedia", "enwiki-20150112-page_props.head1MiB.sql"))
+    return cfg
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     from refactx_index.config import Config

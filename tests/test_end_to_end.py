@@ -12,7 +12,7 @@ import pytest
 from refactx_index.config import Config, VocabularyConfig
 from refactx_index.format import decode_fragment, encode_prefix
 
-from .conftest import fresh_database, shared_path, tokenizer_dir
+from .conftest import fresh_database, sample_config, tokenizer_dir
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
@@ -29,12 +29,7 @@ def module_db(pg_server):
 def built(spark, module_db, tmp_path_factory):
     from jobs.pipeline import run_pipeline
 
-    cfg = Config()
-    cfg.paths.build_root = str(tmp_path_factory.mktemp("e2e") / "build")
-    cfg.paths.dump_date = "2018-sample500"
-    cfg.input.dumps = [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))]
-    cfg.input.enwiki_page = str(shared_path("data", "wikipedia", "enwiki-20150112-page.head1MiB.sql"))
-    cfg.input.enwiki_page_props = str(shared_path("data", "wikipedia", "enwiki-20150112-page_props.head1MiB.sql"))
+    cfg = sample_config(tmp_path_factory.mktemp("e2e") / "build")
     cfg.tokenize.vocabularies = [VocabularyConfig(name=v, path=str(tokenizer_dir(v))) for v in VOCABS]
     cfg.tree.depth = 6
     cfg.tree.subtree_threshold = 16

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from refactx_index.config import Config
-
-from .conftest import shared_path
+from .conftest import sample_config, shared_path
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -42,12 +40,7 @@ def sample_fact_texts(spark, tmp_path_factory) -> list[str]:
 
     from jobs.pipeline import run_pipeline
 
-    cfg = Config()
-    cfg.paths.build_root = str(tmp_path_factory.mktemp("facts") / "build")
-    cfg.paths.dump_date = "2018-sample500"
-    cfg.input.dumps = [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))]
-    cfg.input.enwiki_page = str(shared_path("data", "wikipedia", "enwiki-20150112-page.head1MiB.sql"))
-    cfg.input.enwiki_page_props = str(shared_path("data", "wikipedia", "enwiki-20150112-page_props.head1MiB.sql"))
+    cfg = sample_config(tmp_path_factory.mktemp("facts") / "build")
     run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
     table = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(columns=["text"])
     return table.column("text").to_pylist()
@@ -132,3 +125,37 @@ def test_the_postgresql_index_gives_the_same_facts(pg_dsn, index, loaded, stored
     assert 1 <= served.timings["round_trips"] <= served.timings["steps"]  # at most one per step
     assert [f.token_ids for f in served.facts] == [f.token_ids for f in in_memory.facts]
     assert served.facts and all(f.stored for f in served.facts if f.complete)
+
+
+def _ask_cli(*args: str, cwd) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFACTX__")}
+    return subprocess.run([sys.executable, "-m", "refactx_index.cli", "ask", *args],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+
+
+def test_ask_command_answers_from_an_index_file_as_one_json_document(index, tmp_path):
+    import json
+
+    path = tmp_path / "sample.rfx"
+    index.save(path)
+    proc = _ask_cli("--index-file", str(path), "--greedy", "--max-new-tokens", "40", "--json",
+                    "What is the capital of Germany?", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = json.loads(proc.stdout)  # stdout is exactly one JSON document
+    assert answer["question"] == "What is the capital of Germany?"
+    assert answer["facts"] and all(f["stored"] for f in answer["facts"] if f["complete"])
+    assert {"generate_s", "load_s", "round_trips", "steps"} <= set(answer["timings"])
+
+
+def test_ask_command_refuses_an_index_of_another_vocabulary_before_generating(tmp_path):
+    from refactx_index.memory import MemoryTreeIndex
+
+    path = tmp_path / "gpt2.rfx"
+    MemoryTreeIndex.from_facts(["<Germany> <capital> <Berlin> ."], str(shared_path("tokenizers", "gpt2"))).save(path)
+    proc = _ask_cli("--index-file", str(path), "What is the capital of Germany?", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "built for vocabulary" in proc.stderr and "Traceback" not in proc.stderr
