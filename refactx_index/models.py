@@ -133,7 +133,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, threads: int | None = None) -> Load
     hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory)
-        model = AutoModelForCausalLM.from_pretrained(directory).eval()
+        model = AutoModelForCausalLM.from_pretrained(directory)
+        model.train(False)  # inference mode (dropout off), what torch calls eval mode
     except (OSError, ValueError) as exc:
         raise ConfigError(f"model {spec!r} ({directory}) does not load: {exc}") from exc
     finally:
