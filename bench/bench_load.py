@@ -29,9 +29,9 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobs import load, prefix_rows  # noqa: E402
-from jobs.common import spark_session  # noqa: E402
-from refactx_index.config import Config, VocabularyConfig  # noqa: E402
+from refactx_pipeline import load, prefix_rows  # noqa: E402
+from refactx_pipeline.common import spark_session  # noqa: E402
+from refactx_pipeline.config import Config, VocabularyConfig  # noqa: E402
 from tests.pgtree import fresh_database  # noqa: E402
 
 VOCAB = "bench"
@@ -123,12 +123,14 @@ def run_configs(args, configs: list[tuple[int, int]], work: Path, dsn: str) -> N
     try:
         t0 = time.monotonic()
         table = synthetic_facts(args.facts)
-        cfg = Config()
-        cfg.paths.build_root = str(work)
-        cfg.pg.dsn, cfg.pg.load_workers = dsn, args.workers
-        cfg.spark.master, cfg.spark.shuffle_partitions = "local[*]", 8
-        cfg.spark.conf = {"spark.ui.showConsoleProgress": "false"}
-        cfg.tokenize.vocabularies = [VocabularyConfig(VOCAB, "")]
+        cfg = Config().updated({
+            "paths.build_root": str(work),
+            "pg.load_workers": args.workers,
+            "spark.master": "local[*]",
+            "spark.shuffle_partitions": 8,
+            "spark.conf": {"spark.ui.showConsoleProgress": "false"},
+            "tokenize.vocabularies": [VocabularyConfig(name=VOCAB, path="")],
+        })
         tok_dir = cfg.stage_dir("tokenize") / VOCAB
         (tok_dir / "tokens").mkdir(parents=True)
         pq.write_table(table, tok_dir / "tokens" / "part-0.parquet")
@@ -139,7 +141,7 @@ def run_configs(args, configs: list[tuple[int, int]], work: Path, dsn: str) -> N
 
         results = []
         for depth, threshold in configs:
-            cfg.tree.depth, cfg.tree.subtree_threshold = depth, threshold
+            cfg = cfg.updated({"tree.depth": depth, "tree.subtree_threshold": threshold})
             t = time.monotonic()
             tree = prefix_rows.run(spark, cfg)["vocabularies"][VOCAB]
             spark_s = time.monotonic() - t

@@ -107,9 +107,9 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="also run the whole parse stage (Parquet outputs)")
     args = parser.parse_args()
 
-    from jobs import parse
-    from jobs.common import spark_session
-    from refactx_index.config import Config
+    from refactx_pipeline import parse
+    from refactx_pipeline.common import spark_session
+    from refactx_pipeline.config import Config
 
     with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
         dump = Path(tmp) / "truthy.nt.bz2"
@@ -117,13 +117,14 @@ def main() -> None:
         n = build_input(dump, args.lines, args.template)
         print(f"input: {n:,} lines from {TEMPLATES[args.template].name}, {dump.stat().st_size / 1e6:.1f} MB bz2, built in {time.perf_counter() - t:.1f}s")
 
-        cfg = Config()
-        cfg.paths.build_root = str(Path(tmp) / "build")
-        cfg.spark.master = f"local[{args.cores}]"
-        cfg.spark.shuffle_partitions = args.cores * 2
-        # split the bz2 file into blocks so every core gets work
-        cfg.spark.conf = {"spark.sql.files.maxPartitionBytes": str(max(1 << 20, dump.stat().st_size // (args.cores * 4)))}
-        cfg.input.dumps = [str(dump)]
+        cfg = Config().updated({
+            "paths.build_root": str(Path(tmp) / "build"),
+            "spark.master": f"local[{args.cores}]",
+            "spark.shuffle_partitions": args.cores * 2,
+            # split the bz2 file into blocks so every core gets work
+            "spark.conf": {"spark.sql.files.maxPartitionBytes": str(max(1 << 20, dump.stat().st_size // (args.cores * 4)))},
+            "input.dumps": [str(dump)],
+        })
         spark = spark_session(cfg, "bench_parse")
 
         n_plain, s_plain = bench_plain_bz2(dump)

@@ -5,7 +5,7 @@
 Same facts, same run: first the baseline, ``refactx_index.vocab.encode_facts`` (one
 ``encode_batch_fast`` call per Arrow-sized batch, single-threaded) and a bare
 ``Tokenizer.encode_batch_fast`` with no context handling; then the tokenize job's
-encoding pass (``jobs.tokenize_facts.encode_all``: Parquet scan -> mapInArrow -> the same
+encoding pass (``refactx_pipeline.tokenize_facts.encode_all``: Parquet scan -> mapInArrow -> the same
 encoder) on ``local[1]`` and ``local[2]``, forced to completion with the ``noop``
 sink. A warm-up run first starts the Python workers and parses the tokenizer,
 which the timed run then finds cached. Prints facts/s, facts/s per core, and ratios.
@@ -26,7 +26,7 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"  # per-core figures: one thread p
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from refactx_index.config import Config  # noqa: E402
+from refactx_pipeline.config import Config  # noqa: E402
 from refactx_index.vocab import encode_facts, open_vocabulary  # noqa: E402
 
 WORDS = (
@@ -86,21 +86,22 @@ def main(argv: list[str] | None = None) -> int:
         f"   context handling costs x{t_base / t_bare:.2f}"
     )
 
-    from jobs.common import spark_session
-    from jobs.tokenize_facts import encode_all
+    from refactx_pipeline.common import spark_session
+    from refactx_pipeline.tokenize_facts import encode_all
 
     rates: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench_tokenize_") as tmp:
         for cores in [int(c) for c in args.cores.split(",") if c.strip()]:
-            cfg = Config()
-            cfg.spark.master = f"local[{cores}]"
-            cfg.spark.driver_memory = "2g"
-            cfg.spark.shuffle_partitions = cores * 2
-            cfg.spark.conf = {
-                "spark.default.parallelism": str(cores),
-                "spark.sql.execution.arrow.maxRecordsPerBatch": str(args.batch),
-                "spark.ui.showConsoleProgress": "false",
-            }
+            cfg = Config().updated({
+                "spark.master": f"local[{cores}]",
+                "spark.driver_memory": "2g",
+                "spark.shuffle_partitions": cores * 2,
+                "spark.conf": {
+                    "spark.default.parallelism": str(cores),
+                    "spark.sql.execution.arrow.maxRecordsPerBatch": str(args.batch),
+                    "spark.ui.showConsoleProgress": "false",
+                },
+            })
             spark = spark_session(cfg, f"bench_tokenize_local{cores}")
             path = f"{tmp}/facts_{cores}"
             spark.createDataFrame([(i, t) for i, t in enumerate(facts)], "fact_id long, text string").repartition(

@@ -1,11 +1,12 @@
 """Airflow DAG ``refactx_build``: one ``spark-submit`` per stage of DESIGN.md.
 
 Wiring only: which jobs run, in which order, with which config file and run date.
-Each task is ``spark-submit dags/spark_stage.py <stage> --config ... --set ...``, which
-runs ``jobs.<stage>.main``; what each stage does lives in ``jobs/<stage>.py``. The stage
-order, and the rule that ``sitelinks`` runs only when the config names SQL dumps, come from
-``jobs.pipeline``: the code the CLI runs, so the DAG and ``refactx-index build`` cannot drift.
-The project must be installed (``pip install -e .``) where the DAG is parsed.
+Each task is ``spark-submit refactx_pipeline/submit.py <stage> --config ... --set ...``, which
+runs the stage module's ``main``; what each stage does lives in ``refactx_pipeline/<stage>.py``.
+The stage order, and the rule that ``sitelinks`` runs only when the config names SQL dumps,
+come from ``refactx_pipeline.pipeline``: the code the CLI runs, so the DAG and
+``refactx-index build`` cannot drift. The ``refactx-pipeline`` wheel must be installed where
+the DAG is parsed and where its tasks run.
 
 Per environment (read when the DAG file is parsed):
 - ``REFACTX_CONFIG``: a config file; else ``conf/${REFACTX_ENV:-local}.toml``.
@@ -13,12 +14,12 @@ Per environment (read when the DAG file is parsed):
 - ``REFACTX_SPARK_CONN_ID``: the Airflow connection naming the Spark master
   (``refactx_spark``; set it with ``AIRFLOW_CONN_REFACTX_SPARK``).
 - ``REFACTX_BUILD_SCHEDULE``: a cron expression or preset (``@weekly``); ``none`` disables it.
-- ``REFACTX_PY_FILES``: an archive of ``refactx_index`` + ``jobs`` for clusters whose
-  executors do not have the package installed.
+- ``REFACTX_PY_FILES``: an archive of ``refactx_index`` + ``refactx_pipeline`` for clusters
+  whose executors do not have the wheels installed.
 - ``REFACTX_SPARK_SUBMIT``: the spark-submit to run (default: the one installed with the
   pinned pyspark beside this interpreter, else ``spark-submit`` on the PATH).
 - ``REFACTX_JAR``: the project jar (the parse stage's lexer); default: the one
-  ``python -m jobs.jvm`` (run by ``./dev setup`` and the Docker image) builds for these sources.
+  ``python -m refactx_pipeline.jvm`` (run by ``./dev setup`` and the Docker image) builds for these sources.
 - ``REFACTX_TASK_RETRIES``: retries per task (default 1; every stage is safe to re-run).
 - ``PYSPARK_PYTHON``: the interpreter of Python workers (default: this interpreter).
 
@@ -28,6 +29,7 @@ run's ``ds_nodash``) and ``dumps`` (default: the dumps of the config file).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from datetime import timedelta
@@ -37,13 +39,14 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, chain
 
-from jobs.jvm import jar_path
-from jobs.pipeline import select_stages
-from refactx_index.config import Config
+from refactx_pipeline.jvm import jar_path
+from refactx_pipeline.pipeline import select_stages
+from refactx_pipeline.config import Config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-# the entry point that runs jobs.<stage> as a module (why: see its docstring)
-STAGE_ENTRY_POINT = Path(__file__).resolve().with_name("spark_stage.py")
+# the installed file spark-submit runs for every stage (why a file of its own: its docstring);
+# located without importing it, so DAG parsing stays cheap
+STAGE_ENTRY_POINT = Path(importlib.util.find_spec("refactx_pipeline.submit").origin)
 DAG_ID = "refactx_build"
 
 
@@ -124,15 +127,10 @@ with DAG(
             name=f"refactx_{stage}_{{{{ params.dump_date or ds_nodash }}}}",
             py_files=os.environ.get("REFACTX_PY_FILES") or None,
             # the project jar must be on the driver's classpath, which a running JVM cannot
-            # extend: spark-submit's --jars (not built here: DAG parsing stays cheap)
-            jars=os.environ.get("REFACTX_JAR") or str(jar_path(build=False)),
+            # extend: spark-submit's --jars
+            jars=os.environ.get("REFACTX_JAR") or str(jar_path()),
             env_vars={
                 "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-                # jobs/<stage>.py imports `jobs.*` and `refactx_index`: the project root
-                # must be importable even where the package is not installed
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p
-                ),
             },
         )
         for stage in select_stages(CONFIG)

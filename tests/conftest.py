@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Mapping
 
 import pytest
 
@@ -34,32 +35,35 @@ def tokenizer_dir(name: str) -> Path:
     return shared_path("tokenizers", name)
 
 
-def sample_config(build_root: Path):
-    """A Config for the shared sample extract with its enwiki page + page_props heads."""
-    from refactx_index.config import Config
+def sample_config(build_root: Path, overrides: Mapping[str, Any] | None = None):
+    """A Config for the shared sample extract with its enwiki page + page_props heads;
+    ``overrides`` (dotted keys, e.g. ``{"tree.depth": 6}``) are applied on top."""
+    from refactx_pipeline.config import Config
 
-    cfg = Config()
-    cfg.paths.build_root = str(build_root)
-    cfg.paths.dump_date = "2018-sample500"
-    cfg.input.dumps = [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))]
-    cfg.input.enwiki_page = str(shared_path("data", "wikipedia", "enwiki-20150112-page.head1MiB.sql"))
-    cfg.input.enwiki_page_props = str(shared_path("data", "wikipedia", "enwiki-20150112-page_props.head1MiB.sql"))
-    return cfg
+    return Config().updated({
+        "paths.build_root": str(build_root),
+        "paths.dump_date": "2018-sample500",
+        "input.dumps": [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))],
+        "input.enwiki_page": str(shared_path("data", "wikipedia", "enwiki-20150112-page.head1MiB.sql")),
+        "input.enwiki_page_props": str(shared_path("data", "wikipedia", "enwiki-20150112-page_props.head1MiB.sql")),
+        **(overrides or {}),
+    })
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from refactx_index.config import Config
-    from jobs.common import spark_session
+    from refactx_pipeline.config import Config
+    from refactx_pipeline.common import spark_session
 
-    cfg = Config()
-    cfg.spark.master = "local[2]"
-    cfg.spark.shuffle_partitions = 4
-    cfg.spark.driver_memory = "2g"
-    cfg.spark.conf = {
-        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
-        "spark.default.parallelism": "4",
-    }
+    cfg = Config().updated({
+        "spark.master": "local[2]",
+        "spark.shuffle_partitions": 4,
+        "spark.driver_memory": "2g",
+        "spark.conf": {
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+            "spark.default.parallelism": "4",
+        },
+    })
     session = spark_session(cfg, "refactx_index-tests")
     yield session
     session.stop()
@@ -97,11 +101,12 @@ def pg_dsn(pg_server):
 
 @pytest.fixture()
 def cfg(tmp_path):
-    """A Config rooted in a temporary build directory."""
-    from refactx_index.config import Config
+    """A Config rooted in a temporary build directory (immutable: a test that needs other
+    values takes ``cfg.updated({...})``)."""
+    from refactx_pipeline.config import Config
 
-    c = Config()
-    c.paths.build_root = str(tmp_path / "build")
-    c.spark.master = "local[2]"
-    c.spark.shuffle_partitions = 4
-    return c
+    return Config().updated({
+        "paths.build_root": str(tmp_path / "build"),
+        "spark.master": "local[2]",
+        "spark.shuffle_partitions": 4,
+    })

@@ -12,8 +12,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from jobs import pgcatalog
-from jobs.activate import activate_build
+from refactx_pipeline import pgcatalog
+from refactx_pipeline.activate import activate_build
 from refactx_index.format import FORMAT_VERSION
 from refactx_index.memory import build_rows
 
@@ -50,7 +50,7 @@ def load_tree(
 ) -> int:
     """Build rows with the cut rule, load them as a new build of ``name``; return its build id.
 
-    The catalog steps are the loader's own (``jobs.pgcatalog``, ``jobs.activate``); only
+    The catalog steps are the loader's own (``refactx_pipeline.pgcatalog``, ``refactx_pipeline.activate``); only
     the rows come from Python (``build_rows``) through a plain COPY instead of Parquet.
     Validation is skipped: an activated build goes straight from ``loaded`` to ``validated``.
     """

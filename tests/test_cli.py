@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from refactx_index.cli import build_parser
+from refactx_pipeline.cli import build_parser
 
 COMMANDS = ["demo", "build", "complete", "builds"]
 
@@ -33,7 +33,7 @@ def test_console_script_reports_config_errors(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[tree]\nnosuch = 1\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "refactx_index.cli", "build", "--config", str(bad)],
+        [sys.executable, "-m", "refactx_pipeline.cli", "build", "--config", str(bad)],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 1

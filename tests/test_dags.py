@@ -39,8 +39,8 @@ import pendulum  # noqa: E402
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
 
-from jobs.jvm import jar_path  # noqa: E402
-from refactx_index.config import Config  # noqa: E402
+from refactx_pipeline.jvm import jar_path  # noqa: E402
+from refactx_pipeline.config import Config  # noqa: E402
 
 _root.handlers[:], _root.level = _root_state[0], _root_state[1]
 
@@ -197,8 +197,8 @@ def test_every_templated_field_renders_with_the_run_date(dagbag):
         assert Path(task_r.env_vars["PYSPARK_PYTHON"]).name.startswith("python")
         assert str(ROOT) in task_r.env_vars["PYTHONPATH"].split(os.pathsep)
         # what the job will see: the rendered arguments parsed by the jobs' own parser
-        from jobs.common import job_arg_parser
-        from refactx_index.config import config_from_args
+        from refactx_pipeline.common import job_arg_parser
+        from refactx_pipeline.config import config_from_args
 
         cfg = config_from_args(job_arg_parser(task.task_id).parse_args(args[1:]))
         assert cfg.build_dir() == Path("build") / "wikidata" / "20260105"
@@ -241,7 +241,7 @@ def test_entry_point_is_not_parsed_as_a_dag_file(dagbag):
 def test_entry_point_reaches_every_stage_main(stage, tmp_path):
     """What spark-submit runs: `python dags/spark_stage.py <stage> ...` from another directory.
     `--help` makes the stage's own argument parser answer without starting Spark."""
-    from jobs.pipeline import stage_module
+    from refactx_pipeline.pipeline import stage_module
 
     assert (ROOT / (stage_module(stage).replace(".", "/") + ".py")).exists()
     result = subprocess.run(

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 def test_demo_without_shared_builds_and_reads_back_facts(pg_dsn, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFACTX__")}
     proc = subprocess.run(
-        [sys.executable, "-m", "refactx_index.cli", "demo", "--shared", str(tmp_path / "absent"),
+        [sys.executable, "-m", "refactx_pipeline.cli", "demo", "--shared", str(tmp_path / "absent"),
          "--build-root", str(tmp_path / "build"), "--dsn", pg_dsn, "--limit", "20"],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
     )

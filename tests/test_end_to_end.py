@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refactx_index.config import Config, VocabularyConfig
+from refactx_pipeline.config import Config, VocabularyConfig
 from refactx_index.format import decode_fragment, encode_prefix
 
 from .conftest import fresh_database, sample_config, tokenizer_dir
@@ -27,14 +27,14 @@ def module_db(pg_server):
 
 @pytest.fixture(scope="module")
 def built(spark, module_db, tmp_path_factory):
-    from jobs.pipeline import run_pipeline
+    from refactx_pipeline.pipeline import run_pipeline
 
-    cfg = sample_config(tmp_path_factory.mktemp("e2e") / "build")
-    cfg.tokenize.vocabularies = [VocabularyConfig(name=v, path=str(tokenizer_dir(v))) for v in VOCABS]
-    cfg.tree.depth = 6
-    cfg.tree.subtree_threshold = 16
-    cfg.pg.dsn = module_db
-    results = {r.stage: r.counts for r in run_pipeline(spark, cfg)}
+    cfg = sample_config(tmp_path_factory.mktemp("e2e") / "build", {
+        "tokenize.vocabularies": [VocabularyConfig(name=v, path=str(tokenizer_dir(v))) for v in VOCABS],
+        "tree.depth": 6,
+        "tree.subtree_threshold": 16,
+    })
+    results = {r.stage: r.counts for r in run_pipeline(spark, cfg, dsn=module_db)}
     return cfg, results
 
 
@@ -48,11 +48,10 @@ def _facts_text(spark, cfg: Config) -> dict[int, str]:
     return {r.fact_id: r.text for r in rows}
 
 
-def _open(cfg: Config, vocab: str):
+def _open(cfg: Config, dsn: str, vocab: str):
     from refactx_index.pg import open_index
 
-    name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab)
-    return open_index(cfg.pg.dsn, name, schema=cfg.pg.schema)
+    return open_index(dsn, cfg.index_name(vocab), schema=cfg.pg.schema)
 
 
 def _enumerate(index) -> set[tuple[int, ...]]:
@@ -77,7 +76,7 @@ def test_every_stage_reported_counts(built):
 
 
 @pytest.mark.parametrize("vocab", VOCABS)
-def test_tree_holds_exactly_the_tokenized_facts(spark, built, vocab):
+def test_tree_holds_exactly_the_tokenized_facts(spark, built, module_db, vocab):
     from refactx_index.vocab import decode_continuation, forbidden_token_ids, load_tokenizer, resolve_tokenizer_file
 
     cfg, _ = built
@@ -85,7 +84,7 @@ def test_tree_holds_exactly_the_tokenized_facts(spark, built, vocab):
     texts = _facts_text(spark, cfg)
     expected = set(by_fact.values())
     assert len(expected) > 1000, "the real extract should give thousands of facts"
-    with _open(cfg, vocab) as index:
+    with _open(cfg, module_db, vocab) as index:
         stored = _enumerate(index)
     assert stored == expected
 
@@ -101,13 +100,13 @@ def test_tree_holds_exactly_the_tokenized_facts(spark, built, vocab):
 
 
 @pytest.mark.parametrize("vocab", VOCABS)
-def test_rows_are_unique_and_leaf_counts_add_up(built, vocab):
+def test_rows_are_unique_and_leaf_counts_add_up(built, module_db, vocab):
     import psycopg
 
     cfg, _ = built
     schema = cfg.pg.schema
-    name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab)
-    with psycopg.connect(cfg.pg.dsn) as conn:
+    name = cfg.index_name(vocab)
+    with psycopg.connect(module_db) as conn:
         table, facts = conn.execute(
             f"SELECT b.table_name, b.facts FROM {schema}.active a JOIN {schema}.builds b USING (build_id) "
             "WHERE a.name = %s",

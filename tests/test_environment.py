@@ -5,8 +5,9 @@
    runs one version's Python against the other's JVM, and Arrow UDFs (the tokenizer's hot
    path) fail in the Python workers. constraints.txt pins both to one version; these tests
    check the installed result and run real Arrow UDFs.
-2. The runtime package must stay slim: ``import refactx_index`` must not pull in Spark,
-   torch, transformers or any other pipeline dependency.
+2. The runtime package must stay slim and on its side of the border: ``import refactx_index``
+   and its submodules must not pull in Spark, torch, transformers, the pipeline package or
+   any other pipeline dependency, and no runtime source file imports the pipeline.
 """
 
 import base64
@@ -33,7 +34,8 @@ PIPELINE_MODULES = {
     "transformers",
     "torch",
     "airflow",
-    "jobs",
+    "pydantic_settings",
+    "refactx_pipeline",
 }
 # Runtime submodules that exist to use an optional extra (generation: torch, transformers)
 OPTIONAL_EXTRA_SUBMODULES = re.compile(r"^refactx_index\.(generat\w*|logits\w*|hf\w*)$")
@@ -151,9 +153,55 @@ def test_runtime_package_imports_no_pipeline_dependency():
 
 def test_runtime_submodules_import_no_pipeline_dependency():
     submodules = _runtime_submodules()
-    assert "refactx_index.config" in submodules
+    assert {"refactx_index.pg", "refactx_index.format", "refactx_index.matcher"} <= set(submodules)
     loaded = _modules_after_import(submodules)
     assert loaded & PIPELINE_MODULES == set(), f"importing {submodules}"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module named by an import statement of ``path`` (absolute names only)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_imports_cross_the_border_in_one_direction_only():
+    """Runtime -> nothing of the pipeline; pipeline -> the runtime (its row format, errors).
+    Checked on the installed packages' sources, lazy imports inside functions included."""
+    import refactx_index
+    import refactx_pipeline
+
+    runtime_files = sorted(Path(refactx_index.__path__[0]).rglob("*.py"))
+    assert len(runtime_files) > 10
+    crossing = {
+        str(f.name): sorted(m for m in _imported_modules(f) if m.partition(".")[0] in PIPELINE_MODULES - {"torch", "transformers", "tokenizers"})
+        for f in runtime_files
+    }
+    assert {f: m for f, m in crossing.items() if m} == {}
+    pipeline_files = sorted(Path(refactx_pipeline.__path__[0]).rglob("*.py"))
+    uses_runtime = [f.name for f in pipeline_files
+                    if any(m.startswith("refactx_index") for m in _imported_modules(f))]
+    assert "prefix_rows.py" in uses_runtime  # the row format comes from the runtime
+
+
+def test_installed_packages_are_wheels_not_the_checkout():
+    """The code under test is the code a user installs: no editable install, no source tree
+    on sys.path."""
+    import refactx_index
+    import refactx_pipeline
+
+    for module in (refactx_index, refactx_pipeline):
+        location = Path(module.__file__).resolve()
+        assert "site-packages" in location.parts, location
+        assert not {ROOT / "runtime", ROOT / "pipeline"} & set(location.parents), location
+        direct_url = metadata.distribution(module.__name__.replace("_", "-")).read_text("direct_url.json")
+        assert direct_url is None or '"editable": true' not in direct_url
 
 
 # docker/ cannot be built here (no Docker engine); these checks keep it from drifting away
@@ -167,7 +215,7 @@ def test_dockerfile_copies_paths_that_exist():
         if line.startswith("COPY "):
             parts = [p for p in line.split()[1:] if not p.startswith("--")]
             sources += parts[:-1]
-    assert "pyproject.toml" in sources and "constraints.txt" in sources
+    assert {"runtime", "pipeline", "constraints.txt"} <= set(sources)
     missing = [s for s in sources if not (ROOT / s).exists()]
     assert missing == [], f"docker/Dockerfile copies missing paths: {missing}"
 

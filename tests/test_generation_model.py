@@ -38,7 +38,7 @@ def sample_fact_texts(spark, tmp_path_factory) -> list[str]:
     """The shared sample's facts, verbalized by the pipeline's own stages."""
     import pyarrow.dataset as ds
 
-    from jobs.pipeline import run_pipeline
+    from refactx_pipeline.pipeline import run_pipeline
 
     cfg = sample_config(tmp_path_factory.mktemp("facts") / "build")
     run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
@@ -133,7 +133,7 @@ def _ask_cli(*args: str, cwd) -> "subprocess.CompletedProcess[str]":
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFACTX__")}
-    return subprocess.run([sys.executable, "-m", "refactx_index.cli", "ask", *args],
+    return subprocess.run([sys.executable, "-m", "refactx_pipeline.cli", "ask", *args],
                           capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
 
 

@@ -1,44 +1,39 @@
-"""The project jar (jobs/jvm): built from its sources, named after them, clear when it cannot be built."""
+"""The project jar: compiled by the package build, shipped inside the installed wheel."""
 
 from __future__ import annotations
 
+import struct
 import zipfile
 
 import pytest
 
-from jobs import jvm
+import refactx_pipeline
 from refactx_index.errors import ConfigError
+from refactx_pipeline import jvm
 
 
-def test_jar_holds_the_lexer_and_is_named_after_its_sources():
+def test_the_installed_package_ships_the_lexer_jar():
     jar = jvm.jar_path()
-    assert jar.exists() and jar.parent == jvm.BUILD
-    assert "org/refactx/ntriples/NTriplesLexer.class" in zipfile.ZipFile(jar).namelist()
-    assert jar == jvm.jar_path(build=False)
-    assert jar.name == f"refactx-jvm-{jvm._sources_hash()}.jar"
+    package_dir = jar.parents[1]
+    assert package_dir.samefile(next(iter(refactx_pipeline.__path__)))
+    names = zipfile.ZipFile(jar).namelist()
+    assert "org/refactx/ntriples/NTriplesLexer.class" in names
+    # every packaged Java source was compiled into the jar
+    sources = list(jar.parent.rglob("*.java"))
+    assert sources, "the Java sources are package data"
+    for source in sources:
+        cls = source.relative_to(jar.parent).with_suffix(".class").as_posix()
+        assert cls in names, cls
 
 
-def test_changed_sources_get_a_new_jar(monkeypatch, tmp_path):
-    src = tmp_path / "src" / "demo"
-    src.mkdir(parents=True)
-    (src / "Hello.java").write_text("package demo; public final class Hello { public static int one() { return 1; } }\n")
-    monkeypatch.setattr(jvm, "SOURCES", tmp_path / "src")
-    monkeypatch.setattr(jvm, "BUILD", tmp_path / "build")
-    first = jvm.jar_path()
-    assert "demo/Hello.class" in zipfile.ZipFile(first).namelist()
-    (src / "Hello.java").write_text("package demo; public final class Hello { public static int one() { return 2; } }\n")
-    second = jvm.jar_path()
-    assert second != first and second.exists()
-    assert not first.exists()  # the stale jar is removed
+def test_the_jar_targets_java_17():
+    with zipfile.ZipFile(jvm.jar_path()) as zf:
+        head = zf.read("org/refactx/ntriples/NTriplesLexer.class")[:8]
+    magic, _minor, major = struct.unpack(">IHH", head)
+    assert magic == 0xCAFEBABE and major == 61  # class file version 61: --release 17
 
 
-def test_a_compile_error_or_a_missing_javac_is_a_config_error(monkeypatch, tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "Broken.java").write_text("class Broken { int x = ; }\n")
-    monkeypatch.setattr(jvm, "SOURCES", tmp_path / "src")
-    monkeypatch.setattr(jvm, "BUILD", tmp_path / "build")
-    with pytest.raises(ConfigError, match="javac failed"):
-        jvm.jar_path()
-    monkeypatch.setattr(jvm.shutil, "which", lambda name: None)
-    with pytest.raises(ConfigError, match="install a JDK 17"):
+def test_a_package_without_its_jar_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(jvm, "JAR_NAME", "no-such.jar")
+    with pytest.raises(ConfigError, match="install the package from its wheel"):
         jvm.jar_path()

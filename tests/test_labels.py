@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import labels, parse
+from refactx_pipeline import labels, parse
 from tests.conftest import shared_path
 
 E = "http://www.wikidata.org/entity/"
@@ -27,12 +27,11 @@ DUMP = [
 def _run(spark, cfg, tmp_path, policy):
     dump = tmp_path / "d.nt"
     dump.write_text("\n".join(DUMP) + "\n")
-    cfg.input.dumps = [str(dump)]
-    cfg.labels.collision_policy = policy
+    cfg = cfg.updated({"input.dumps": [str(dump)], "labels.collision_policy": policy})
     parse.run(spark, cfg)
     counts = labels.run(spark, cfg)
     rows = spark.read.parquet(str(cfg.stage_dir("labels") / "labels")).collect()
-    return counts, {r["entity"]: (r["label"], r["label_source"]) for r in rows}
+    return cfg, counts, {r["entity"]: (r["label"], r["label_source"]) for r in rows}
 
 
 @pytest.mark.parametrize(
@@ -44,7 +43,7 @@ def _run(spark, cfg, tmp_path, policy):
     ],
 )
 def test_collision_policies(spark, cfg, tmp_path, policy, expected_q):
-    counts, got = _run(spark, cfg, tmp_path, policy)
+    cfg, counts, got = _run(spark, cfg, tmp_path, policy)
     assert {k: v[0] for k, v in got.items() if k.startswith("Q")} == expected_q
     assert got["P31"] == ("instance of", "label")
     assert counts["colliding_labels"] == 1 and counts["colliding_entities"] == 2
@@ -53,19 +52,21 @@ def test_collision_policies(spark, cfg, tmp_path, policy, expected_q):
     assert [(c["label"], list(c["entities"])) for c in collisions] == [("Paris (capital of France)", ["Q1", "Q3"])]
 
 
-def test_bad_policy_is_a_config_error(spark, cfg, tmp_path):
+def test_bad_policy_is_a_config_error(cfg):
     from refactx_index.errors import ConfigError
 
-    with pytest.raises(ConfigError):
-        _run(spark, cfg, tmp_path, "merge")
+    with pytest.raises(ConfigError, match="labels.collision_policy"):
+        cfg.updated({"labels.collision_policy": "merge"})
 
 
 def test_sample500_with_real_page_heads(spark, cfg):
-    from jobs import sitelinks
+    from refactx_pipeline import sitelinks
 
-    cfg.input.dumps = [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))]
-    cfg.input.enwiki_page = str(shared_path("data", "wikipedia", "enwiki-20150112-page.head1MiB.sql"))
-    cfg.input.enwiki_page_props = str(shared_path("data", "wikipedia", "enwiki-20150112-page_props.head1MiB.sql"))
+    cfg = cfg.updated({
+        "input.dumps": [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))],
+        "input.enwiki_page": str(shared_path("data", "wikipedia", "enwiki-20150112-page.head1MiB.sql")),
+        "input.enwiki_page_props": str(shared_path("data", "wikipedia", "enwiki-20150112-page_props.head1MiB.sql")),
+    })
     parse.run(spark, cfg)
     sitelinks.run(spark, cfg)
     counts = labels.run(spark, cfg)

@@ -18,7 +18,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from refactx_index import format as fmt
-from refactx_index.config import VocabularyConfig
+from refactx_pipeline.config import VocabularyConfig
 from refactx_index.errors import LoadError, ValidationFailed
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg]
@@ -41,16 +41,19 @@ FACTS = [
 ]
 
 
-def make_cfg(cfg, pg_dsn, *, depth=3, threshold=1):
-    cfg.pg.dsn = pg_dsn
-    cfg.pg.validate_sample = 50
-    cfg.tokenize.vocabularies = [VocabularyConfig(VOCAB, "")]
-    cfg.tree.depth, cfg.tree.subtree_threshold = depth, threshold
-    return cfg
+def make_cfg(cfg, overrides=None, *, depth=3, threshold=1):
+    """``cfg`` with the toy vocabulary and tree shape, plus dotted ``overrides``."""
+    return cfg.updated({
+        "pg.validate_sample": 50,
+        "tokenize.vocabularies": [VocabularyConfig(name=VOCAB, path="")],
+        "tree.depth": depth,
+        "tree.subtree_threshold": threshold,
+        **(overrides or {}),
+    })
 
 
 def write_tokens(spark, cfg, facts):
-    from jobs.schemas import TOKENS
+    from refactx_pipeline.schemas import TOKENS
 
     vocab_dir = cfg.stage_dir("tokenize") / VOCAB
     spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS).write.mode(
@@ -61,17 +64,17 @@ def write_tokens(spark, cfg, facts):
     (vocab_dir / "meta.json").write_text(json.dumps(meta))
 
 
-def build(spark, cfg, facts=FACTS, *, activate=True) -> int:
-    """tokens -> prefix rows -> load -> validate -> activate; returns the build id."""
-    from jobs import activate as activate_job
-    from jobs import load, prefix_rows, validate
+def build(spark, cfg, dsn, facts=FACTS, *, activate=True) -> int:
+    """tokens -> prefix rows -> load -> validate -> activate into ``dsn``; returns the build id."""
+    from refactx_pipeline import activate as activate_job
+    from refactx_pipeline import load, prefix_rows, validate
 
     write_tokens(spark, cfg, facts)
     prefix_rows.run(spark, cfg)
-    build_id = load.run(spark, cfg)["vocabularies"][VOCAB]["build_id"]
+    build_id = load.run(None, cfg, dsn)["vocabularies"][VOCAB]["build_id"]
     if activate:
-        validate.run(spark, cfg)
-        activate_job.run(spark, cfg)
+        validate.run(spark, cfg, dsn)
+        activate_job.run(None, cfg, dsn)
     return build_id
 
 
@@ -107,7 +110,7 @@ def tables(dsn, schema):
 
 def test_copy_encoder_matches_write_row(pg_dsn):
     """The numpy-built PGCOPY stream stores exactly what write_row stores."""
-    from jobs.load import COPY_HEADER, COPY_TRAILER, encode_copy_rows
+    from refactx_pipeline.load import COPY_HEADER, COPY_TRAILER, encode_copy_rows
 
     rng = np.random.default_rng(1)
     prefixes = [b""] + [rng.bytes(4 * int(rng.integers(1, 5))) for _ in range(300)]
@@ -132,9 +135,9 @@ def test_copy_encoder_matches_write_row(pg_dsn):
 
 
 def test_load_validate_activate_and_switch(spark, cfg, pg_dsn):
-    cfg = make_cfg(cfg, pg_dsn)
+    cfg = make_cfg(cfg)
     schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
-    first = build(spark, cfg)
+    first = build(spark, cfg, pg_dsn)
     active, root = read_active(pg_dsn, schema, name)
     assert active == first
     assert root.leaves[0] == len(FACTS)
@@ -146,7 +149,7 @@ def test_load_validate_activate_and_switch(spark, cfg, pg_dsn):
     assert load_counts["vocabularies"][VOCAB]["build_id"] == first
 
     more = FACTS + [[9, 9, 9]]
-    second = build(spark, cfg, more)
+    second = build(spark, cfg, pg_dsn, more)
     active, root = read_active(pg_dsn, schema, name)
     assert active == second and root.leaves[0] == len(more)
     assert builds(pg_dsn, schema)[first]["status"] == "retired"
@@ -160,13 +163,13 @@ def test_load_validate_activate_and_switch(spark, cfg, pg_dsn):
 
 
 def test_validation_failure_keeps_previous_build(spark, cfg, pg_dsn):
-    from jobs import activate as activate_job
-    from jobs import validate
+    from refactx_pipeline import activate as activate_job
+    from refactx_pipeline import validate
 
-    cfg = make_cfg(cfg, pg_dsn)
+    cfg = make_cfg(cfg)
     schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
-    first = build(spark, cfg)
-    second = build(spark, cfg, activate=False)
+    first = build(spark, cfg, pg_dsn)
+    second = build(spark, cfg, pg_dsn, activate=False)
     # corrupt one child row: drop a fact from its subtree so its leaves disagree with the parent
     with psycopg.connect(pg_dsn) as conn:
         conn.execute(
@@ -174,21 +177,21 @@ def test_validation_failure_keeps_previous_build(spark, cfg, pg_dsn):
             (fmt.encode_subtree([[2]]), fmt.encode_prefix([1])),
         )
     with pytest.raises(ValidationFailed, match="leaves"):
-        validate.run(spark, cfg)
+        validate.run(spark, cfg, pg_dsn)
     b = builds(pg_dsn, schema)[second]
     assert b["status"] == "failed" and "sum(child_leaves)" in b["message"]
     with pytest.raises(LoadError, match="validated"):
-        activate_job.run(spark, cfg)
+        activate_job.run(None, cfg, pg_dsn)
     active, root = read_active(pg_dsn, schema, name)
     assert active == first and root.leaves[0] == len(FACTS)
 
 
 def test_validation_walk_catches_a_missing_fact(spark, cfg, pg_dsn):
     """Leaf counts can be consistent while a fact is unreachable: the sampled walk finds it."""
-    from jobs import validate
+    from refactx_pipeline import validate
 
-    cfg = make_cfg(cfg, pg_dsn)
-    build_id = build(spark, cfg, activate=False)
+    cfg = make_cfg(cfg)
+    build_id = build(spark, cfg, pg_dsn, activate=False)
     with psycopg.connect(pg_dsn) as conn:
         # same shape and counts, other tokens: [6, 1] becomes [6, 2]
         conn.execute(
@@ -196,14 +199,13 @@ def test_validation_walk_catches_a_missing_fact(spark, cfg, pg_dsn):
             (fmt.encode_subtree([[2]]), fmt.encode_prefix([6])),
         )
     with pytest.raises(ValidationFailed, match="not in the tree"):
-        validate.run(spark, cfg)
+        validate.run(spark, cfg, pg_dsn)
 
 
 def test_retention_drops_oldest_builds(spark, cfg, pg_dsn):
-    cfg = make_cfg(cfg, pg_dsn)
-    cfg.pg.retention = 2
+    cfg = make_cfg(cfg, {"pg.retention": 2})
     schema = cfg.pg.schema
-    ids = [build(spark, cfg, FACTS + [[100 + i]]) for i in range(4)]
+    ids = [build(spark, cfg, pg_dsn, FACTS + [[100 + i]]) for i in range(4)]
     b = builds(pg_dsn, schema)
     assert [b[i]["dropped_at"] is not None for i in ids] == [True, True, False, False]
     assert tables(pg_dsn, schema) == {f"tree_b{ids[2]}", f"tree_b{ids[3]}"}
@@ -231,13 +233,12 @@ def _synthetic_rows(path: Path, n_rows: int, n_files: int) -> None:
 
 
 def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg, pg_dsn, tmp_path):
-    from jobs import activate as activate_job
-    from jobs import load, validate
+    from refactx_pipeline import activate as activate_job
+    from refactx_pipeline import load, validate
 
-    cfg = make_cfg(cfg, pg_dsn)
-    cfg.pg.load_workers = 1
+    cfg = make_cfg(cfg, {"pg.load_workers": 1})
     schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
-    first = build(spark, cfg)
+    first = build(spark, cfg, pg_dsn)
     rows_dir = cfg.stage_dir("prefix_rows") / VOCAB / "rows"
     real_rows = tmp_path / "real_rows"
     rows_dir.rename(real_rows)
@@ -245,11 +246,10 @@ def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg,
 
     params = conninfo_to_dict(pg_dsn)
     params["application_name"] = "refactx_killed_loader"
-    loader_cfg = cfg.to_dict()
-    loader_cfg["pg"]["dsn"] = make_conninfo(**params)
-    code = ("import json, sys; from refactx_index.config import Config, from_dict; from jobs.load import load_all; "
-            "load_all(from_dict(Config, json.loads(sys.argv[1])), sys.argv[2])")
-    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(loader_cfg), loader_cfg["pg"]["dsn"]],
+    loader_dsn = make_conninfo(**params)
+    code = ("import sys; from refactx_pipeline.config import Config; from refactx_pipeline.load import load_all; "
+            "load_all(Config.from_json(sys.argv[1]), sys.argv[2])")
+    proc = subprocess.Popen([sys.executable, "-c", code, cfg.to_json(), loader_dsn],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     dbname = params["dbname"]
@@ -281,19 +281,19 @@ def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg,
     rows_dir_tmp = tmp_path / "synthetic"
     rows_dir.rename(rows_dir_tmp)
     real_rows.rename(rows_dir)
-    counts = load.run(spark, cfg)["vocabularies"][VOCAB]
+    counts = load.run(None, cfg, pg_dsn)["vocabularies"][VOCAB]
     assert counts["cleaned"]["interrupted_builds"] == [killed]
     b = builds(pg_dsn, schema)
     assert b[killed]["status"] == "failed" and "interrupted" in b[killed]["message"]
     assert f"tree_b{killed}" not in tables(pg_dsn, schema)
-    validate.run(spark, cfg)
-    activate_job.run(spark, cfg)
+    validate.run(spark, cfg, pg_dsn)
+    activate_job.run(None, cfg, pg_dsn)
     active, root = read_active(pg_dsn, schema, name)
     assert active == counts["build_id"] and root.leaves[0] == len(FACTS)
 
 
 def test_orphaned_table_is_dropped(cfg, pg_dsn):
-    from jobs import pgcatalog
+    from refactx_pipeline import pgcatalog
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         pgcatalog.apply_schema(conn, cfg.pg.schema)
@@ -304,10 +304,10 @@ def test_orphaned_table_is_dropped(cfg, pg_dsn):
 
 
 def test_tokenizer_meta_computed_from_real_tokenizer(cfg):
-    from jobs.load import tokenizer_meta
+    from refactx_pipeline.load import tokenizer_meta
 
     path = SHARED / "tokenizers" / "gpt2"
     if not path.exists():
         pytest.skip(f"{path} is absent (../shared not beside the project)")
-    meta = tokenizer_meta(cfg, VocabularyConfig("gpt2", str(path)))
+    meta = tokenizer_meta(cfg, VocabularyConfig(name="gpt2", path=str(path)))
     assert meta["vocab_size"] == 50257 and len(meta["sha256"]) == 64

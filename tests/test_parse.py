@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from jobs import parse
-from jobs.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
+from refactx_pipeline import parse
+from refactx_pipeline.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
 from refactx_index.errors import ConfigError
 from tests import ntriples_grammar as grammar
 from tests.conftest import shared_path

@@ -74,8 +74,8 @@ def check_rows_against_trie(
 
 
 def build_rows(spark, facts: list[list[int]], depth: int, threshold: int) -> dict[bytes, bytes]:
-    from jobs.prefix_rows import prefix_rows
-    from jobs.schemas import TOKENS
+    from refactx_pipeline.prefix_rows import prefix_rows
+    from refactx_pipeline.schemas import TOKENS
 
     tokens = spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS)
     out = prefix_rows(tokens, depth, threshold).collect()
@@ -109,7 +109,7 @@ def test_rows_match_reference_trie(spark, depth, threshold):
 
 
 def test_bad_rows_are_counted_not_lost(spark):
-    from jobs.prefix_rows import input_counts, prefix_rows
+    from refactx_pipeline.prefix_rows import input_counts, prefix_rows
     from pyspark.sql.types import ArrayType, IntegerType, LongType, StructField, StructType
 
     loose = StructType([StructField("fact_id", LongType()), StructField("token_ids", ArrayType(IntegerType()))])
@@ -127,9 +127,9 @@ def test_bad_rows_are_counted_not_lost(spark):
 
 
 def test_run_writes_rows_and_counts(spark, cfg):
-    from jobs import prefix_rows as job
-    from jobs.schemas import TOKENS
-    from refactx_index.config import VocabularyConfig
+    from refactx_pipeline import prefix_rows as job
+    from refactx_pipeline.schemas import TOKENS
+    from refactx_pipeline.config import VocabularyConfig
 
     cfg.tokenize.vocabularies = [VocabularyConfig("toy", "")]
     cfg.tree.depth, cfg.tree.subtree_threshold = 3, 1
@@ -152,7 +152,7 @@ def test_arrow_encoders_read_sliced_batches_by_absolute_offsets():
     encoders must give each row its own children/suffixes, not the previous row's."""
     import pyarrow as pa
 
-    from jobs.prefix_rows import _encode_expanded_batches, _encode_subtree_batches
+    from refactx_pipeline.prefix_rows import _encode_expanded_batches, _encode_subtree_batches
     from refactx_index.format import decode_fragment, iter_suffixes
 
     child = pa.struct([("token", pa.int32()), ("leaves", pa.int64())])

@@ -10,9 +10,9 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from jobs import tokenize_facts as T
-from jobs.schemas import TOKENS
-from refactx_index.config import VocabularyConfig
+from refactx_pipeline import tokenize_facts as T
+from refactx_pipeline.schemas import TOKENS
+from refactx_pipeline.config import VocabularyConfig
 from refactx_index.errors import ConfigError
 from refactx_index.vocab import (
     ENCODED_FORBIDDEN_TOKEN,

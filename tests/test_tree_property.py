@@ -48,9 +48,9 @@ def fact_sets(draw) -> list[list[int]]:
                                                                   HealthCheck.too_slow])
 @given(facts=fact_sets(), depth=st.integers(1, 6), threshold=st.integers(1, 5))
 def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, depth, threshold):
-    from jobs import load, prefix_rows, validate
-    from jobs.schemas import TOKENS
-    from refactx_index.config import Config, VocabularyConfig
+    from refactx_pipeline import load, prefix_rows, validate
+    from refactx_pipeline.schemas import TOKENS
+    from refactx_pipeline.config import Config, VocabularyConfig
 
     cfg = Config()
     cfg.paths.build_root = tempfile.mkdtemp(prefix="refactx_prop_")

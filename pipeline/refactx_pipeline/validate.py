@@ -18,19 +18,17 @@ raises ``ValidationFailed``; success sets ``validated``.
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any, Sequence
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
-from jobs import pgcatalog
-from jobs.common import read_counts, run_job_main, write_counts
-from jobs.load import parquet_files, parquet_row_count
+from refactx_pipeline import pgcatalog
+from refactx_pipeline.common import read_counts, write_counts
+from refactx_pipeline.load import parquet_files, parquet_row_count
 from refactx_index import format as fmt
-from refactx_index.config import Config
-from refactx_index.embedded import pg_dsn
+from refactx_pipeline.config import Config
 from refactx_index.errors import FormatError, LoadError, ValidationFailed
 
 log = logging.getLogger(__name__)
@@ -59,7 +57,7 @@ def _external_keys(prefix: bytes, frag: fmt.Fragment) -> tuple[list[bytes], np.n
     steps = np.stack(paths[::-1], axis=1)  # shallowest first, -1 before a shallower node's start
     keys = []
     for row in steps:
-        keys.append(prefix + row[row >= 0].astype(">u4").tobytes())
+        keys.append(prefix + fmt.encode_prefix(row[row >= 0]))
     return keys, frag.leaves[ext]
 
 
@@ -184,7 +182,7 @@ def sample_facts(spark, cfg: Config, vocab_name: str, n: int, total: int | None)
     """About ``n`` valid facts drawn at random from the tokens Parquet (a sample, not the data)."""
     from pyspark.sql import functions as F
 
-    from jobs.prefix_rows import reject_reason
+    from refactx_pipeline.prefix_rows import reject_reason
 
     tokens = spark.read.parquet(str(cfg.stage_dir("tokenize") / vocab_name / "tokens"))
     valid = tokens.where(reject_reason().isNull())
@@ -212,14 +210,6 @@ def validate_all(spark, cfg: Config, dsn: str) -> dict[str, Any]:
     return result
 
 
-def run(spark, cfg: Config) -> dict:
-    with pg_dsn(cfg) as dsn:
-        return validate_all(spark, cfg, dsn)
-
-
-def main(argv=None) -> int:
-    return run_job_main("validate", "Validate loaded builds before activation", run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def run(spark, cfg: Config, dsn: str) -> dict:
+    """The stage: Spark samples facts from the Parquet, ``dsn`` holds the loaded builds."""
+    return validate_all(spark, cfg, dsn)

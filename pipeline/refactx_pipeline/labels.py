@@ -14,18 +14,17 @@ Collisions are written to ``labels/collisions`` (label, entities, n).
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, StringType, StructField, StructType
 
-from refactx_index.config import Config
+from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
-from jobs.common import remove_tree, run_job_main, write_counts
-from jobs.schemas import LABELS
+from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.schemas import LABELS
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +119,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     # only sitelinks this config asked for: a stale sitelinks/ from another config is ignored
     if cfg.input.sitelinks_source():
         sitelinks = spark.read.parquet(str(cfg.stage_dir("sitelinks") / "sitelinks"))
-    lang = (cfg.filter.languages or ["en"])[0].lower()
+    lang = cfg.filter.languages[0]
 
     candidates = candidate_labels(entities_to_label(statements, terms, properties), terms, properties, sitelinks, lang)
     candidates.write.mode("overwrite").parquet(str(out / "_candidates"))
@@ -147,11 +146,3 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     write_counts(cfg, "labels", counts)
     log.info("labels: %s", counts)
     return counts
-
-
-def main(argv=None) -> int:
-    return run_job_main("labels", "One display label per entity (Wikipedia title, else label (description)).", run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,6 @@ import logging
 from typing import Any, Sequence
 
 from .cache import ByteLRUCache
-from .config import PgConfig
 from .errors import DatabaseUnavailable, FormatError, IndexNotFound, QueryTimeout
 from .format import FORMAT_VERSION
 from .index import IndexInfo, RowTreeIndex, check_vocabulary, fragment_nbytes
@@ -30,14 +29,19 @@ _CATALOG_COLUMNS = (
 )
 
 
+# what the pipeline's pg section defaults to as well (refactx_pipeline.config.PgConfig)
+DEFAULT_SCHEMA = "refactx"
+DEFAULT_STATEMENT_TIMEOUT_MS = 5000
+
+
 def open_index(
     dsn: str,
     name: str,
     *,
-    schema: str = PgConfig.schema,
+    schema: str = DEFAULT_SCHEMA,
     tokenizer: object | None = None,
     pool_size: int = 4,
-    statement_timeout_ms: int = PgConfig.statement_timeout_ms,
+    statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     connect_timeout_s: float = 10.0,
 ) -> "PgTreeIndex":

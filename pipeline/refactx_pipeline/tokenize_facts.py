@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -33,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from refactx_index.config import Config, TokenizeConfig
+from refactx_pipeline.config import Config, TokenizeConfig
 from refactx_index.errors import ConfigError
 from refactx_index.vocab import (
     CONTEXT,
@@ -44,8 +43,8 @@ from refactx_index.vocab import (
     open_vocabulary,
 )
 
-from jobs.common import remove_tree, run_job_main, write_counts
-from jobs.schemas import TOKENS
+from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.schemas import TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -348,11 +347,3 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     }
     write_counts(cfg, STAGE, counts)
     return counts
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_job_main(STAGE, "Tokenize the facts for every configured vocabulary (incremental)", run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,16 +10,14 @@ per name that still have a table (the active one always) and drops the rest.
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from jobs import pgcatalog
-from jobs.common import run_job_main, write_counts
-from refactx_index.config import Config
-from refactx_index.embedded import pg_dsn
+from refactx_pipeline import pgcatalog
+from refactx_pipeline.common import write_counts
+from refactx_pipeline.config import Config
 from refactx_index.errors import LoadError
 
 log = logging.getLogger(__name__)
@@ -86,18 +84,7 @@ def activate_all(cfg: Config, dsn: str) -> dict[str, Any]:
     return result
 
 
-def run(spark, cfg: Config) -> dict:
-    """Job entry point (``spark`` is None: activation is catalog SQL only)."""
+def run(spark, cfg: Config, dsn: str) -> dict:
+    """The stage: ``spark`` is None (the database does the work), ``dsn`` the target database."""
     del spark
-    with pg_dsn(cfg) as dsn:
-        return activate_all(cfg, dsn)
-
-
-def main(argv=None) -> int:
-    return run_job_main(
-        STAGE, "Activate validated builds and apply retention", run, argv, needs_spark=False
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return activate_all(cfg, dsn)

@@ -17,16 +17,16 @@ import logging
 import re
 import uuid
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg import sql
 
+from refactx_pipeline.resources import sql_text
+
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 # advisory lock namespaces (the first key of pg_advisory_lock(int, int))
 LOCK_SCHEMA = 0x52465830  # "RFX0": schema creation
 LOCK_LOADING = 0x52465831  # "RFX1": a load in progress, second key = build id
@@ -36,7 +36,7 @@ _TABLE_RE = re.compile(r"^tree_b(\d+)$")
 
 @lru_cache(maxsize=None)
 def _statements_text(name: str) -> tuple[str, ...]:
-    text = (SQL_DIR / name).read_text()
+    text = sql_text(name)
     # our SQL files hold no "--" or ";" inside string literals, so this split is exact
     body = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
     return tuple(s.strip() for s in body.split(";") if s.strip())
@@ -55,7 +55,7 @@ def statements(name: str, schema: str, **names: Any) -> list[sql.Composed]:
 
 def loaded_builds(cfg) -> dict[str, dict[str, Any]]:
     """The builds the last load stage wrote, per vocabulary (``load/counts.json``)."""
-    from jobs.common import read_counts
+    from refactx_pipeline.common import read_counts
     from refactx_index.errors import LoadError
 
     loaded = read_counts(cfg, "load").get("vocabularies", {})

@@ -25,13 +25,12 @@ from typing import Iterable, Mapping, Sequence
 
 from .cache import ByteLRUCache
 from .errors import FormatError
-from .format import FORMAT_VERSION, encode_children, encode_subtree
+from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtree
 from .index import (
     IndexInfo,
     RowTreeIndex,
     check_vocabulary,
     fragment_nbytes,
-    prefix_key,
     vocabulary_size,
 )
 
@@ -67,7 +66,7 @@ def build_rows(
     stack = [(0, len(seqs), 0)]
     while stack:
         lo, hi, d = stack.pop()
-        key = prefix_key(seqs[lo][:d])
+        key = encode_prefix(seqs[lo][:d])
         if hi - lo <= threshold or d >= depth:
             rows[key] = encode_subtree([s[d:] for s in seqs[lo:hi]])
             continue

@@ -18,17 +18,17 @@ import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import Config, VocabularyConfig, add_config_arguments, config_from_args
-from .errors import RefactxError
-from .vocab import open_tokenizer
+from .resources import example_graph
+from .config import Config, add_config_arguments, config_from_args
+from refactx_index.errors import RefactxError
+from refactx_index.vocab import open_tokenizer
 
-log = logging.getLogger("refactx_index.cli")
+log = logging.getLogger("refactx_pipeline.cli")
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE_GRAPH = PROJECT_ROOT / "examples" / "mini-graph.nt"
 
 # counts shown in the per-stage summary line, when a stage reports them
 _SUMMARY_KEYS = (
@@ -38,15 +38,6 @@ _SUMMARY_KEYS = (
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _progress(total: int, desc: str):
-    """A tqdm bar on stderr, or None when tqdm (the ``cli`` extra) is not installed."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # the cli extra is optional
-        return None
-    return tqdm(total=total, desc=desc, unit="stage", file=sys.stderr, leave=True)
 
 
 def _flatten(counts: Any, prefix: str = "") -> dict[str, Any]:
@@ -67,63 +58,100 @@ def _summary(counts: dict[str, Any]) -> str:
     return ", ".join(shown[:14])
 
 
-def _config_from(args: argparse.Namespace) -> Config:
-    cfg = config_from_args(args)
-    if args.dsn:
-        cfg.pg.dsn = args.dsn
-    return cfg
+def _config_from(args: argparse.Namespace, **overrides: Any) -> Config:
+    """The command's Config: file, environment, ``--set``, then ``--dsn`` and ``overrides``."""
+    if getattr(args, "dsn", None):
+        overrides["pg.dsn"] = args.dsn
+    return config_from_args(args, **overrides)
 
 
-def _run_build(cfg: Config, stages: Sequence[str] | None) -> list[Any]:
-    from jobs.common import spark_session
-    from jobs.pipeline import run_pipeline, select_stages
+PROGRESS_INTERVAL_S = 30.0  # a plain progress line this often while a stage runs (no terminal)
 
-    selected = select_stages(cfg, stages)
-    bar = _progress(len(selected), "build")
 
-    spark = spark_session(cfg, "refactx_index:build")
-    current = {"stage": ""}  # read by the watcher thread
+class BuildProgress:
+    """Progress of a build on stderr: a tqdm bar with the running stage's Spark tasks on a
+    terminal; elsewhere (CI logs, Airflow, a file) one line per stage start and end and a
+    Spark task count every ``PROGRESS_INTERVAL_S``, never a redrawn bar."""
 
-    def on_stage(stage: str, result) -> None:
-        current["stage"] = stage
+    def __init__(self, spark, stages: Sequence[str], out=None, interactive: bool | None = None,
+                 interval_s: float = PROGRESS_INTERVAL_S) -> None:
+        self.out = out if out is not None else sys.stderr
+        if interactive is None:
+            interactive = bool(getattr(self.out, "isatty", lambda: False)())
+        self.tracker = spark.sparkContext.statusTracker() if spark is not None else None
+        self.stage = ""
+        self.started = time.monotonic()
+        self.bar = None
+        if interactive:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=len(stages), desc="build", unit="stage", file=self.out, leave=True)
+        self.interval_s = 0.5 if self.bar is not None else interval_s
+        self.stop_event = threading.Event()
+        self.watcher = threading.Thread(target=self._watch, name="build-progress", daemon=True)
+
+    def __enter__(self) -> "BuildProgress":
+        self.watcher.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_event.set()
+        self.watcher.join()
+        if self.bar is not None:
+            self.bar.close()
+
+    def on_stage(self, stage: str, result) -> None:
         if result is None:
+            self.stage, self.started = stage, time.monotonic()
+            if self.bar is None:
+                self._line(f"  {stage:<12} started")
             return
         line = f"  {stage:<12} {result.seconds:6.1f}s  {_summary(result.counts)}"
-        if bar is not None:
-            bar.update(1)
-            bar.write(line)
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.write(line, file=self.out)
         else:
-            print(line, file=sys.stderr)
+            self._line(line)
 
-    stop = threading.Event()
-    watcher = None
-    if bar is not None:
-        watcher = threading.Thread(target=_watch_spark_tasks, args=(spark, bar, current, stop), daemon=True)
-        watcher.start()
-    try:
-        return run_pipeline(spark, cfg, selected, on_stage)
-    finally:
-        stop.set()
-        if watcher is not None:
-            watcher.join()
-        if bar is not None:
-            bar.close()
-        spark.stop()
+    def _line(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
 
-
-def _watch_spark_tasks(spark, bar, current: dict[str, str], stop: threading.Event) -> None:
-    """Show the running stage's Spark task progress in the bar (a stage of a full dump
-    runs for hours); refreshed twice a second from Spark's status tracker."""
-    tracker = spark.sparkContext.statusTracker()
-    while not stop.wait(0.5):
+    def _spark_tasks(self) -> tuple[int, int]:
         done = total = 0
-        for stage_id in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(stage_id)
+        if self.tracker is None:
+            return 0, 0
+        for stage_id in self.tracker.getActiveStageIds():
+            info = self.tracker.getStageInfo(stage_id)
             if info is not None:
                 done += info.numCompletedTasks
                 total += info.numTasks
-        label = current["stage"]
-        bar.set_postfix_str(f"{label}: spark tasks {done}/{total}" if total else label, refresh=True)
+        return done, total
+
+    def _watch(self) -> None:
+        """A running stage of a full dump takes hours: show its Spark tasks as it goes."""
+        while not self.stop_event.wait(self.interval_s):
+            if not self.stage:
+                continue
+            done, total = self._spark_tasks()
+            tasks = f"spark tasks {done}/{total}" if total else "no spark tasks running"
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"{self.stage}: {tasks}", refresh=True)
+            else:
+                self._line(f"  {self.stage:<12} running {time.monotonic() - self.started:6.0f}s, {tasks}")
+
+
+def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None) -> list[Any]:
+    from refactx_pipeline.common import spark_session
+    from refactx_pipeline.pipeline import run_pipeline, select_stages
+
+    selected = select_stages(cfg, stages)
+    spark = spark_session(cfg, "refactx:build")
+    try:
+        with BuildProgress(spark, selected) as progress:
+            return run_pipeline(spark, cfg, selected, progress.on_stage, dsn=dsn)
+    finally:
+        spark.stop()
 
 
 def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) -> int:
@@ -131,7 +159,7 @@ def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) ->
 
     Returns the number of facts below ``text`` (0 when it is not in the index).
     """
-    from .explore import complete, enumerate_facts
+    from refactx_index.explore import complete, enumerate_facts
 
     continuations = complete(index, tokenizer, text, limit)
     total = sum(n for _, n in continuations)
@@ -153,10 +181,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     cfg = _config_from(args)
     stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
     results = _run_build(cfg, stages)
-    report = {r.stage: r.counts for r in results}
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-    print(f"build outputs under {cfg.build_dir()}", file=sys.stderr)
+    if args.json:  # stdout holds this one document and nothing else
+        json.dump({r.stage: r.counts for r in results}, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    sys.stderr.write(f"build outputs under {cfg.build_dir()}\n")
     return 0
 
 
@@ -164,48 +192,45 @@ def _demo_config(args: argparse.Namespace) -> tuple[Config, str]:
     """The demo's config: the real extract and Qwen2.5 from ../shared, or the example graph
     with a vocabulary trained here when ../shared is absent."""
     shared = Path(args.shared).resolve()
-    cfg = _config_from(args)
-    cfg.paths.build_root = args.build_root
-    cfg.paths.source = "wikidata"
+    demo = {"paths.build_root": args.build_root, "paths.source": "wikidata"}
     sample = shared / "data" / "wikidata" / "truthy-2018-sample500-en.nt"
     if sample.exists() and not args.offline_vocabulary:
-        cfg.paths.dump_date = "2018-sample500"
-        cfg.input.dumps = [str(sample)]
+        demo.update({"paths.dump_date": "2018-sample500", "input.dumps": [str(sample)]})
         # English Wikipedia titles: the enwiki page + page_props heads cover 106 of its items
         wikipedia = shared / "data" / "wikipedia"
         page = wikipedia / "enwiki-20150112-page.head1MiB.sql"
         page_props = wikipedia / "enwiki-20150112-page_props.head1MiB.sql"
         if page.exists() and page_props.exists():
-            cfg.input.enwiki_page, cfg.input.enwiki_page_props = str(page), str(page_props)
+            demo.update({"input.enwiki_page": str(page), "input.enwiki_page_props": str(page_props)})
         vocab = args.vocabulary or f"qwen2.5={shared / 'tokenizers' / 'qwen2.5'}"
-        cfg.tokenize.vocabularies = [VocabularyConfig.parse(vocab)] + _model_vocabulary(args)
-        return cfg, args.prefix or ""
-    log.warning("%s not found: using %s and a vocabulary trained on it", sample, EXAMPLE_GRAPH)
-    cfg.paths.dump_date = "example"
-    cfg.input.dumps = [str(EXAMPLE_GRAPH)]
+        demo["tokenize.vocabularies"] = [vocab, *_model_vocabulary(args)]
+        return _config_from(args, **demo), args.prefix or ""
+    example = example_graph()
+    log.warning("%s not found: using %s and a vocabulary trained on it", sample, example)
+    demo.update({"paths.dump_date": "example", "input.dumps": [str(example)]})
+    cfg = _config_from(args, **demo)
     if args.vocabulary:
-        cfg.tokenize.vocabularies = [VocabularyConfig.parse(args.vocabulary)]
+        vocabularies = [args.vocabulary]
     else:
         vocab_dir = Path(cfg.build_dir()) / "demo-vocabulary"
-        train_example_vocabulary(EXAMPLE_GRAPH, vocab_dir)
-        cfg.tokenize.vocabularies = [VocabularyConfig(name="example-bpe", path=str(vocab_dir))]
-    cfg.tokenize.vocabularies += _model_vocabulary(args)
-    return cfg, args.prefix or ""
+        train_example_vocabulary(example, vocab_dir)
+        vocabularies = [f"example-bpe={vocab_dir}"]
+    return cfg.updated({"tokenize.vocabularies": vocabularies + _model_vocabulary(args)}), args.prefix or ""
 
 
 DEMO_QUESTION = "Which country is Northern Ireland part of?"
 ASK_VOCABULARY = "smollm2"
 
 
-def _model_vocabulary(args: argparse.Namespace) -> list[VocabularyConfig]:
+def _model_vocabulary(args: argparse.Namespace) -> list[str]:
     """The vocabulary of the model the demo's question is asked with (its tokenizer.json),
     or none when the question is skipped or the generation extra is missing."""
     if args.no_question:
         return []
     try:
-        from .models import model_directory
+        from refactx_index.models import model_directory
 
-        return [VocabularyConfig(name=ASK_VOCABULARY, path=str(model_directory("smollm2")))]
+        return [f"{ASK_VOCABULARY}={model_directory('smollm2')}"]
     except (ImportError, RefactxError) as exc:
         log.warning("the demo's question is skipped: %s", exc)
         args.no_question = True
@@ -246,32 +271,32 @@ def train_example_vocabulary(source: Path, out_dir: Path, vocab_size: int = 2000
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from jobs.common import read_counts
+    from refactx_pipeline.common import read_counts
 
     from .embedded import pg_dsn
-    from .pg import open_index
+    from refactx_index.pg import open_index
 
     cfg, prefix_text = _demo_config(args)
     vocab = cfg.tokenize.vocabularies[0]
     print(f"refactx-index demo: {', '.join(cfg.input.dumps)} with vocabularies "
           f"{', '.join(f'{v.name} ({v.path})' for v in cfg.tokenize.vocabularies)}")
     print(f"outputs under {cfg.build_dir()}; PostgreSQL: {cfg.pg.dsn or 'embedded in ' + cfg.pg.embedded_dir}")
+    sys.stdout.flush()
     with pg_dsn(cfg) as dsn:
-        cfg.pg.dsn = dsn
-        results = _run_build(cfg, None)
+        results = _run_build(cfg, None, dsn=dsn)
         print("\nstage counts:")
         for r in results:
             print(f"  {r.stage:<12} {r.seconds:6.1f}s  {_summary(r.counts)}")
         if not prefix_text:
             # Northern Ireland (Q26) under whatever display label the labels stage gave it
             prefix_text = f" <{display_label(cfg, 'Q26') or 'Northern Ireland'}> <"
-        name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab.name)
+        name = cfg.index_name(vocab.name)
         tokenizer = open_tokenizer(vocab.path)
         print(f"\nreading back index {name!r} from PostgreSQL through refactx_index.open_index:")
         with open_index(dsn, name, schema=cfg.pg.schema, statement_timeout_ms=cfg.pg.statement_timeout_ms) as index:
             if show_completions(index, tokenizer, prefix_text, args.limit) == 0:
                 # the prefix is not in this graph: show the first subject's facts instead
-                from .explore import enumerate_facts
+                from refactx_index.explore import enumerate_facts
 
                 first = next(iter(enumerate_facts(index, tokenizer, "", 1)), None)
                 if first is not None:
@@ -283,7 +308,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if validate:
             print(f"validation: {_summary(validate)}")
         if not args.no_question:
-            ask_name = cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=ASK_VOCABULARY)
+            ask_name = cfg.index_name(ASK_VOCABULARY)
             print(f"\nasking SmolLM2-135M-Instruct, constrained to index {ask_name!r} after 'Fact:' "
                   f"({args.beams} beams; refactx-index ask --help):")
             sys.stdout.flush()
@@ -299,9 +324,9 @@ def _answer(index, questions: list[str], beams: int, max_new_tokens: int, *, mod
     """Load the model, check it writes the index's ids, answer ``questions`` in one batch."""
     import time
 
-    from .ask import ask, check_model_vocabulary
-    from .models import load_model
-    from .vocab import file_sha256
+    from refactx_index.ask import ask, check_model_vocabulary
+    from refactx_index.models import load_model
+    from refactx_index.vocab import file_sha256
 
     started = time.perf_counter()
     loaded = load_model(model)
@@ -317,13 +342,19 @@ def _answer(index, questions: list[str], beams: int, max_new_tokens: int, *, mod
 
 def cmd_complete(args: argparse.Namespace) -> int:
     from .embedded import pg_dsn
-    from .pg import open_index
+    from refactx_index.pg import open_index
 
     cfg = _config_from(args)
+    # the vocabulary is checked (tokenizer.json's sha256) before anything is shown: a wrong
+    # one would tokenize the text into ids the tree does not hold and show nothing
     with pg_dsn(cfg) as dsn, open_index(
-        dsn, args.index, schema=cfg.pg.schema, statement_timeout_ms=cfg.pg.statement_timeout_ms
+        dsn, args.index, schema=cfg.pg.schema, statement_timeout_ms=cfg.pg.statement_timeout_ms,
+        tokenizer=args.tokenizer,
     ) as index:
-        show_completions(index, open_tokenizer(args.tokenizer), args.text, args.limit)
+        shown = show_completions(index, open_tokenizer(args.tokenizer), args.text, args.limit)
+    if shown == 0:
+        sys.stderr.write(f"refactx-index: no fact of index {args.index!r} starts with {args.text!r}\n")
+        return 3
     return 0
 
 
@@ -372,10 +403,10 @@ def print_answer(answer, out=sys.stdout) -> None:
 def open_served_index(args: argparse.Namespace, cfg: Config, dsn: str | None):
     """The index ``ask`` reads: an in-memory index file, or an active PostgreSQL build."""
     if args.index_file:
-        from .memory import MemoryTreeIndex
+        from refactx_index.memory import MemoryTreeIndex
 
         return MemoryTreeIndex.load(args.index_file)
-    from .pg import open_index
+    from refactx_index.pg import open_index
 
     return open_index(dsn, args.index, schema=cfg.pg.schema,
                       statement_timeout_ms=cfg.pg.statement_timeout_ms)
@@ -384,7 +415,7 @@ def open_served_index(args: argparse.Namespace, cfg: Config, dsn: str | None):
 def cmd_ask(args: argparse.Namespace) -> int:
     import contextlib
 
-    from .prompt import Prompt
+    from refactx_index.prompt import Prompt
 
     cfg = _config_from(args)
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
@@ -429,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "vocabulary (or, without ../shared, from examples/mini-graph.nt with a vocabulary "
                           "trained on it), load it into PostgreSQL and print stage counts and completions.")
     _add_common(demo)
-    demo.add_argument("--shared", default=str(PROJECT_ROOT.parent / "shared"), help="the shared data folder (default: ../shared)")
+    demo.add_argument("--shared", default="../shared",
+                      help="the shared data folder (default: ../shared, beside the directory it runs in)")
     demo.add_argument("--build-root", default="build/demo", help="where the stage outputs go (default: build/demo)")
     demo.add_argument("--vocabulary", help="NAME=PATH of a tokenizer directory or hub name (default: qwen2.5 from --shared)")
     demo.add_argument("--prefix", help="text prefix to complete (default: ' <LABEL> <' for Northern Ireland, Q26)")

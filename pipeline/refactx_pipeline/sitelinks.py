@@ -9,17 +9,16 @@ Only main-namespace pages are kept; underscores in titles become spaces.
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from refactx_index.config import Config
+from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
-from jobs.common import remove_tree, run_job_main, write_counts
-from jobs.schemas import REJECTS, SITELINKS
+from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.schemas import REJECTS, SITELINKS
 from .sqldump import RAW, REASON, read_mysql_table
 
 log = logging.getLogger(__name__)
@@ -174,11 +173,3 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     write_counts(cfg, "sitelinks", counts)
     log.info("sitelinks: %s", counts)
     return counts
-
-
-def main(argv=None) -> int:
-    return run_job_main("sitelinks", "English Wikipedia titles per item from MySQL dumps.", run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

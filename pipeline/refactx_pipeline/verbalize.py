@@ -16,7 +16,6 @@ Outputs: ``verbalize/facts`` (schema FACTS) and ``verbalize/counts.json``.
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -24,10 +23,10 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from refactx_index.config import Config, VerbalizeConfig
+from refactx_pipeline.config import DEFAULT_LANGUAGES, Config, VerbalizeConfig
 
-from jobs.common import remove_tree, run_job_main, write_counts
-from jobs.schemas import FACTS
+from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.schemas import FACTS
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +289,7 @@ def verbalize(
     terms: DataFrame | None,
     sitelinks: DataFrame | None,
     vcfg: VerbalizeConfig,
-    languages: Sequence[str] = ("en",),
+    languages: Sequence[str] = DEFAULT_LANGUAGES,
 ) -> tuple[DataFrame, DataFrame]:
     """(facts before the id-collision check, resolved statements with ``drop_reason``).
 
@@ -344,7 +343,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         else None
     )
     facts, resolved = verbalize(
-        statements, labels, properties, terms, sitelinks, cfg.verbalize, cfg.filter.languages or ["en"]
+        statements, labels, properties, terms, sitelinks, cfg.verbalize, cfg.filter.languages
     )
     resolved.persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -392,11 +391,3 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     remove_tree(spark, staged)
     write_counts(cfg, STAGE, counts)
     return counts
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_job_main(STAGE, "Verbalize statements, descriptions and short descriptions into facts", run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,17 +1,15 @@
-"""What every job shares: the Spark session, stage paths, the counts JSON."""
+"""What every Spark stage shares: the Spark session, staging clean-up, the counts JSON."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from refactx_index.config import Config, add_config_arguments, config_from_args
+from refactx_pipeline.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -21,13 +19,13 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
 
     Python workers run the driver's interpreter, so Arrow UDFs see the same
     virtual environment (and the pinned pyspark) as the driver. The project jar
-    (``jobs.jvm``, the parse stage's lexer) is on the classpath; under
+    (``refactx_pipeline.jvm``, the parse stage's lexer) is on the classpath; under
     ``spark-submit`` the JVM is already running, so the submit must pass it too
     (``--jars``, as ``dags/refactx_build.py`` does).
     """
     from pyspark.sql import SparkSession
 
-    from jobs.jvm import jar_path
+    from refactx_pipeline.jvm import jar_path
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -85,29 +83,3 @@ def write_counts(cfg: Config, stage: str, counts: dict[str, Any], name: str = "c
 def read_counts(cfg: Config, stage: str, name: str = "counts.json") -> dict[str, Any]:
     path = cfg.stage_dir(stage) / name
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def job_arg_parser(description: str) -> argparse.ArgumentParser:
-    return add_config_arguments(argparse.ArgumentParser(description=description))
-
-
-def run_job_main(
-    stage: str, description: str, run, argv: Sequence[str] | None = None, *, needs_spark: bool = True
-) -> int:
-    """The whole ``main()`` of a job: parse config, start Spark (when ``needs_spark``), run, log counts.
-
-    A job that only talks to PostgreSQL (load, activate) passes ``needs_spark=False``:
-    its ``run`` gets ``spark=None`` and no JVM is started.
-    """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = job_arg_parser(description).parse_args(argv)
-    cfg = config_from_args(args)
-    spark = spark_session(cfg, f"refactx_index:{stage}") if needs_spark else None
-    started = time.monotonic()
-    try:
-        counts = run(spark, cfg)
-    finally:
-        if spark is not None:
-            spark.stop()
-    log.info("%s done in %.1fs: %s", stage, time.monotonic() - started, json.dumps(counts, default=str))
-    return 0

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .config import Config
-from .errors import ConfigError
+from refactx_index.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

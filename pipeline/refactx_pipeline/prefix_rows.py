@@ -26,7 +26,6 @@ per output row over numpy arrays sliced from the batch.
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any, Iterator
 
 import numpy as np
@@ -35,10 +34,10 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.common import run_job_main, write_counts
-from jobs.schemas import ROWS
+from refactx_pipeline.common import write_counts
+from refactx_pipeline.schemas import ROWS
 from refactx_index import format as fmt
-from refactx_index.config import Config
+from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -85,12 +84,7 @@ def explode_prefixes(facts: DataFrame, depth: int) -> DataFrame:
     the root). The key of the first ``D`` tokens is built once per fact; each prefix
     key is a substring of it.
     """
-    head_key = F.unhex(
-        F.concat_ws(
-            "",
-            F.transform(F.slice("token_ids", 1, depth), lambda t: F.lpad(F.hex(t), 8, "0")),
-        )
-    )
+    head_key = F.expr(fmt.prefix_key_sql("token_ids", depth))
     return (
         facts.withColumn("head_key", head_key)
         .withColumn("k", F.explode(F.sequence(F.lit(0), F.least(F.col("n"), F.lit(depth)))))
@@ -290,11 +284,3 @@ def run(spark: SparkSession, cfg: Config) -> dict:
         result["vocabularies"][vocab.name] = counts
     write_counts(cfg, STAGE, result)
     return result
-
-
-def main(argv=None) -> int:
-    return run_job_main(STAGE, "Prefix rows: the tree of each vocabulary by group-by", run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

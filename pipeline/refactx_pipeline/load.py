@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import struct
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,11 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs import pgcatalog
-from jobs.common import read_counts, run_job_main, write_counts
+from refactx_pipeline import pgcatalog
+from refactx_pipeline.common import read_counts, write_counts
 from refactx_index import format as fmt
-from refactx_index.config import Config, VocabularyConfig
-from refactx_index.embedded import pg_dsn
+from refactx_pipeline.config import Config, VocabularyConfig
 from refactx_index.errors import ConfigError, LoadError
 from refactx_index.vocab import open_vocabulary
 
@@ -153,10 +151,6 @@ def tokenizer_meta(cfg: Config, vocab: VocabularyConfig) -> dict[str, Any]:
     }
 
 
-def index_name(cfg: Config, vocab: VocabularyConfig) -> str:
-    return cfg.pg.index_name.format(source=cfg.paths.source, vocabulary=vocab.name)
-
-
 # --------------------------------------------------------------------------- load
 
 
@@ -168,7 +162,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
     expected_rows = parquet_row_count(files)
     tree_counts = read_counts(cfg, "prefix_rows", f"{vocab.name}/counts.json")
     meta = tokenizer_meta(cfg, vocab)
-    name = index_name(cfg, vocab)
+    name = cfg.index_name(vocab.name)
     with psycopg.connect(dsn, autocommit=True) as conn:
         pgcatalog.apply_schema(conn, schema)
         cleaned = pgcatalog.clean_leftovers(conn, schema)
@@ -245,19 +239,7 @@ def load_all(cfg: Config, dsn: str) -> dict[str, Any]:
     return result
 
 
-def run(spark, cfg: Config) -> dict:
-    """Job entry point (``spark`` is None: pyarrow reads, psycopg COPYs)."""
+def run(spark, cfg: Config, dsn: str) -> dict:
+    """The stage: ``spark`` is None (the database does the work), ``dsn`` the target database."""
     del spark
-    with pg_dsn(cfg) as dsn:
-        return load_all(cfg, dsn)
-
-
-def main(argv=None) -> int:
-    return run_job_main(
-        STAGE, "Load prefix rows into a fresh PostgreSQL partition", run, argv, needs_spark=False
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
+    return load_all(cfg, dsn)

@@ -10,7 +10,7 @@ A build is a set of rows ``(prefix, node)``:
   *external*: its children live in the row keyed by its own full prefix, and the
   fragment records only its leaf count.
 
-Which prefixes get rows is the build's cut rule (see ``jobs/prefix_rows.py``):
+Which prefixes get rows is the build's cut rule (see ``refactx_pipeline/prefix_rows.py``):
 a prefix with more than ``T`` facts below it and shorter than ``D`` tokens is
 expanded one level (its children are external); any other row root stores its
 whole subtree. ``T = 1`` is the "single-fact tail" of DESIGN.md, ``len == D`` its
@@ -56,11 +56,23 @@ _MAX_TOKEN = 2**32 - 1
 
 
 def encode_prefix(tokens: Sequence[int] | np.ndarray) -> bytes:
-    """Key bytes of a prefix: big-endian uint32 per token (root: ``b""``)."""
-    arr = np.asarray(tokens, dtype=np.int64)
-    if arr.size and (arr.min() < 0 or arr.max() > _MAX_TOKEN):
-        raise ValueError("token ids must lie in [0, 2**32)")
-    return arr.astype(">u4").tobytes()
+    """Key bytes of a prefix: big-endian uint32 per token (root: ``b""``), so byte order is
+    token order. The one definition of the key; ``prefix_key_sql`` is the same in Spark SQL."""
+    if isinstance(tokens, np.ndarray):
+        if tokens.size and (tokens.min() < 0 or tokens.max() > _MAX_TOKEN):
+            raise ValueError("token ids must lie in [0, 2**32)")
+        return tokens.astype(">u4").tobytes()
+    try:  # struct beats numpy on the short prefixes of a walk
+        return struct.pack(f">{len(tokens)}I", *tokens)
+    except struct.error as exc:
+        raise ValueError(f"token ids must lie in [0, 2**32): {exc}") from exc
+
+
+def prefix_key_sql(token_ids: str, length: int | str) -> str:
+    """A Spark SQL expression for ``encode_prefix`` of the first ``length`` ids of the
+    ``array<int>`` column ``token_ids`` (a string: the runtime imports no Spark)."""
+    return (f"unhex(concat_ws('', transform(slice({token_ids}, 1, {length}), "
+            "t -> lpad(hex(t), 8, '0'))))")
 
 
 def decode_prefix(key: bytes) -> np.ndarray:

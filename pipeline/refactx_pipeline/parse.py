@@ -21,7 +21,6 @@ import functools
 import hashlib
 import json
 import logging
-import sys
 from typing import Any, Iterable
 
 from py4j.java_gateway import JavaClass
@@ -29,11 +28,11 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from refactx_index.config import Config
+from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
-from jobs.common import remove_tree, run_job_main, write_counts
-from jobs.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
+from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,7 @@ def lexer_function(spark: SparkSession, languages: Iterable[str], entity_namespa
     if not isinstance(lexer_class, JavaClass):  # py4j names a missing class as a package
         raise ConfigError(
             f"{LEXER_CLASS} is not on Spark's classpath: pass the project jar "
-            "(`python -m jobs.jvm` builds it and prints its path) to spark-submit with --jars"
+            "(`python -m refactx_pipeline.jvm` builds it and prints its path) to spark-submit with --jars"
         )
     lexer = lexer_class(entity_namespace, direct_claim_namespace, jlangs)
     return_type = jvm.org.apache.spark.sql.types.DataType.fromJson(LEXED.json())
@@ -370,7 +369,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     """Parse ``cfg.input.dumps`` into ``parse/{statements,terms,properties,rejects}``."""
     out = cfg.stage_dir("parse")
     staged_path = str(out / "_staged")
-    languages = cfg.filter.languages or ["en"]
+    languages = cfg.filter.languages
 
     lines = read_dump_lines(spark, cfg.input.dumps)
     staged = lex_lines(lines, languages, cfg.input.entity_namespace, cfg.input.direct_claim_namespace)
@@ -430,11 +429,3 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     write_counts(cfg, "parse", counts)
     log.info("parse: %s", counts)
     return counts
-
-
-def main(argv=None) -> int:
-    return run_job_main("parse", "Parse Wikidata truthy N-Triples into statements, terms and properties.", run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from .errors import FormatError
+from .format import encode_prefix
 
 if TYPE_CHECKING:  # numpy is imported by the implementations, not at package import
     import numpy as np
@@ -97,14 +98,6 @@ def tokenizer_sha256(path: str | os.PathLike[str]) -> str:
     return file_sha256(resolve_tokenizer_file(os.fspath(path)))
 
 
-def prefix_key(tokens: Sequence[int]) -> bytes:
-    """Row key of a prefix (big-endian uint32 per token), without going through numpy."""
-    try:
-        return struct.pack(f">{len(tokens)}I", *tokens)
-    except struct.error as exc:
-        raise ValueError(f"token ids must lie in [0, 2**32): {exc}") from exc
-
-
 def decode_row(node: bytes | memoryview) -> "Fragment":
     """Decode a stored row and freeze its arrays (they are shared through the cache)."""
     from .format import decode_fragment
@@ -131,7 +124,7 @@ class Cursor:
     (:meth:`RowTreeIndex.advance_batch`), so a step costs one child search, not a
     walk from the root. A cursor never rests on an external node: reaching one moves
     it to node 0 of the row keyed by that node's prefix. ``key`` is the prefix's row
-    key (``prefix_key``); ``depth`` its length in tokens.
+    key (``format.encode_prefix``); ``depth`` its length in tokens.
     """
 
     frag: "Fragment"
@@ -239,7 +232,7 @@ class RowTreeIndex:
             for i in pending:
                 located = self._locate(prefs[i], fetched)
                 if isinstance(located, _Need):
-                    key = prefix_key(prefs[i][: located.length])
+                    key = encode_prefix(prefs[i][: located.length])
                     if key in requested:
                         raise FormatError(
                             f"index {self._info.name!r}: no row for prefix key {key.hex()} "
@@ -307,7 +300,7 @@ class RowTreeIndex:
     # ------------------------------------------------------------------ walking
     def _speculative_keys(self, prefix: tuple[int, ...], start: int) -> list[bytes]:
         stop = min(len(prefix), max(self._info.depth, start))
-        return [prefix_key(prefix[:j]) for j in range(start, stop + 1)]
+        return [encode_prefix(prefix[:j]) for j in range(start, stop + 1)]
 
     def _row(self, key: bytes, fetched: dict[bytes, "Fragment | bytes"]) -> "Fragment | None":
         frag = fetched.get(key)
@@ -325,7 +318,7 @@ class RowTreeIndex:
         external = frag.external
         for i, tok in enumerate(prefix):
             if external[node]:
-                frag = self._row(prefix_key(prefix[:i]), fetched)
+                frag = self._row(encode_prefix(prefix[:i]), fetched)
                 if frag is None:
                     return _Need(i)
                 external = frag.external
@@ -334,7 +327,7 @@ class RowTreeIndex:
             if node < 0:
                 return _empty_answer()
         if node and external[node]:
-            frag = self._row(prefix_key(prefix), fetched)
+            frag = self._row(encode_prefix(prefix), fetched)
             if frag is None:
                 return _Need(len(prefix))
             node = 0

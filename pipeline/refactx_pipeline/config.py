@@ -1,0 +1,435 @@
+"""The one configuration type of the pipeline, shared by the CLI, the Spark jobs and the DAG.
+
+A pydantic-settings object. Sources, later ones winning:
+
+1. the defaults below (the embedded set-up: Spark ``local[*]``, embedded PostgreSQL);
+2. a TOML file (``--config conf/prod.toml``), one table per section;
+3. environment variables ``REFACTX__<SECTION>__<FIELD>`` (``REFACTX__PG__DSN=postgresql://...``);
+   lists are comma-separated, vocabularies ``name=path``, tables JSON;
+4. overrides ``{"section.field": value}`` (the CLI's ``--set section.field=value``).
+
+Every value is validated once, here: types, ``Literal`` choices, bounds and the rules that
+span fields (``input.enwiki_page`` and ``input.enwiki_page_props`` go together, vocabulary
+names are unique...). An error is a ``ConfigError`` naming each bad key. A built ``Config``
+is immutable (``updated()`` returns a new, re-validated one); the embedded PostgreSQL's DSN
+is passed to the stages that need it, not written into the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from refactx_index.errors import ConfigError
+
+ENV_PREFIX = "REFACTX__"
+DEFAULT_LANGUAGES = ("en",)
+# names that end up in index names, table comments and paths: no separators, no quoting
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _split_list(value: Any) -> Any:
+    """A comma-separated string (environment, ``--set``) is a list."""
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    return value
+
+
+def _json_table(value: Any) -> Any:
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"expected a JSON object: {exc}") from exc
+    return value
+
+
+class PathsConfig(Section):
+    build_root: str = "build"  # <build_root>/<source>/<dump_date>/<stage>/...
+    source: str = Field("wikidata", pattern=NAME_PATTERN)
+    dump_date: str = Field("sample", pattern=NAME_PATTERN)
+
+
+class InputConfig(Section):
+    # N-Triples: files, directories or globs; .nt, .nt.gz, .nt.bz2
+    dumps: tuple[str, ...] = ()
+    # English Wikipedia MySQL dumps (optional): page + page_props, or wb_items_per_site
+    enwiki_page: str = ""
+    enwiki_page_props: str = ""
+    wb_items_per_site: str = ""
+    # optional property table (CSV: id,label,datatype) for extracts lacking propertyType lines
+    property_table: str = ""
+    # IRI namespaces of entities (Q/P ids) and of direct claims (wdt:): a Wikibase's concept URI
+    entity_namespace: str = "http://www.wikidata.org/entity/"
+    direct_claim_namespace: str = "http://www.wikidata.org/prop/direct/"
+
+    _split_dumps = field_validator("dumps", mode="before")(_split_list)
+
+    @model_validator(mode="after")
+    def _page_and_page_props_together(self) -> "InputConfig":
+        if bool(self.enwiki_page) != bool(self.enwiki_page_props):
+            given, missing = (("enwiki_page", "enwiki_page_props") if self.enwiki_page
+                              else ("enwiki_page_props", "enwiki_page"))
+            raise ValueError(f"input.{given} is set but input.{missing} is not: the sitelinks stage "
+                             "reads page and page_props together")
+        return self
+
+    def sitelinks_source(self) -> str:
+        """Which sitelinks dumps the sitelinks stage reads: "enwiki_page_props" (page +
+        page_props, preferred), "wb_items_per_site", or "" (no sitelinks stage)."""
+        if self.enwiki_page:  # page_props comes with it (validated above)
+            return "enwiki_page_props"
+        if self.wb_items_per_site:
+            return "wb_items_per_site"
+        return ""
+
+
+DATATYPES = Literal["WikibaseItem", "String", "Quantity", "Time", "GlobeCoordinate", "Monolingualtext",
+                    "ExternalId", "Url", "CommonsMedia", "Math", "MusicalNotation", "TabularData",
+                    "GeoShape", "WikibaseProperty", "WikibaseLexeme", "WikibaseForm", "WikibaseSense",
+                    "EntitySchema"]
+
+
+class FilterConfig(Section):
+    keep_datatypes: tuple[DATATYPES, ...] = (
+        "WikibaseItem", "String", "Quantity", "Time", "GlobeCoordinate", "Monolingualtext",
+    )
+    allow_properties: tuple[str, ...] = ()  # empty: all
+    deny_properties: tuple[str, ...] = ()
+    exclude_classes: tuple[str, ...] = ()  # e.g. Q13442814 via P31
+    # label and description languages, preferred first; the first also names properties
+    languages: tuple[str, ...] = Field(DEFAULT_LANGUAGES, min_length=1)
+
+    _split = field_validator("keep_datatypes", "allow_properties", "deny_properties", "exclude_classes",
+                             "languages", mode="before")(_split_list)
+
+    @field_validator("allow_properties", "deny_properties")
+    @classmethod
+    def _property_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not re.fullmatch(r"P[1-9][0-9]*", v)]
+        if bad:
+            raise ValueError(f"expected property ids like P31, got {', '.join(map(repr, bad))}")
+        return value
+
+    @field_validator("exclude_classes")
+    @classmethod
+    def _item_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not re.fullmatch(r"Q[1-9][0-9]*", v)]
+        if bad:
+            raise ValueError(f"expected item ids like Q5, got {', '.join(map(repr, bad))}")
+        return value
+
+    @field_validator("languages")
+    @classmethod
+    def _language_codes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]+)*", v)]
+        if bad:
+            raise ValueError(f"expected language codes like en or pt-br, got {', '.join(map(repr, bad))}")
+        return tuple(v.lower() for v in value)
+
+
+class LabelsConfig(Section):
+    collision_policy: Literal["keep", "drop", "qualify"] = "keep"
+
+
+class VerbalizeConfig(Section):
+    descriptions: bool = True
+    short_descriptions: bool = True
+    inverse: bool = False
+    # property id -> inverse label, e.g. {"P40": "child of"}
+    inverse_labels: dict[str, str] = Field(default_factory=dict)
+
+    _table = field_validator("inverse_labels", mode="before")(_json_table)
+
+
+class VocabularyConfig(Section):
+    name: str = Field("qwen2.5", pattern=NAME_PATTERN)
+    path: str = ""  # a directory holding tokenizer.json, or a hub name
+
+    @classmethod
+    def parse(cls, text: str) -> "VocabularyConfig":
+        """``name=path`` (from the environment or the CLI)."""
+        name, sep, path = text.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"vocabulary {text!r}: expected name=path")
+        return cls(name=name.strip(), path=path.strip())
+
+
+def _vocabularies(value: Any) -> Any:
+    if isinstance(value, str):
+        value = [item for item in value.split(",") if item.strip()]
+    if isinstance(value, (list, tuple)):
+        out = []
+        for item in value:
+            if isinstance(item, str):
+                name, sep, path = item.partition("=")
+                if not sep or not name.strip():
+                    raise ValueError(f"{item!r}: expected name=path")
+                item = {"name": name.strip(), "path": path.strip()}
+            out.append(item)
+        return tuple(out)
+    return value
+
+
+class TokenizeConfig(Section):
+    vocabularies: tuple[VocabularyConfig, ...] = ()
+    fact_prefix: str = " "
+    fact_suffix: str = ""
+    max_tokens: int = Field(256, ge=4, le=65535)
+    reuse_from: str = ""  # token dataset root of an earlier build (incremental)
+
+    _vocab = field_validator("vocabularies", mode="before")(_vocabularies)
+
+    @field_validator("vocabularies")
+    @classmethod
+    def _unique_names(cls, value: tuple[VocabularyConfig, ...]) -> tuple[VocabularyConfig, ...]:
+        names = [v.name for v in value]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"vocabulary names must be unique: {', '.join(repeated)} repeated")
+        return value
+
+
+class TreeConfig(Section):
+    depth: int = Field(8, ge=1, le=64)  # D: rows stored for prefixes shorter than this
+    subtree_threshold: int = Field(64, ge=0)  # T: a prefix with at most T facts stores its whole subtree
+
+
+class PgConfig(Section):
+    dsn: str = ""  # empty: start an embedded PostgreSQL under embedded_dir
+    embedded_dir: str = ".pgdata"
+    schema_: str = Field("refactx", alias="schema", pattern=r"^[a-z_][a-z0-9_]*$")
+    retention: int = Field(3, ge=1)  # builds kept per index name
+    load_workers: int = Field(2, ge=1, le=64)
+    validate_sample: int = Field(1000, ge=0)
+    statement_timeout_ms: int = Field(5000, ge=1)
+    # index name served per vocabulary; {source} and {vocabulary} are substituted
+    index_name: str = "{source}-{vocabulary}"
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @property
+    def schema(self) -> str:  # "schema" shadows a BaseModel attribute, hence the alias
+        return self.schema_
+
+    @field_validator("index_name")
+    @classmethod
+    def _index_name_template(cls, value: str) -> str:
+        fields = set(re.findall(r"{([^{}]*)}", value))
+        if not fields <= {"source", "vocabulary"} or "vocabulary" not in fields:
+            raise ValueError("must contain {vocabulary} and no placeholder but {source} and {vocabulary}, "
+                             f"got {value!r}")
+        return value
+
+
+class SparkConfig(Section):
+    master: str = "local[*]"
+    driver_memory: str = Field("4g", pattern=r"^[0-9]+[kmgtKMGT]?$")
+    shuffle_partitions: int = Field(8, ge=1)
+    # Spark's own log level; WARN shows codegen fallbacks (harmless, very long)
+    log_level: Literal["ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"] = "ERROR"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+    _table = field_validator("conf", mode="before")(_json_table)
+
+
+# Where Config.load's sources come from during one load (pydantic-settings builds its sources
+# per class; these say which file and which environment this load reads).
+_SOURCES: contextvars.ContextVar[tuple[Path | None, Mapping[str, str]]] = contextvars.ContextVar("_SOURCES")
+
+
+class Config(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+    paths: PathsConfig = PathsConfig()
+    input: InputConfig = InputConfig()
+    filter: FilterConfig = FilterConfig()
+    labels: LabelsConfig = LabelsConfig()
+    verbalize: VerbalizeConfig = VerbalizeConfig()
+    tokenize: TokenizeConfig = TokenizeConfig()
+    tree: TreeConfig = TreeConfig()
+    pg: PgConfig = PgConfig()
+    spark: SparkConfig = SparkConfig()
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise config_error(exc) from None
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        toml_path, env = _SOURCES.get((None, {}))
+        sources: list[PydanticBaseSettingsSource] = [init_settings, PrefixedEnvSource(settings_cls, env)]
+        if toml_path is not None:
+            sources.append(TomlFileSource(settings_cls, toml_path))
+        return tuple(sources)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> "Config":
+        """The config of a TOML file, then ``REFACTX__*`` variables of ``env`` (default: the
+        process environment), then dotted ``overrides``."""
+        token = _SOURCES.set((Path(path) if path else None, os.environ if env is None else env))
+        try:
+            return cls(**nest(overrides or {}))
+        finally:
+            _SOURCES.reset(token)
+
+    def updated(self, overrides: Mapping[str, Any]) -> "Config":
+        """A new Config: this one with dotted ``overrides`` applied and everything re-validated."""
+        data = deep_merge(self.to_dict(), nest(overrides))
+        token = _SOURCES.set((None, {}))
+        try:
+            return type(self)(**data)
+        finally:
+            _SOURCES.reset(token)
+
+    # ------------------------------------------------------------------ derived values
+    def build_dir(self) -> Path:
+        p = self.paths
+        return Path(p.build_root) / p.source / p.dump_date
+
+    def stage_dir(self, stage: str) -> Path:
+        return self.build_dir() / stage
+
+    def index_name(self, vocabulary: str) -> str:
+        """The index name a vocabulary's build is served under (``pg.index_name``)."""
+        return self.pg.index_name.format(source=self.paths.source, vocabulary=vocabulary)
+
+    # ------------------------------------------------------------------ serialization
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Config":
+        token = _SOURCES.set((None, {}))
+        try:
+            return cls(**json.loads(text))
+        finally:
+            _SOURCES.reset(token)
+
+
+class TomlFileSource(PydanticBaseSettingsSource):
+    """The TOML config file; a missing or broken file is a ConfigError naming it."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        super().__init__(settings_cls)
+        try:
+            with open(path, "rb") as fh:
+                self.data = tomllib.load(fh)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file not found: {path}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ is used
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self.data
+
+
+class PrefixedEnvSource(PydanticBaseSettingsSource):
+    """``REFACTX__<SECTION>__<FIELD>`` variables of one mapping; a malformed name is an error."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self.data: dict[str, Any] = {}
+        for key, value in env.items():
+            if not key.startswith(ENV_PREFIX):
+                continue
+            parts = key[len(ENV_PREFIX):].lower().split("__")
+            if len(parts) != 2 or not all(parts):
+                raise ConfigError(f"{key}: expected {ENV_PREFIX}<SECTION>__<FIELD>")
+            self.data.setdefault(parts[0], {})[parts[1]] = value
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ is used
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self.data
+
+
+def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"pg.dsn": x}`` -> ``{"pg": {"dsn": x}}``; a key that is not ``section.field`` is an error."""
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        section, sep, name = key.partition(".")
+        if not sep or not section or not name or "." in name:
+            raise ConfigError(f"{key!r}: expected SECTION.FIELD, e.g. tree.depth")
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def config_error(exc: ValidationError) -> ConfigError:
+    """One line per bad key: ``tree.depth: Input should be ... (got 'deep')``."""
+    lines = []
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
+        loc = loc.replace("schema_", "schema")
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+            got = ""
+        else:
+            got = f" (got {error['input']!r})" if "input" in error and not isinstance(error["input"], dict) else ""
+        lines.append(f"{loc or 'config'}: {message}{got}")
+    return ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--config FILE`` and repeatable ``--set SECTION.FIELD=VALUE`` (CLI and jobs alike)."""
+    parser.add_argument("--config", help="TOML config file (see conf/); REFACTX__SECTION__FIELD env vars override it")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override one config field, e.g. --set tree.depth=6 (repeatable)")
+    return parser
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected SECTION.FIELD=VALUE")
+        overrides[key.strip()] = value
+    return overrides
+
+
+def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
+    """The Config named by ``add_config_arguments``' options (``extra``: more dotted overrides)."""
+    return Config.load(args.config, overrides={**overrides_from_args(args), **extra})

@@ -1,0 +1,146 @@
+"""The stages of DESIGN.md, what each needs, and how one or all of them run.
+
+One ``Stage`` per module: its name, the module whose ``run`` does the work, and whether it
+needs Spark and the database. The CLI (``refactx-index build``, ``demo``) runs the selected
+stages in one Spark application (``run_pipeline``); the Airflow DAG runs each one as its own
+``spark-submit`` of ``refactx_pipeline/submit.py``, which calls ``run_stage_main``. Both take
+the stage list and the selection rule from here, so they cannot drift.
+
+A stage module's ``run`` is ``run(spark, cfg)``, or ``run(spark, cfg, dsn)`` for a database
+stage; ``spark`` is None for a stage that does not need it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from refactx_index.errors import ConfigError
+
+from refactx_pipeline.config import Config, add_config_arguments, config_from_args
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    module: str  # the module under refactx_pipeline whose run() does the work
+    description: str
+    needs_spark: bool = True
+    needs_database: bool = False
+
+    def run(self, cfg: Config, *, spark=None, dsn: str | None = None) -> dict[str, Any]:
+        """Run the stage once; its counts are also in ``<stage dir>/counts.json``."""
+        if self.needs_spark and spark is None:
+            raise ConfigError(f"stage {self.name} needs a Spark session")
+        run = importlib.import_module(self.module).run
+        if self.needs_database:
+            if not dsn:
+                raise ConfigError(f"stage {self.name} needs a PostgreSQL DSN")
+            return run(spark if self.needs_spark else None, cfg, dsn)
+        return run(spark, cfg)
+
+
+# execution order
+STAGES: tuple[Stage, ...] = (
+    Stage("parse", "refactx_pipeline.parse", "Parse truthy N-Triples into statements, terms and properties"),
+    Stage("sitelinks", "refactx_pipeline.sitelinks", "English Wikipedia titles per item from MySQL dumps"),
+    Stage("labels", "refactx_pipeline.labels", "One display label per entity"),
+    Stage("verbalize", "refactx_pipeline.verbalize", "Verbalize statements and descriptions into facts"),
+    # the module is not "tokenize": run as a script it would shadow the stdlib module
+    Stage("tokenize", "refactx_pipeline.tokenize_facts", "Tokenize the facts for every vocabulary"),
+    Stage("prefix_rows", "refactx_pipeline.prefix_rows", "Prefix rows: each vocabulary's tree by group-by"),
+    Stage("load", "refactx_pipeline.load", "COPY prefix rows into a new PostgreSQL partition",
+          needs_spark=False, needs_database=True),
+    Stage("validate", "refactx_pipeline.validate", "Validate loaded builds before activation",
+          needs_database=True),
+    Stage("activate", "refactx_pipeline.activate", "Activate validated builds and apply retention",
+          needs_spark=False, needs_database=True),
+)
+STAGE_NAMES = tuple(stage.name for stage in STAGES)
+_BY_NAME = {stage.name: stage for stage in STAGES}
+
+
+@dataclass
+class StageResult:
+    stage: str
+    seconds: float
+    counts: dict[str, Any]
+
+
+def stage(name: str) -> Stage:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ConfigError(f"unknown stage {name!r}; stages: {', '.join(STAGE_NAMES)}") from None
+
+
+def select_stages(cfg: Config, only: Iterable[str] | None = None) -> list[str]:
+    """The stages to run: ``only`` in pipeline order, or all that the config enables
+    (``sitelinks`` only when ``input`` names sitelinks dumps)."""
+    wanted = list(only) if only else list(STAGE_NAMES)
+    for name in wanted:
+        stage(name)
+    has_sitelinks = bool(cfg.input.sitelinks_source())
+    return [s for s in STAGE_NAMES if s in wanted and (s != "sitelinks" or has_sitelinks)]
+
+
+def run_pipeline(
+    spark,
+    cfg: Config,
+    stages: Sequence[str] | None = None,
+    on_stage: Callable[[str, StageResult | None], None] | None = None,
+    dsn: str | None = None,
+) -> list[StageResult]:
+    """Run ``stages`` (default: all enabled) and return their counts.
+
+    ``on_stage(stage, None)`` is called before a stage and ``on_stage(stage, result)`` after
+    it (the CLI's progress display). The database stages use ``dsn``, else ``pg.dsn``, else
+    one embedded PostgreSQL started for all of them.
+    """
+    from refactx_pipeline.embedded import pg_dsn
+
+    selected = [stage(name) for name in select_stages(cfg, stages)]
+    results: list[StageResult] = []
+    with contextlib.ExitStack() as stack:
+        if dsn is None and any(s.needs_database for s in selected):
+            dsn = stack.enter_context(pg_dsn(cfg))
+        for current in selected:
+            if on_stage:
+                on_stage(current.name, None)
+            started = time.monotonic()
+            counts = current.run(cfg, spark=spark if current.needs_spark else None, dsn=dsn)
+            result = StageResult(current.name, time.monotonic() - started, counts)
+            log.info("stage %s done in %.1fs", current.name, result.seconds)
+            results.append(result)
+            if on_stage:
+                on_stage(current.name, result)
+    return results
+
+
+def run_stage_main(name: str, argv: Sequence[str] | None = None) -> int:
+    """The whole ``main()`` of one stage run on its own (``spark-submit`` from the DAG): parse
+    the config, start Spark and the database only when the stage needs them, run, log counts."""
+    from refactx_pipeline.common import spark_session
+    from refactx_pipeline.embedded import pg_dsn
+
+    current = stage(name)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = add_config_arguments(argparse.ArgumentParser(prog=f"refactx stage {name}", description=current.description))
+    cfg = config_from_args(parser.parse_args(argv))
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        spark = spark_session(cfg, f"refactx:{name}") if current.needs_spark else None
+        if spark is not None:
+            stack.callback(spark.stop)
+        dsn = stack.enter_context(pg_dsn(cfg)) if current.needs_database else None
+        counts = current.run(cfg, spark=spark, dsn=dsn)
+    log.info("%s done in %.1fs: %s", name, time.monotonic() - started, json.dumps(counts, default=str))
+    return 0
