@@ -9,7 +9,7 @@ import pytest
 
 from refactx_pipeline.cli import build_parser
 
-COMMANDS = ["demo", "build", "complete", "builds"]
+COMMANDS = ["demo", "build", "complete", "builds", "ask"]
 
 
 def test_top_level_help_lists_every_command(capsys):
@@ -37,4 +37,53 @@ def test_console_script_reports_config_errors(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 1
-    assert "unknown config key" in proc.stderr or "unknown TreeConfig keys" in proc.stderr
+    assert "tree.nosuch: unknown key" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_console_script_names_every_bad_override(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "refactx_pipeline.cli", "build", "--set", "tree.depth=0",
+         "--set", "labels.collision_policy=merge"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    assert "tree.depth" in proc.stderr and "labels.collision_policy" in proc.stderr
+
+
+class _Result:
+    def __init__(self, seconds: float, counts: dict) -> None:
+        self.seconds, self.counts = seconds, counts
+
+
+def test_progress_off_a_terminal_is_plain_lines():
+    import io
+
+    from refactx_pipeline.cli import BuildProgress
+
+    out = io.StringIO()
+    with BuildProgress(None, ["parse", "labels"], out=out, interactive=False) as progress:
+        progress.on_stage("parse", None)
+        progress.on_stage("parse", _Result(1.5, {"lines_in": 10, "rejected": 0}))
+        progress.on_stage("labels", None)
+        progress.on_stage("labels", _Result(0.5, {"labels": 3}))
+    text = out.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    assert text.splitlines() == [
+        "  parse        started",
+        "  parse           1.5s  lines_in=10, rejected=0",
+        "  labels       started",
+        "  labels          0.5s  labels=3",
+    ]
+
+
+def test_progress_on_a_terminal_is_a_bar():
+    import io
+
+    from refactx_pipeline.cli import BuildProgress
+
+    out = io.StringIO()
+    with BuildProgress(None, ["parse"], out=out, interactive=True) as progress:
+        progress.on_stage("parse", None)
+        progress.on_stage("parse", _Result(1.5, {"lines_in": 10}))
+    assert "\r" in out.getvalue() and "1/1" in out.getvalue()

@@ -1,6 +1,6 @@
 """The DAG as Airflow runs it: `airflow dags test refactx_build` on the real extract.
 
-Every task is a real `spark-submit dags/spark_stage.py <stage> …`, chained by Airflow,
+Every task is a real `spark-submit …/refactx_pipeline/submit.py <stage> …`, chained by Airflow,
 loading into a fresh database of the test server. Runs in subprocesses with their own
 AIRFLOW_HOME (SQLite metadata), so it shares no Airflow state with tests/test_dags.py.
 """

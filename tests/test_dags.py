@@ -10,6 +10,7 @@ templates needs none either when the context is given explicitly.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import logging
 import os
 import subprocess
@@ -40,6 +41,8 @@ from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
 
 from refactx_pipeline.jvm import jar_path  # noqa: E402
+
+SUBMIT = Path(importlib.util.find_spec("refactx_pipeline.submit").origin)
 from refactx_pipeline.config import Config  # noqa: E402
 
 _root.handlers[:], _root.level = _root_state[0], _root_state[1]
@@ -151,7 +154,9 @@ def test_build_chains_the_stages_in_pipeline_order(dagbag):
     assert linear_order(dag) == FULL_CHAIN
     for task in dag.tasks:
         assert isinstance(task, SparkSubmitOperator)
-        assert Path(task.application) == DAGS / "spark_stage.py"
+        # the installed package's entry point, not a file of the checkout
+        assert Path(task.application) == SUBMIT
+        assert "site-packages" in SUBMIT.parts
         assert task.application_args[0] == task.task_id
         assert task._conn_id == "refactx_spark"
         assert task.retries == 1
@@ -159,7 +164,7 @@ def test_build_chains_the_stages_in_pipeline_order(dagbag):
         assert Path(task._spark_binary) == Path(sys.executable).parent / "spark-submit"
         assert Path(task._spark_binary).exists()
         # the project jar (the parse lexer) goes to the driver's classpath with --jars
-        assert task.jars == str(jar_path(build=False))
+        assert task.jars == str(jar_path())
 
 
 def test_schedule_is_weekly_without_catchup(dagbag):
@@ -195,14 +200,16 @@ def test_every_templated_field_renders_with_the_run_date(dagbag):
         assert values["input.dumps"] == "../shared/data/wikidata/truthy-2018-sample500-en.nt"
         assert task_r.name == f"refactx_{task.task_id}_20260105"
         assert Path(task_r.env_vars["PYSPARK_PYTHON"]).name.startswith("python")
-        assert str(ROOT) in task_r.env_vars["PYTHONPATH"].split(os.pathsep)
-        # what the job will see: the rendered arguments parsed by the jobs' own parser
-        from refactx_pipeline.common import job_arg_parser
-        from refactx_pipeline.config import config_from_args
+        # the installed wheels are imported, not the checkout
+        assert "PYTHONPATH" not in task_r.env_vars
+        # what the job will see: the rendered arguments parsed by the stages' own parser
+        import argparse
 
-        cfg = config_from_args(job_arg_parser(task.task_id).parse_args(args[1:]))
+        from refactx_pipeline.config import add_config_arguments, config_from_args
+
+        cfg = config_from_args(add_config_arguments(argparse.ArgumentParser()).parse_args(args[1:]))
         assert cfg.build_dir() == Path("build") / "wikidata" / "20260105"
-        assert cfg.input.dumps == ["../shared/data/wikidata/truthy-2018-sample500-en.nt"]
+        assert cfg.input.dumps == ("../shared/data/wikidata/truthy-2018-sample500-en.nt",)
 
 
 def test_params_override_dump_date_and_dumps(dagbag):
@@ -232,20 +239,15 @@ def test_broken_config_is_an_import_error(monkeypatch, tmp_path):
     assert "no_such_key" in error
 
 
-def test_entry_point_is_not_parsed_as_a_dag_file(dagbag):
-    assert all(Path(dag.fileloc).name != "spark_stage.py" for dag in dagbag.dags.values())
-    assert "spark_stage.py" in (DAGS / ".airflowignore").read_text().split()
-
-
 @pytest.mark.parametrize("stage", FULL_CHAIN)
-def test_entry_point_reaches_every_stage_main(stage, tmp_path):
-    """What spark-submit runs: `python dags/spark_stage.py <stage> ...` from another directory.
-    `--help` makes the stage's own argument parser answer without starting Spark."""
-    from refactx_pipeline.pipeline import stage_module
+def test_entry_point_reaches_every_stage(stage, tmp_path):
+    """What spark-submit runs: the installed `refactx_pipeline/submit.py <stage> ...` as a file,
+    from another directory. `--help` makes the stage's argument parser answer without Spark."""
+    from refactx_pipeline.pipeline import stage as stage_named
 
-    assert (ROOT / (stage_module(stage).replace(".", "/") + ".py")).exists()
+    assert stage_named(stage).name == stage
     result = subprocess.run(
-        [sys.executable, str(DAGS / "spark_stage.py"), stage, "--help"],
+        [sys.executable, str(SUBMIT), stage, "--help"],
         cwd=tmp_path,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         capture_output=True,
@@ -257,9 +259,16 @@ def test_entry_point_reaches_every_stage_main(stage, tmp_path):
     assert "--config" in result.stdout and "--set" in result.stdout
 
 
+def test_entry_point_prints_its_own_path(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "refactx_pipeline.submit", "--path"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()) == SUBMIT
+
+
 def test_entry_point_rejects_an_unknown_stage(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(DAGS / "spark_stage.py"), "no_such_stage"],
+        [sys.executable, str(SUBMIT), "no_such_stage"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -52,7 +52,7 @@ GARBAGE = b"\xff\xfe\x00\x80\x81garbage <x> .\n"
 
 
 def _run(spark, cfg, paths):
-    cfg.input.dumps = [str(p) for p in paths]
+    cfg = cfg.updated({"input.dumps": [str(p) for p in paths]})
     counts = parse.run(spark, cfg)
     out = cfg.stage_dir("parse")
     frames = {n: spark.read.parquet(str(out / n)) for n in ("statements", "terms", "properties", "rejects")}
@@ -150,9 +150,11 @@ def test_head10k_2018_skips_other_languages(spark, cfg):
 
 
 def test_serializer_fixtures_with_configured_namespaces(spark, cfg):
-    cfg.input.entity_namespace = "http://acme.test/"
-    cfg.input.direct_claim_namespace = "http://acme.test/prop/direct/"
-    cfg.filter.keep_datatypes = cfg.filter.keep_datatypes + ["Url", "CommonsMedia"]
+    cfg = cfg.updated({
+        "input.entity_namespace": "http://acme.test/",
+        "input.direct_claim_namespace": "http://acme.test/prop/direct/",
+        "filter.keep_datatypes": cfg.filter.keep_datatypes + ("Url", "CommonsMedia"),
+    })
     base = shared_path("data", "wikidata", "wikibase-serializer")
     counts, frames = _run(spark, cfg, [base / "P2_all.nt", base / "Q4_truthy_statements.nt"])
     assert counts["rejected"] == 0
@@ -182,8 +184,7 @@ def test_filters_allow_deny_and_excluded_classes(spark, cfg, tmp_path):
         )
         + "\n"
     )
-    cfg.filter.exclude_classes = ["Q13442814"]
-    cfg.filter.deny_properties = ["P20"]
+    cfg = cfg.updated({"filter.exclude_classes": ["Q13442814"], "filter.deny_properties": ["P20"]})
     counts, frames = _run(spark, cfg, [dump])
     kept = {(r["subject"], r["property"]) for r in frames["statements"].collect()}
     assert kept == {("Q2", "P31"), ("Q2", "P19")}
@@ -195,7 +196,7 @@ def test_property_table_supplies_datatypes(spark, cfg, tmp_path):
     dump.write_text(f'<{E}Q1> <{D}P214> "113230702" .\n<{E}Q1> <{D}P1476> "A title" .\n')
     table = tmp_path / "props.csv"
     table.write_text("id,label,datatype\nP214,VIAF ID,external-id\nP1476,title,String\n")
-    cfg.input.property_table = str(table)
+    cfg = cfg.updated({"input.property_table": str(table)})
     counts, frames = _run(spark, cfg, [dump])
     props = {r["property"]: (r["datatype"], r["label"]) for r in frames["properties"].collect()}
     assert props["P214"] == ("ExternalId", "VIAF ID")

@@ -131,8 +131,11 @@ def test_run_writes_rows_and_counts(spark, cfg):
     from refactx_pipeline.schemas import TOKENS
     from refactx_pipeline.config import VocabularyConfig
 
-    cfg.tokenize.vocabularies = [VocabularyConfig("toy", "")]
-    cfg.tree.depth, cfg.tree.subtree_threshold = 3, 1
+    cfg = cfg.updated({
+        "tokenize.vocabularies": [VocabularyConfig(name="toy", path="")],
+        "tree.depth": 3,
+        "tree.subtree_threshold": 1,
+    })
     src = cfg.stage_dir("tokenize") / "toy" / "tokens"
     spark.createDataFrame([(i, f) for i, f in enumerate(FACTS)], TOKENS).write.parquet(str(src))
     counts = job.run(spark, cfg)["vocabularies"]["toy"]

@@ -109,10 +109,11 @@ def test_reuse_mismatch():
 def test_config_errors(cfg):
     with pytest.raises(ConfigError, match="empty"):
         T.vocabularies(cfg.tokenize)
-    cfg.tokenize.vocabularies = [VocabularyConfig("a", "/nonexistent/tok"), VocabularyConfig("a", "/x")]
+    # a repeated vocabulary name is refused when the config is built, before any stage runs
     with pytest.raises(ConfigError, match="repeat"):
-        T.vocabularies(cfg.tokenize)
-    cfg.tokenize.vocabularies = [VocabularyConfig("a", "/nonexistent/tok")]
+        cfg.updated({"tokenize.vocabularies": [VocabularyConfig(name="a", path="/nonexistent/tok"),
+                                               VocabularyConfig(name="a", path="/x")]})
+    cfg = cfg.updated({"tokenize.vocabularies": [VocabularyConfig(name="a", path="/nonexistent/tok")]})
     with pytest.raises(ConfigError, match="does not exist"):
         T.vocabularies(cfg.tokenize)
 
@@ -136,8 +137,10 @@ LONG_FACT = "<Long> <text> <" + " ".join(f"word{i}" for i in range(40)) + "> ."
 
 
 def test_spark_ids_equal_driver_ids_for_all_vocabularies(spark, cfg, vocabs):
-    cfg.tokenize.vocabularies = [VocabularyConfig(n, str(tokenizer_dir(n))) for n in VOCABULARIES]
-    cfg.tokenize.max_tokens = 48
+    cfg = cfg.updated({
+        "tokenize.vocabularies": [VocabularyConfig(name=n, path=str(tokenizer_dir(n))) for n in VOCABULARIES],
+        "tokenize.max_tokens": 48,
+    })
     by_id = write_facts(spark, cfg, FACT_TEXTS + [LONG_FACT])
     counts = T.run(spark, cfg)
     assert counts["facts"] == len(FACT_TEXTS) + 1
@@ -176,22 +179,23 @@ def test_spark_ids_equal_driver_ids_for_all_vocabularies(spark, cfg, vocabs):
 
 def test_incremental_build_encodes_only_new_facts(spark, cfg, tmp_path):
     names = ["qwen2.5", "mistral-7b-v0.1"]
-    cfg.tokenize.vocabularies = [VocabularyConfig(n, str(tokenizer_dir(n))) for n in names]
-    cfg.tokenize.max_tokens = 48
+    cfg = cfg.updated({
+        "tokenize.vocabularies": [VocabularyConfig(name=n, path=str(tokenizer_dir(n))) for n in names],
+        "tokenize.max_tokens": 48,
+    })
     old_texts = FACT_TEXTS[:6] + [LONG_FACT]
     new_texts = FACT_TEXTS[2:]  # two facts gone, three new, the long one gone
-    cfg.paths.dump_date = "2024-01"
+    cfg = cfg.updated({"paths.dump_date": "2024-01"})
     write_facts(spark, cfg, old_texts)
     T.run(spark, cfg)
     previous = str(cfg.stage_dir("tokenize"))
 
-    cfg.paths.dump_date = "2024-02-full"
+    cfg = cfg.updated({"paths.dump_date": "2024-02-full"})
     write_facts(spark, cfg, new_texts)
     full = T.run(spark, cfg)
     full_tokens = {n: read_tokens(spark, cfg, n) for n in names}
 
-    cfg.paths.dump_date = "2024-02"
-    cfg.tokenize.reuse_from = previous
+    cfg = cfg.updated({"paths.dump_date": "2024-02", "tokenize.reuse_from": previous})
     write_facts(spark, cfg, new_texts)
     incremental = T.run(spark, cfg)
     common = len(set(old_texts) & set(new_texts))
@@ -206,6 +210,6 @@ def test_incremental_build_encodes_only_new_facts(spark, cfg, tmp_path):
     assert incremental["reused"] == {n: 4 for n in names}
 
     # pointing reuse_from at this very build would read what it overwrites
-    cfg.tokenize.reuse_from = str(cfg.stage_dir("tokenize"))
+    cfg = cfg.updated({"tokenize.reuse_from": str(cfg.stage_dir("tokenize"))})
     with pytest.raises(ConfigError, match="own tokenize directory"):
         T.run(spark, cfg)

@@ -52,11 +52,12 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, depth, threshold):
     from refactx_pipeline.schemas import TOKENS
     from refactx_pipeline.config import Config, VocabularyConfig
 
-    cfg = Config()
-    cfg.paths.build_root = tempfile.mkdtemp(prefix="refactx_prop_")
-    cfg.pg.dsn = pg_dsn
-    cfg.tokenize.vocabularies = [VocabularyConfig("prop", "")]
-    cfg.tree.depth, cfg.tree.subtree_threshold = depth, threshold
+    cfg = Config().updated({
+        "paths.build_root": tempfile.mkdtemp(prefix="refactx_prop_"),
+        "tokenize.vocabularies": [VocabularyConfig(name="prop", path="")],
+        "tree.depth": depth,
+        "tree.subtree_threshold": threshold,
+    })
     vocab_dir = cfg.stage_dir("tokenize") / "prop"
     spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS).write.parquet(
         str(vocab_dir / "tokens")

@@ -198,7 +198,7 @@ def _write_inputs(cfg, inputs, with_sitelinks: bool):
 
 def test_run_writes_facts_and_counts_without_sitelinks(spark, cfg, inputs):
     _write_inputs(cfg, inputs, with_sitelinks=False)
-    cfg.filter.languages = ["en"]
+    cfg = cfg.updated({"filter.languages": ["en"]})
     counts = V.run(spark, cfg)
     facts = spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts"))
     first_rows = {(r["fact_id"], r["text"]) for r in facts.collect()}
