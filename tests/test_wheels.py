@@ -66,7 +66,7 @@ def vocabularies(tmp_path_factory) -> tuple[Path, Path]:
 
     base = tmp_path_factory.mktemp("vocab")
     return (train_example_vocabulary(example_graph(), base / "example").parent,
-            train_example_vocabulary(example_graph(), base / "other", vocab_size=1200).parent)
+            train_example_vocabulary(example_graph(), base / "other", vocab_size=400).parent)
 
 
 def test_wheels_install_outside_the_checkout_build_and_serve(fresh_venv, vocabularies, pg_dsn, tmp_path):

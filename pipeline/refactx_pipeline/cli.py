@@ -7,7 +7,8 @@ Commands:
   builds    list the builds in the catalog and which one serves each index name
   ask       answer a question with a model that may only write stored facts after "Fact:"
 
-The pipeline commands need the ``pipeline`` extra (pyspark, pyarrow, tokenizers).
+``ask`` and the demo's question need the ``generation`` extra (torch, transformers). The
+command comes with the pipeline package; the runtime package (``refactx_index``) has none.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .resources import example_graph
-from .config import Config, add_config_arguments, config_from_args
 from refactx_index.errors import RefactxError
 from refactx_index.vocab import open_tokenizer
+
+from .config import Config, add_config_arguments, config_from_args
+from .resources import example_graph
 
 log = logging.getLogger("refactx_pipeline.cli")
 
@@ -322,8 +324,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _answer(index, questions: list[str], beams: int, max_new_tokens: int, *, model: str = "smollm2",
             prompt=None, constrained: bool = True) -> list:
     """Load the model, check it writes the index's ids, answer ``questions`` in one batch."""
-    import time
-
     from refactx_index.ask import ask, check_model_vocabulary
     from refactx_index.models import load_model
     from refactx_index.vocab import file_sha256

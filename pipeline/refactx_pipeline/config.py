@@ -118,20 +118,13 @@ class FilterConfig(Section):
     _split = field_validator("keep_datatypes", "allow_properties", "deny_properties", "exclude_classes",
                              "languages", mode="before")(_split_list)
 
-    @field_validator("allow_properties", "deny_properties")
+    @field_validator("allow_properties", "deny_properties", "exclude_classes")
     @classmethod
-    def _property_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [v for v in value if not re.fullmatch(r"P[1-9][0-9]*", v)]
+    def _entity_ids(cls, value: tuple[str, ...], info) -> tuple[str, ...]:
+        kind, example = ("Q", "Q5") if info.field_name == "exclude_classes" else ("P", "P31")
+        bad = [v for v in value if not re.fullmatch(rf"{kind}[1-9][0-9]*", v)]
         if bad:
-            raise ValueError(f"expected property ids like P31, got {', '.join(map(repr, bad))}")
-        return value
-
-    @field_validator("exclude_classes")
-    @classmethod
-    def _item_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [v for v in value if not re.fullmatch(r"Q[1-9][0-9]*", v)]
-        if bad:
-            raise ValueError(f"expected item ids like Q5, got {', '.join(map(repr, bad))}")
+            raise ValueError(f"expected ids like {example}, got {', '.join(map(repr, bad))}")
         return value
 
     @field_validator("languages")
