@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from refactx_pipeline.parse import BNODE, HEX, IRI_CHAR, LANG_TAG
 
-# the escapes of jobs.parse.VALID_ESCAPE, except that a \u high surrogate must be
+# the escapes of refactx_pipeline.parse.VALID_ESCAPE, except that a \u high surrogate must be
 # followed by a \u low surrogate and a low surrogate may not stand alone
 PAIRED_ESCAPE = (
     r"""\\(?:[tbnrf"'\\]"""
