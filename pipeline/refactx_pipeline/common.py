@@ -69,17 +69,18 @@ def remove_tree(spark, path: str | Path) -> None:
     hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
 
-def write_counts(cfg: Config, stage: str, counts: dict[str, Any], name: str = "counts.json") -> Path:
-    """Write a stage's counts next to its outputs (atomically: tmp file + rename)."""
+def write_counts(cfg: Config, stage: str, counts: dict[str, Any], name: str | None = None) -> Path:
+    """Write a stage's counts next to its outputs (atomically: tmp file + rename); ``name``
+    defaults to ``paths.counts_file`` (``counts.json``)."""
     out = cfg.stage_dir(stage)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / name
+    path = out / (name or cfg.paths.counts_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(counts, indent=2, sort_keys=True, default=str) + "\n")
     tmp.replace(path)
     return path
 
 
-def read_counts(cfg: Config, stage: str, name: str = "counts.json") -> dict[str, Any]:
-    path = cfg.stage_dir(stage) / name
+def read_counts(cfg: Config, stage: str, name: str | None = None) -> dict[str, Any]:
+    path = cfg.stage_dir(stage) / (name or cfg.paths.counts_file)
     return json.loads(path.read_text()) if path.exists() else {}

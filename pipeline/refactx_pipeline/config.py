@@ -63,11 +63,19 @@ class PathsConfig(Section):
     build_root: str = "build"  # <build_root>/<source>/<dump_date>/<stage>/...
     source: str = Field("wikidata", pattern=NAME_PATTERN)
     dump_date: str = Field("sample", pattern=NAME_PATTERN)
+    # the file each stage writes its counts to in its directory; a run of one vocabulary
+    # beside others (the DAG's branches share the stage directories) names it per vocabulary
+    counts_file: str = Field("counts.json", pattern=NAME_PATTERN)
 
 
 class InputConfig(Section):
     # N-Triples: files, directories or globs; .nt, .nt.gz, .nt.bz2
     dumps: tuple[str, ...] = ()
+    # Where new dumps land (the Airflow DAG's sensor; refactx_pipeline.dumps): one folder per
+    # dump named YYYYMMDD, complete once it holds dump_marker; a build reads its dump_files
+    dumps_root: str = ""
+    dump_marker: str = Field("_IMPORTED", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")  # a file name
+    dump_files: str = "*truthy*.nt*"  # a glob inside the dated folder
     # English Wikipedia MySQL dumps (optional): page + page_props, or wb_items_per_site
     enwiki_page: str = ""
     enwiki_page_props: str = ""

@@ -65,6 +65,9 @@ STAGES: tuple[Stage, ...] = (
           needs_spark=False, needs_database=True),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
+# the stages that work per vocabulary: the Airflow DAG runs them once per vocabulary, each run
+# restricted to it; the stages before them run once for all vocabularies
+PER_VOCABULARY_STAGES = ("tokenize", "prefix_rows", "load", "validate", "activate")
 _BY_NAME = {stage.name: stage for stage in STAGES}
 
 
