@@ -362,6 +362,7 @@ def cmd_builds(args: argparse.Namespace) -> int:
     import psycopg
 
     from .embedded import pg_dsn
+    from .runs import describe_run, recent_runs
 
     cfg = _config_from(args)
     schema = cfg.pg.schema
@@ -372,9 +373,15 @@ def cmd_builds(args: argparse.Namespace) -> int:
             f"a.build_id IS NOT NULL FROM {schema}.builds b "
             f"LEFT JOIN {schema}.active a ON a.build_id = b.build_id ORDER BY b.build_id"
         ).fetchall()
+        runs = recent_runs(conn, schema)
     print(f"{'id':>5} {'name':<28} {'tokenizer':<16} {'status':<10} {'facts':>10} {'rows':>10} {'bytes':>12}  active")
     for bid, name, tok, status, facts, nrows, nbytes, created, active in rows:
         print(f"{bid:>5} {name:<28} {tok:<16} {status:<10} {facts or 0:>10} {nrows or 0:>10} {nbytes:>12}  {'*' if active else ''}")
+    if runs:
+        print(f"\nruns (newest first; the Airflow DAG records one per run):\n{'id':>5} {'finished':<19}  "
+              f"{'dump':<8}  {'status':<8} vocabularies")
+        for run in runs:
+            print(describe_run(run))
     return 0
 
 
@@ -493,7 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     complete.set_defaults(func=cmd_complete)
 
     builds = sub.add_parser("builds", help="list builds in the catalog", description="List every build in the "
-                            "catalog with its status, counts and bytes; '*' marks the active build of its name.")
+                            "catalog with its status, counts and bytes; '*' marks the active build of its name. Then the "
+                            "recent pipeline runs the Airflow DAG recorded (dump date, outcome per vocabulary).")
     _add_common(builds)
     builds.set_defaults(func=cmd_builds)
 
