@@ -47,6 +47,8 @@ def load_tree(
     fact_prefix: str = " ",
     format_version: int = FORMAT_VERSION,
     activate: bool = True,
+    reader_role: str = "",
+    max_shrink: float | None = None,
 ) -> int:
     """Build rows with the cut rule, load them as a new build of ``name``; return its build id.
 
@@ -58,6 +60,7 @@ def load_tree(
     rows = build_rows(seqs, depth, threshold)
     with psycopg.connect(dsn, autocommit=True) as conn:
         pgcatalog.apply_schema(conn, schema)
+        pgcatalog.grant_reader(conn, schema, reader_role)
         build_id = pgcatalog.create_build(conn, schema, {
             "name": name, "tokenizer": tokenizer, "tokenizer_hash": tokenizer_hash,
             "vocab_size": vocab_size, "source": "test", "dump_date": "test", "depth": depth,
@@ -72,12 +75,13 @@ def load_tree(
                 for key, node in rows.items():
                     copy.write_row((build_id, key, node))
             pgcatalog.attach(conn, schema, build_id)
+            pgcatalog.grant_reader(conn, schema, reader_role, pgcatalog.table_name(build_id))
             pgcatalog.set_status(conn, schema, build_id, "loaded", facts=len(seqs), rows=len(rows))
         finally:
             pgcatalog.release_loading_lock(conn, build_id)
         if activate:
             pgcatalog.set_status(conn, schema, build_id, "validated")
-            activate_build(conn, schema, build_id)
+            activate_build(conn, schema, build_id, max_shrink=max_shrink)
     return build_id
 
 

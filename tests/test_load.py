@@ -203,7 +203,7 @@ def test_validation_walk_catches_a_missing_fact(spark, cfg, pg_dsn):
 
 
 def test_retention_drops_oldest_builds(spark, cfg, pg_dsn):
-    cfg = make_cfg(cfg, {"pg.retention": 2})
+    cfg = make_cfg(cfg, {"pg.retention": 2, "pg.retention_grace_s": 0})
     schema = cfg.pg.schema
     ids = [build(spark, cfg, pg_dsn, FACTS + [[100 + i]]) for i in range(4)]
     b = builds(pg_dsn, schema)

@@ -33,13 +33,13 @@ def as_dict(answer):
 
 def count_fetches(index):
     calls = []
-    real = index._fetch_rows
+    real = index._fetch
 
-    def counting(keys):
+    def counting(build, keys):
         calls.append(list(keys))
-        return real(keys)
+        return real(build, keys)
 
-    index._fetch_rows = counting
+    index._fetch = counting
     return calls
 
 
@@ -206,7 +206,7 @@ def test_statement_timeout_raises_query_timeout_then_recovers(pg_dsn):
 
 def test_refresh_serves_the_newly_activated_build(pg_dsn):
     load_tree(pg_dsn, "kg", {(1, 2), (1, 3)})
-    with open_index(pg_dsn, "kg") as index:
+    with open_index(pg_dsn, "kg", follow=False) as index:
         assert index.next_tokens((1,)).tokens.tolist() == [2, 3]
         assert index.refresh() is False
         load_tree(pg_dsn, "kg", {(1, 4)})

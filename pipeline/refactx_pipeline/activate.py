@@ -1,10 +1,13 @@
 """Stage 8 -- activate: switch the build serving an index name, then apply retention.
 
 The switch (``sql/activate.sql``) is one transaction: the previous build becomes
-``retired``, ``active`` points at the new one, which becomes ``active``. Readers look
-up ``active`` then query the build's own table, so they see the old build or the new
-one, never a half-loaded one. Retention keeps the newest ``cfg.pg.retention`` builds
-per name that still have a table (the active one always) and drops the rest.
+``retired``, ``active`` points at the new one, which becomes ``active``, and a NOTIFY on
+``refactx_index.pg.ACTIVATION_CHANNEL`` tells served indexes to switch. Readers look up
+``active`` then query the build's own table, so they see the old build or the new one,
+never a half-loaded one. A build far smaller than the served one is refused
+(``pg.max_shrink``). Retention keeps the builds that served last (``pg.retention``, the
+active one included) and any that stopped serving within ``pg.retention_grace_s``; it drops
+older ones and builds that never served; a drop waits at most ``pg.lock_timeout_ms``.
 """
 
 from __future__ import annotations
@@ -19,14 +22,20 @@ from refactx_pipeline import pgcatalog
 from refactx_pipeline.common import write_counts
 from refactx_pipeline.config import Config
 from refactx_index.errors import LoadError
+from refactx_index.pg import ACTIVATION_CHANNEL
 
 log = logging.getLogger(__name__)
 
 STAGE = "activate"
 
 
-def activate_build(conn: psycopg.Connection, schema: str, build_id: int) -> int | None:
-    """Make ``build_id`` (status ``validated``) serve its name; returns the previous build."""
+def activate_build(conn: psycopg.Connection, schema: str, build_id: int, *,
+                   max_shrink: float | None = None) -> int | None:
+    """Make ``build_id`` (status ``validated``) serve its name; returns the previous build.
+
+    ``max_shrink``: refuse (``LoadError``) when the build has fewer facts than the one it
+    replaces by more than this share (0.2: a fifth) -- a dump cut short, a filter gone wrong.
+    """
     build = pgcatalog.get_build(conn, schema, build_id)
     if build is None:
         raise LoadError(f"build {build_id} does not exist")
@@ -38,32 +47,65 @@ def activate_build(conn: psycopg.Connection, schema: str, build_id: int) -> int 
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pgcatalog.LOCK_ACTIVATE, name))
         previous = pgcatalog.active_build(conn, schema, name)
+        if max_shrink is not None and previous is not None and previous != build_id:
+            check_shrink(pgcatalog.get_build(conn, schema, previous), build, max_shrink)
         for stmt in pgcatalog.statements("activate.sql", schema):
-            conn.execute(stmt, {"name": name, "build_id": build_id})
+            conn.execute(stmt, {"name": name, "build_id": build_id, "channel": ACTIVATION_CHANNEL})
     log.info("index %s: build %d active (previous %s)", name, build_id, previous)
     return previous
 
 
-def apply_retention(conn: psycopg.Connection, schema: str, name: str, keep: int) -> list[int]:
-    """Drop the tables of all but the newest ``keep`` builds of ``name`` (never the active one)."""
+def check_shrink(served: dict[str, Any] | None, new: dict[str, Any], max_shrink: float) -> None:
+    """The shrink guard: a new build far smaller than the served one is not activated."""
+    if not served or not served.get("facts") or new.get("facts") is None:
+        return
+    floor = served["facts"] * (1.0 - max_shrink)
+    if new["facts"] < floor:
+        raise LoadError(
+            f"index {new['name']!r}: build {new['build_id']} has {new['facts']} facts, "
+            f"{1 - new['facts'] / served['facts']:.0%} fewer than the served build {served['build_id']} "
+            f"({served['facts']}); pg.max_shrink allows {max_shrink:.0%}. Not activated: check the "
+            "input, or activate anyway with --set pg.max_shrink=1"
+        )
+
+
+def apply_retention(conn: psycopg.Connection, schema: str, name: str, keep: int, *,
+                    grace_s: float = 0.0, lock_timeout_ms: int | None = None) -> list[int]:
+    """Drop the tables of builds of ``name`` that no reader should need any more.
+
+    Kept: the active build and the newest ``keep - 1`` builds that served before it, and any
+    build that stopped serving less than ``grace_s`` ago (a generation may still read it).
+    Dropped: older served builds, and builds that never served -- failed, or loaded and
+    validated but superseded by a newer activation. Never the active build. A table a
+    reader holds is skipped under ``lock_timeout_ms`` and dropped by a later run.
+    """
     if keep < 1:
         raise LoadError(f"pg.retention must be at least 1, got {keep}")
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pgcatalog.LOCK_ACTIVATE, name))
+        active = pgcatalog.active_build(conn, schema, name)
         rows = conn.execute(
             sql.SQL(
-                "SELECT b.build_id FROM {s}.builds b "
+                "SELECT b.build_id, b.activated_at IS NOT NULL AS served, "
+                "       coalesce(b.retired_at > now() - make_interval(secs => %s), false) AS in_grace "
+                "FROM {s}.builds b "
                 "WHERE b.name = %s AND b.dropped_at IS NULL AND b.status <> 'loading' "
-                "AND NOT EXISTS (SELECT 1 FROM {s}.active a WHERE a.build_id = b.build_id) "
-                "ORDER BY b.build_id DESC OFFSET %s"
+                "AND b.build_id IS DISTINCT FROM %s "
+                "ORDER BY b.activated_at DESC NULLS LAST, b.build_id DESC"
             ).format(s=sql.Identifier(schema)),
-            # the active build takes one of the kept places
-            (name, max(keep - (1 if pgcatalog.active_build(conn, schema, name) else 0), 0)),
+            (float(grace_s), name, active),
         ).fetchall()
-    dropped = []
-    for (build_id,) in rows:
-        pgcatalog.drop_build_table(conn, schema, build_id)
-        dropped.append(int(build_id))
+    kept_served = 0
+    to_drop = []
+    for build_id, served, in_grace in rows:
+        if served:
+            kept_served += 1
+            if kept_served < keep or in_grace:  # the active build takes one of the places
+                continue
+        elif active is None or build_id > active:
+            continue  # loaded after the active build: activation may still come
+        to_drop.append(int(build_id))
+    dropped = [b for b in to_drop if pgcatalog.drop_build_table(conn, schema, b, lock_timeout_ms)]
     if dropped:
         log.info("index %s: retention dropped builds %s", name, dropped)
     return dropped
@@ -76,8 +118,10 @@ def activate_all(cfg: Config, dsn: str) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for vocab, info in loaded.items():
             build_id = int(info["build_id"])
-            previous = activate_build(conn, cfg.pg.schema, build_id)
-            dropped = apply_retention(conn, cfg.pg.schema, info["name"], cfg.pg.retention)
+            previous = activate_build(conn, cfg.pg.schema, build_id, max_shrink=cfg.pg.max_shrink)
+            dropped = apply_retention(conn, cfg.pg.schema, info["name"], cfg.pg.retention,
+                                      grace_s=cfg.pg.retention_grace_s,
+                                      lock_timeout_ms=cfg.pg.lock_timeout_ms)
             result[vocab] = {"build_id": build_id, "name": info["name"], "previous": previous,
                              "dropped": dropped}
     write_counts(cfg, STAGE, {"vocabularies": result})

@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -64,7 +65,12 @@ def _config_from(args: argparse.Namespace, **overrides: Any) -> Config:
     """The command's Config: file, environment, ``--set``, then ``--dsn`` and ``overrides``."""
     if getattr(args, "dsn", None):
         overrides["pg.dsn"] = args.dsn
-    return config_from_args(args, **overrides)
+    cfg = config_from_args(args, **overrides)
+    if not args.verbose and "log_level" not in cfg.spark.model_fields_set:
+        # a failed task's Java trace would flood the terminal: the failure is reported in
+        # one line (describe_failure); -v, or spark.log_level set anywhere, shows Spark's log
+        cfg = cfg.updated({"spark.log_level": "OFF"})
+    return cfg
 
 
 PROGRESS_INTERVAL_S = 30.0  # a plain progress line this often while a stage runs (no terminal)
@@ -282,7 +288,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     vocab = cfg.tokenize.vocabularies[0]
     print(f"refactx-index demo: {', '.join(cfg.input.dumps)} with vocabularies "
           f"{', '.join(f'{v.name} ({v.path})' for v in cfg.tokenize.vocabularies)}")
-    print(f"outputs under {cfg.build_dir()}; PostgreSQL: {cfg.pg.dsn or 'embedded in ' + cfg.pg.embedded_dir}")
+    print(f"outputs under {cfg.build_dir()}; PostgreSQL: "
+          f"{redact_text(cfg.pg.dsn) if cfg.pg.dsn else 'embedded in ' + cfg.pg.embedded_dir}")
     sys.stdout.flush()
     with pg_dsn(cfg) as dsn:
         results = _run_build(cfg, None, dsn=dsn)
@@ -541,9 +548,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
         return args.func(args)
-    except RefactxError as exc:
-        print(f"refactx-index: error: {exc}", file=sys.stderr)
+    except Exception as exc:  # one line for the user; the traceback with -v
+        message = describe_failure(exc)
+        if message is None or args.verbose:
+            raise
+        sys.stderr.write(f"refactx-index: error: {message}\n")
         return 1
+
+
+# Java exceptions that say what went wrong with an input file (Spark wraps them deeply)
+_JAVA_CAUSE = re.compile(r"(?:Caused by: )?((?:java|org\.apache\.hadoop)\.[\w.$]+(?:Exception|Error)(?:: [^\n]*)?)")
+_READ_FILE = re.compile(r"reading file (\S+?)\.?(?:\s|$)")
+
+
+def describe_failure(exc: BaseException) -> str | None:
+    """A one-line account of a failure a user can act on, or None for a bug (traceback).
+
+    Refactx errors are already that; a Spark job that died reading an input (a truncated or
+    corrupt compressed dump, an unreadable file) names the file and the Java cause; a
+    database that refuses names the server (password masked)."""
+    if isinstance(exc, RefactxError):
+        return str(exc)
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - a dependency
+        psycopg = None
+    if psycopg is not None and isinstance(exc, psycopg.OperationalError):
+        return f"PostgreSQL refused: {redact_text(str(exc).strip())}"
+    if type(exc).__module__.startswith(("pyspark", "py4j")):
+        text = str(exc)
+        causes = _JAVA_CAUSE.findall(text)
+        files = _READ_FILE.findall(text)
+        where = f"reading {files[0]} failed" if files else "a Spark job failed"
+        cause = causes[-1].strip() if causes else text.strip().splitlines()[0][:500]
+        return f"{where}: {cause} (run with -v for the whole trace)"
+    return None
+
+
+def redact_text(text: str) -> str:
+    """``text`` with any password in a DSN (URL or key=value form) masked."""
+    text = re.sub(r"(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@", r"\1****@", text)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1****", text)
 
 
 if __name__ == "__main__":

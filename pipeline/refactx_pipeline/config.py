@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from refactx_index.errors import ConfigError
+from refactx_index.pg import DEFAULT_SCHEMA, DEFAULT_STATEMENT_TIMEOUT_MS
 
 ENV_PREFIX = "REFACTX__"
 DEFAULT_LANGUAGES = ("en",)
@@ -191,7 +192,7 @@ class TokenizeConfig(Section):
     vocabularies: tuple[VocabularyConfig, ...] = ()
     fact_prefix: str = " "
     fact_suffix: str = ""
-    max_tokens: int = Field(256, ge=4, le=65535)
+    max_tokens: int = Field(256, ge=4, le=4096)  # refactx_index.format.MAX_FRAGMENT_LEVELS
     reuse_from: str = ""  # token dataset root of an earlier build (incremental)
 
     _vocab = field_validator("vocabularies", mode="before")(_vocabularies)
@@ -214,11 +215,19 @@ class TreeConfig(Section):
 class PgConfig(Section):
     dsn: str = ""  # empty: start an embedded PostgreSQL under embedded_dir
     embedded_dir: str = ".pgdata"
-    schema_: str = Field("refactx", alias="schema", pattern=r"^[a-z_][a-z0-9_]*$")
-    retention: int = Field(3, ge=1)  # builds kept per index name
+    schema_: str = Field(DEFAULT_SCHEMA, alias="schema", pattern=r"^[a-z_][a-z0-9_]*$")
+    retention: int = Field(3, ge=1)  # builds that served, kept per index name (the active one included)
+    # a build that stopped serving is kept this long whatever retention says: readers may still use it
+    retention_grace_s: float = Field(300.0, ge=0)
+    # DETACH/DROP of an old build waits at most this long for a reader's lock (then a later run drops it)
+    lock_timeout_ms: int = Field(2000, ge=1)
+    # activation refuses a build with fewer facts than the served one by more than this share (1: off)
+    max_shrink: float = Field(0.2, ge=0, le=1)
+    # the role the runtime serves as: USAGE on the schema, SELECT on the catalog and each build table
+    reader_role: str = Field("", pattern=r"^$|^[A-Za-z_][A-Za-z0-9_]*$")
     load_workers: int = Field(2, ge=1, le=64)
     validate_sample: int = Field(1000, ge=0)
-    statement_timeout_ms: int = Field(5000, ge=1)
+    statement_timeout_ms: int = Field(DEFAULT_STATEMENT_TIMEOUT_MS, ge=1)
     # index name served per vocabulary; {source} and {vocabulary} are substituted
     index_name: str = "{source}-{vocabulary}"
 

@@ -165,6 +165,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
     name = cfg.index_name(vocab.name)
     with psycopg.connect(dsn, autocommit=True) as conn:
         pgcatalog.apply_schema(conn, schema)
+        pgcatalog.grant_reader(conn, schema, cfg.pg.reader_role)
         cleaned = pgcatalog.clean_leftovers(conn, schema)
         build_id = pgcatalog.create_build(
             conn,
@@ -195,6 +196,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
             if copied != expected_rows:
                 raise LoadError(f"copied {copied} rows, the Parquet holds {expected_rows}")
             pgcatalog.attach(conn, schema, build_id)
+            pgcatalog.grant_reader(conn, schema, cfg.pg.reader_role, pgcatalog.table_name(build_id))
             table_bytes, index_bytes = pgcatalog.relation_bytes(
                 conn, schema, pgcatalog.table_name(build_id)
             )

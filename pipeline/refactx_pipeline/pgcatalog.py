@@ -138,15 +138,43 @@ def is_attached(conn: psycopg.Connection, schema: str, table: str) -> bool:
     return bool(row[0])
 
 
-def drop_build_table(conn: psycopg.Connection, schema: str, build_id: int) -> None:
-    """Detach (when attached) and drop a build's table; mark the build row dropped."""
+def drop_build_table(conn: psycopg.Connection, schema: str, build_id: int,
+                     lock_timeout_ms: int | None = None) -> bool:
+    """Detach (when attached) and drop a build's table; mark the build row dropped.
+
+    With ``lock_timeout_ms``, a table that a reader's open transaction holds is left alone
+    (returns False, logged): a later run drops it, and nothing waits behind it meanwhile.
+    """
     table = table_name(build_id)
     detach, drop, mark = statements("retire.sql", schema, table=table, build_id=int(build_id))
-    with conn.transaction():
-        if is_attached(conn, schema, table):
-            conn.execute(detach)
-        conn.execute(drop)
-        conn.execute(mark)
+    try:
+        with conn.transaction():
+            if lock_timeout_ms is not None:
+                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{int(lock_timeout_ms)}ms")))
+            if is_attached(conn, schema, table):
+                conn.execute(detach)
+            conn.execute(drop)
+            conn.execute(mark)
+    except psycopg.errors.LockNotAvailable:
+        log.warning("build %d: %s is locked by another session; left for a later run to drop",
+                    build_id, table)
+        return False
+    return True
+
+
+def grant_reader(conn: psycopg.Connection, schema: str, role: str, table: str | None = None) -> None:
+    """Least privilege for the serving role: USAGE on the schema and SELECT on the catalog
+    (``table`` None), or SELECT on one build's table. Readers need nothing more."""
+    if not role:
+        return
+    who = sql.Identifier(role)
+    if table is None:
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), who))
+        conn.execute(sql.SQL("GRANT SELECT ON {s}.builds, {s}.active TO {r}").format(
+            s=sql.Identifier(schema), r=who))
+    else:
+        conn.execute(sql.SQL("GRANT SELECT ON {}.{} TO {}").format(
+            sql.Identifier(schema), sql.Identifier(table), who))
 
 
 def set_status(

@@ -24,6 +24,13 @@ class IndexNotFound(RefactxError):
     """No active build serves the requested index name."""
 
 
+class BuildRetired(IndexNotFound):
+    """The build a lookup or a generation was reading was dropped (retention) under it.
+
+    A plain lookup switches to the active build by itself; a generation in progress, which
+    stays on one build, gets this error and should be retried."""
+
+
 class VocabularyMismatch(RefactxError):
     """The index was built for another tokenizer than the one supplied."""
 
@@ -34,6 +41,18 @@ class DatabaseUnavailable(RefactxError):
 
 class QueryTimeout(RefactxError):
     """A lookup exceeded the configured statement timeout."""
+
+
+class PermissionDenied(RefactxError):
+    """The database role may not read the index (a grant is missing)."""
+
+
+class DatabaseError(RefactxError):
+    """Any other error the database reported; the message names its SQLSTATE."""
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
 class LoadError(RefactxError):

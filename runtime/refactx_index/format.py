@@ -50,6 +50,12 @@ _HEADER = struct.Struct("<BBBBBBI")
 _FLAG_ZLIB = 1
 _COMPRESS_MIN_BYTES = 64
 _MAX_TOKEN = 2**32 - 1
+# Bounds a row must respect before it is trusted (encoders refuse to write past them, the
+# decoder refuses to read past them): a corrupt or hostile row costs at most a few tens of
+# MB and milliseconds. A row holds one expanded level (at most a vocabulary's worth of
+# children) or a subtree of at most T facts; a fact has at most 4096 tokens (tokenize.max_tokens).
+MAX_FRAGMENT_NODES = 1 << 21
+MAX_FRAGMENT_LEVELS = 4096
 
 
 # --------------------------------------------------------------------------- prefixes
@@ -126,6 +132,8 @@ def encode_fragment(
     ext_leaves = np.asarray(ext_leaves, dtype=np.int64)
     if n == 0 or tokens.size != n - 1 or ends.size != n or external.size != n:
         raise ValueError("fragment arrays have inconsistent lengths")
+    if n > MAX_FRAGMENT_NODES:
+        raise ValueError(f"a fragment of {n} nodes exceeds MAX_FRAGMENT_NODES ({MAX_FRAGMENT_NODES})")
     if int(child_count.sum()) != n - 1:
         raise ValueError("child counts do not add up to the node count")
     if int(external.sum()) != ext_leaves.size:
@@ -304,13 +312,22 @@ def decode_fragment(data: bytes | memoryview) -> Fragment:
         raise FormatError(f"fragment format version {version}; this runtime reads {FORMAT_VERSION}")
     if tw not in _DTYPES or cw not in _DTYPES or lw not in _DTYPES or n < 1:
         raise FormatError("fragment header is corrupt")
+    if n > MAX_FRAGMENT_NODES:
+        raise FormatError(f"fragment header claims {n} nodes; at most {MAX_FRAGMENT_NODES} are read")
+    nb = (n + 7) // 8
+    # the largest body the header allows (every node external): nothing bigger is inflated
+    most = tw * (n - 1) + cw * n + 2 * nb + lw * n
     body = data[_HEADER.size:]
     if flags & _FLAG_ZLIB:
         try:
-            body = zlib.decompress(body)
+            inflater = zlib.decompressobj()
+            body = inflater.decompress(body, most + 1)
         except zlib.error as exc:
             raise FormatError(f"fragment body does not decompress: {exc}") from exc
-    nb = (n + 7) // 8
+        if len(body) > most or inflater.unconsumed_tail or not inflater.eof:
+            raise FormatError("fragment body inflates past what its header allows, or is cut short")
+    elif len(body) > most:
+        raise FormatError("fragment body is longer than its header allows")
     sizes = [tw * (n - 1), cw * n, nb, nb]
     offs = np.cumsum([0] + sizes)
     if len(body) < offs[-1]:
@@ -337,6 +354,8 @@ def decode_fragment(data: bytes | memoryview) -> Fragment:
     # BFS levels are contiguous; accumulate leaves from the deepest level up
     bounds = [(0, 1)]
     while True:
+        if len(bounds) > MAX_FRAGMENT_LEVELS:
+            raise FormatError(f"fragment is deeper than {MAX_FRAGMENT_LEVELS} levels")
         s, e = bounds[-1]
         ns = int(child_start[s]) if s < n else n
         ne = int(child_start[e - 1] + child_count[e - 1])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from .errors import FormatError
 from .format import encode_prefix
@@ -130,6 +130,7 @@ class Cursor:
     frag: "Fragment"
     node: int
     key: bytes
+    build: "ServedBuild"  # the build this cursor walks: a generation stays on one build
 
     @property
     def depth(self) -> int:
@@ -152,6 +153,18 @@ class LookupStats:
     rows_decoded: int = 0
 
 
+@dataclass(frozen=True, eq=False)
+class ServedBuild:
+    """One build as served: its catalog facts, the cache of its decoded rows, and how to
+    fetch its rows. A lookup takes the index's current ``ServedBuild`` once and reads only
+    through it, so rows of one build can never answer for another, even while the index
+    switches builds under concurrent lookups (each build has its own cache)."""
+
+    info: IndexInfo
+    cache: "ByteLRUCache[bytes, Fragment]"
+    fetch_rows: Callable[[list[bytes]], Mapping[bytes, bytes]]
+
+
 class _Need:
     """A walk stopped because the row keyed by ``prefix[:length]`` is not at hand."""
 
@@ -162,7 +175,7 @@ class _Need:
 
 
 class RowTreeIndex:
-    """Walks stored rows; subclasses provide :meth:`_fetch_rows`.
+    """Walks stored rows of the build it serves (a :class:`ServedBuild`, which says how to fetch them).
 
     Rows are decoded once and kept in a byte-bounded LRU cache. Two ways in:
 
@@ -174,34 +187,33 @@ class RowTreeIndex:
       external nodes just reached are needed, all fetched in one call.
     """
 
-    def __init__(self, info: IndexInfo, cache: "ByteLRUCache[bytes, Fragment]") -> None:
-        self._info = info
-        self._cache = cache
+    def __init__(self, build: ServedBuild) -> None:
+        self._build = build
         self.stats = LookupStats()
 
     # ------------------------------------------------------------------ interface
     @property
     def info(self) -> IndexInfo:
-        return self._info
+        return self._build.info
 
     @property
     def cache(self) -> "ByteLRUCache[bytes, Fragment]":
-        return self._cache
+        return self._build.cache
 
-    def _fetch_rows(self, keys: list[bytes]) -> Mapping[bytes, bytes]:
-        """Stored ``node`` bytes of those ``keys`` that have a row (one round trip)."""
-        raise NotImplementedError
+    def _serving(self) -> ServedBuild:
+        """The build a new lookup reads (subclasses may switch builds here)."""
+        return self._build
 
-    def _fetch(self, keys: list[bytes]) -> Mapping[bytes, bytes]:
+    def _fetch(self, build: ServedBuild, keys: list[bytes]) -> Mapping[bytes, bytes]:
         self.stats.round_trips += 1
-        found = self._fetch_rows(keys)
+        found = build.fetch_rows(keys)
         self.stats.rows_fetched += len(found)
         return found
 
-    def _decode(self, key: bytes, node: bytes) -> "Fragment":
+    def _decode(self, build: ServedBuild, key: bytes, node: bytes) -> "Fragment":
         frag = decode_row(node)
         self.stats.rows_decoded += 1
-        self._cache.put(key, frag)
+        build.cache.put(key, frag)
         return frag
 
     def close(self) -> None:
@@ -221,6 +233,9 @@ class RowTreeIndex:
         """:meth:`next_tokens` for many prefixes, fetching missing rows in one round trip."""
         prefs = [_as_tuple(p) for p in prefixes]
         self.stats.lookups += len(prefs)
+        return self._next_tokens_on(self._serving(), prefs)
+
+    def _next_tokens_on(self, build: ServedBuild, prefs: list[tuple[int, ...]]) -> list[NextTokens]:
         # rows of this call, even if the cache drops them; raw bytes until a walk needs one
         fetched: dict[bytes, "Fragment | bytes"] = {}
         results: list[NextTokens | None] = [None] * len(prefs)
@@ -230,21 +245,21 @@ class RowTreeIndex:
             wanted: set[bytes] = set()
             still: list[int] = []
             for i in pending:
-                located = self._locate(prefs[i], fetched)
+                located = self._locate(build, prefs[i], fetched)
                 if isinstance(located, _Need):
                     key = encode_prefix(prefs[i][: located.length])
                     if key in requested:
                         raise FormatError(
-                            f"index {self._info.name!r}: no row for prefix key {key.hex()} "
+                            f"index {build.info.name!r}: no row for prefix key {key.hex()} "
                             "although its parent marks it external"
                         )
-                    wanted.update(self._speculative_keys(prefs[i], located.length))
+                    wanted.update(self._speculative_keys(build, prefs[i], located.length))
                     still.append(i)
                 else:
                     results[i] = located
             if still:
                 requested |= wanted
-                fetched.update(self._fetch(sorted(wanted)))
+                fetched.update(self._fetch(build, sorted(wanted)))
             pending = still
         return results  # type: ignore[return-value]
 
@@ -265,60 +280,64 @@ class RowTreeIndex:
         child search and no fetch.
         """
         out: list[Cursor | None] = [None] * len(moves)
-        need: dict[bytes, list[int]] = {}
+        # rows to fetch, per build: cursors stay on the build they started on
+        need: dict[ServedBuild, dict[bytes, list[int]]] = {}
         self.stats.lookups += len(moves)
+        serving = None
         for i, (cur, tok) in enumerate(moves):
             if cur is None:
+                build = serving = serving or self._serving()
                 key = b""
             else:
+                build = cur.build
                 child = cur.frag.child(cur.node, tok)
                 if child < 0:
                     continue
                 key = cur.key + _TOKEN.pack(tok)
                 if not cur.frag.external[child]:
-                    out[i] = Cursor(cur.frag, child, key)
+                    out[i] = Cursor(cur.frag, child, key, build)
                     continue
-            frag = self._cache.get(key)
+            frag = build.cache.get(key)
             if frag is not None:
-                out[i] = Cursor(frag, 0, key)
+                out[i] = Cursor(frag, 0, key, build)
             else:
-                need.setdefault(key, []).append(i)
-        if need:
-            found = self._fetch(sorted(need))
-            for key, slots in need.items():
+                need.setdefault(build, {}).setdefault(key, []).append(i)
+        for build, wanted in need.items():
+            found = self._fetch(build, sorted(wanted))
+            for key, slots in wanted.items():
                 node = found.get(key)
                 if node is None:
                     raise FormatError(
-                        f"index {self._info.name!r}: no row for prefix key {key.hex() or '(root)'}"
+                        f"index {build.info.name!r}: no row for prefix key {key.hex() or '(root)'}"
                         + (" although its parent marks it external" if key else "")
                     )
-                frag = self._decode(key, node)
+                frag = self._decode(build, key, node)
                 for i in slots:
-                    out[i] = Cursor(frag, 0, key)
+                    out[i] = Cursor(frag, 0, key, build)
         return out
 
     # ------------------------------------------------------------------ walking
-    def _speculative_keys(self, prefix: tuple[int, ...], start: int) -> list[bytes]:
-        stop = min(len(prefix), max(self._info.depth, start))
+    def _speculative_keys(self, build: ServedBuild, prefix: tuple[int, ...], start: int) -> list[bytes]:
+        stop = min(len(prefix), max(build.info.depth, start))
         return [encode_prefix(prefix[:j]) for j in range(start, stop + 1)]
 
-    def _row(self, key: bytes, fetched: dict[bytes, "Fragment | bytes"]) -> "Fragment | None":
+    def _row(self, build: ServedBuild, key: bytes, fetched: dict[bytes, "Fragment | bytes"]) -> "Fragment | None":
         frag = fetched.get(key)
         if frag is None:
-            return self._cache.get(key)
+            return build.cache.get(key)
         if isinstance(frag, bytes):  # fetched by this call, decoded when first reached
-            frag = fetched[key] = self._decode(key, frag)
+            frag = fetched[key] = self._decode(build, key, frag)
         return frag
 
-    def _locate(self, prefix: tuple[int, ...], fetched: dict[bytes, "Fragment | bytes"]):
-        frag = self._row(b"", fetched)
+    def _locate(self, build: ServedBuild, prefix: tuple[int, ...], fetched: dict[bytes, "Fragment | bytes"]):
+        frag = self._row(build, b"", fetched)
         if frag is None:
             return _Need(0)
         node = 0
         external = frag.external
         for i, tok in enumerate(prefix):
             if external[node]:
-                frag = self._row(encode_prefix(prefix[:i]), fetched)
+                frag = self._row(build, encode_prefix(prefix[:i]), fetched)
                 if frag is None:
                     return _Need(i)
                 external = frag.external
@@ -327,7 +346,7 @@ class RowTreeIndex:
             if node < 0:
                 return _empty_answer()
         if node and external[node]:
-            frag = self._row(encode_prefix(prefix), fetched)
+            frag = self._row(build, encode_prefix(prefix), fetched)
             if frag is None:
                 return _Need(len(prefix))
             node = 0

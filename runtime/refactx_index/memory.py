@@ -29,6 +29,7 @@ from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtr
 from .index import (
     IndexInfo,
     RowTreeIndex,
+    ServedBuild,
     check_vocabulary,
     fragment_nbytes,
     vocabulary_size,
@@ -103,8 +104,8 @@ class MemoryTreeIndex(RowTreeIndex):
     ) -> None:
         if b"" not in rows:
             raise FormatError("an index needs a root row (key b'')")
-        super().__init__(info, ByteLRUCache(cache_bytes, fragment_nbytes))
         self._rows = dict(rows)
+        super().__init__(ServedBuild(info, ByteLRUCache(cache_bytes, fragment_nbytes), self._fetch_rows))
 
     @property
     def rows(self) -> Mapping[bytes, bytes]:
@@ -212,7 +213,7 @@ class MemoryTreeIndex(RowTreeIndex):
             parts.append(key)
             parts.append(node)
         body = b"".join(parts)
-        header = asdict(self._info)
+        header = asdict(self.info)
         header.update(records=len(self._rows), crc32=zlib.crc32(body))
         head = json.dumps(header, sort_keys=True).encode("utf-8")
         tmp = Path(f"{os.fspath(path)}.tmp")

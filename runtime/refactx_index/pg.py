@@ -6,18 +6,37 @@ read-only, and has a server-side ``statement_timeout``, all set as connection
 options (no extra round trip). A lost connection is retried once on a fresh one;
 a second failure raises :class:`DatabaseUnavailable`. A cancelled statement raises
 :class:`QueryTimeout`. A missing row is neither: the prefix is simply outside the
-tree (or, when a parent row promised it, a :class:`FormatError`).
+tree (or, when a parent row promised it, a :class:`FormatError`). Every other driver error
+is mapped to a :class:`~refactx_index.errors.RefactxError` subclass; none escapes raw.
+
+Builds come and go under a served index. Each build is served through its own
+:class:`~refactx_index.index.ServedBuild` (catalog facts, row query, cache), taken once per
+lookup, so a lookup reads one build and a build's rows never answer for another. With
+``follow=True`` (the default) a background thread ``LISTEN``s on ``refactx_active`` --
+activation notifies it -- and re-reads the catalog every ``check_interval_s`` as a fallback;
+the index then serves the new build from the next lookup on. A lookup whose build was dropped
+under it switches to the active build and retries once; a cursor (one generation) stays on its
+build and gets :class:`BuildRetired`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Sequence
 
 from .cache import ByteLRUCache
-from .errors import DatabaseUnavailable, FormatError, IndexNotFound, QueryTimeout
+from .errors import (
+    BuildRetired,
+    DatabaseError,
+    DatabaseUnavailable,
+    FormatError,
+    IndexNotFound,
+    PermissionDenied,
+    QueryTimeout,
+)
 from .format import FORMAT_VERSION
-from .index import IndexInfo, RowTreeIndex, check_vocabulary, fragment_nbytes
+from .index import IndexInfo, NextTokens, RowTreeIndex, ServedBuild, check_vocabulary, fragment_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +51,8 @@ _CATALOG_COLUMNS = (
 # what the pipeline's pg section defaults to as well (refactx_pipeline.config.PgConfig)
 DEFAULT_SCHEMA = "refactx"
 DEFAULT_STATEMENT_TIMEOUT_MS = 5000
+# activation sends NOTIFY on this channel with the index name as payload
+ACTIVATION_CHANNEL = "refactx_active"
 
 
 def open_index(
@@ -44,6 +65,8 @@ def open_index(
     statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     connect_timeout_s: float = 10.0,
+    follow: bool = True,
+    check_interval_s: float = 30.0,
 ) -> "PgTreeIndex":
     """Open the build that serves ``name`` (see ``{schema}.active``).
 
@@ -52,7 +75,8 @@ def open_index(
     a mismatch raises :class:`VocabularyMismatch`. Raises :class:`IndexNotFound`
     when no build is active under ``name``, :class:`FormatError` when the build was
     written in another format version, :class:`DatabaseUnavailable` when the server
-    cannot be reached within ``connect_timeout_s``.
+    cannot be reached within ``connect_timeout_s``. ``follow``: switch to a newly activated
+    build by itself (``LISTEN``, plus a catalog check every ``check_interval_s``).
     """
     from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -92,6 +116,8 @@ def open_index(
                             statement_timeout_ms=statement_timeout_ms,
                             connect_timeout_s=connect_timeout_s)
         check_vocabulary(index.info, tokenizer)
+        if follow:
+            index.follow_activations(dsn, check_interval_s)
     except BaseException:
         pool.close()
         raise
@@ -116,13 +142,15 @@ class PgTreeIndex(RowTreeIndex):
         self._schema = schema
         self._timeout_ms = statement_timeout_ms
         self._connect_timeout_s = connect_timeout_s
-        info, query = self._read_catalog()
-        self._rows_query = query
-        super().__init__(info, ByteLRUCache(cache_bytes, fragment_nbytes))
+        self._cache_bytes = cache_bytes
+        self._switched = threading.Condition()  # held while switching; notified after
+        self._follower: _ActivationFollower | None = None
+        super().__init__(self._read_served())
 
     # ------------------------------------------------------------------ catalog
-    def _read_catalog(self) -> tuple[IndexInfo, Any]:
-        from psycopg import errors, sql
+    def _read_served(self) -> ServedBuild:
+        """The active build of this index name, with a fresh cache of its own."""
+        from psycopg import sql
 
         query = sql.SQL(
             "SELECT " + _CATALOG_COLUMNS + " FROM {schema}.active a "
@@ -130,10 +158,12 @@ class PgTreeIndex(RowTreeIndex):
         ).format(schema=sql.Identifier(self._schema))
         try:
             found = self._execute(query, (self._name,))
-        except (errors.UndefinedTable, errors.InvalidSchemaName) as exc:
-            raise IndexNotFound(
-                f"no refactx_index catalog in schema {self._schema!r}: {exc}"
-            ) from exc
+        except DatabaseError as exc:
+            if exc.sqlstate in ("42P01", "3F000"):  # undefined table / schema
+                raise IndexNotFound(
+                    f"no refactx_index catalog in schema {self._schema!r}: {exc}"
+                ) from exc
+            raise
         if not found:
             raise IndexNotFound(
                 f"no active build serves index {self._name!r} in schema {self._schema!r}"
@@ -154,28 +184,65 @@ class PgTreeIndex(RowTreeIndex):
         rows_query = sql.SQL("SELECT prefix, node FROM {}.{} WHERE prefix = ANY(%s)").format(
             sql.Identifier(self._schema), sql.Identifier(table)
         )
-        return info, rows_query
+
+        def fetch_rows(keys: list[bytes]) -> dict[bytes, bytes]:
+            try:
+                found = self._execute(rows_query, (keys,), binary=True)
+            except DatabaseError as exc:
+                if exc.sqlstate == "42P01":  # the build's table is gone: retention dropped it
+                    raise BuildRetired(
+                        f"index {self._name!r}: build {info.build_id} ({table}) was dropped while "
+                        "being read (retention); lookups switch to the active build, a generation "
+                        "in progress must be retried"
+                    ) from exc
+                raise
+            return {bytes(k): bytes(v) for k, v in found}
+
+        return ServedBuild(info, ByteLRUCache(self._cache_bytes, fragment_nbytes), fetch_rows)
 
     def refresh(self) -> bool:
-        """Re-read the catalog; if another build became active, serve it (cache dropped).
+        """Re-read the catalog; if another build became active, serve it from the next lookup
+        on (with a cache of its own: the old build's rows can never answer for it).
 
         Returns whether the build changed.
         """
-        info, query = self._read_catalog()
-        if info.build_id == self._info.build_id:
-            return False
-        log.info("index %r: build %s -> %s", self._name, self._info.build_id, info.build_id)
-        self._info, self._rows_query = info, query
-        self._cache.clear()
+        with self._switched:  # one catalog read at a time; lookups never wait on it
+            served = self._read_served()
+            old = self._build
+            if served.info.build_id == old.info.build_id:
+                return False
+            self._build = served
+            self._switched.notify_all()
+        log.info("index %r: build %s -> %s", self._name, old.info.build_id, served.info.build_id)
         return True
 
-    # ------------------------------------------------------------------ rows
-    def _fetch_rows(self, keys: list[bytes]) -> dict[bytes, bytes]:
-        return {bytes(k): bytes(v) for k, v in self._execute(self._rows_query, (keys,),
-                                                              binary=True)}
+    def wait_for_build(self, build_id: int, timeout_s: float) -> bool:
+        """Block until this index serves ``build_id`` (or a newer build); False on timeout.
+        For a deployment step that must not go on before readers serve what it activated."""
+        with self._switched:
+            return self._switched.wait_for(lambda: self._build.info.build_id >= build_id, timeout_s)
 
+    def follow_activations(self, dsn: str, check_interval_s: float = 30.0) -> None:
+        """Switch builds by themselves: LISTEN for activations, and check the catalog every
+        ``check_interval_s`` in case a notification was missed (idempotent)."""
+        if self._follower is None:
+            self._follower = _ActivationFollower(self, dsn, check_interval_s)
+            self._follower.start()
+
+    # ------------------------------------------------------------------ lookups
+    def next_tokens_batch(self, prefixes: Sequence[Sequence[int]]) -> list[NextTokens]:
+        try:
+            return super().next_tokens_batch(prefixes)
+        except BuildRetired:
+            # retention dropped the build this lookup read: serve the active one and retry once
+            if not self.refresh():
+                raise
+            return super().next_tokens_batch(prefixes)
+
+    # ------------------------------------------------------------------ rows
     def _execute(self, query: Any, params: Sequence[Any], *, binary: bool = False) -> list[tuple]:
-        """Run one statement on a pooled connection: retry a lost connection once."""
+        """Run one statement on a pooled connection: retry a lost connection once; map every
+        driver error to a refactx error."""
         import psycopg
         from psycopg import errors
         from psycopg_pool import PoolTimeout
@@ -194,6 +261,12 @@ class PgTreeIndex(RowTreeIndex):
                     f"index {self._name!r}: no PostgreSQL connection within "
                     f"{self._connect_timeout_s:g} s: {exc}"
                 ) from exc
+            except errors.InsufficientPrivilege as exc:
+                raise PermissionDenied(
+                    f"index {self._name!r}: the database role may not read it ({str(exc).strip()}); "
+                    "the loader grants the configured reader role (pg.reader_role) USAGE on the "
+                    "schema and SELECT on the catalog and on every build table"
+                ) from exc
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if attempt == 2:
                     raise DatabaseUnavailable(
@@ -204,8 +277,64 @@ class PgTreeIndex(RowTreeIndex):
                             str(exc).strip())
                 # other pooled connections may have died with this one (server restart)
                 self._pool.check()
+            except psycopg.Error as exc:
+                raise DatabaseError(
+                    f"index {self._name!r}: PostgreSQL error {exc.sqlstate}: {str(exc).strip()}",
+                    sqlstate=exc.sqlstate,
+                ) from exc
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        """Close the pool (idempotent)."""
+        """Stop following activations and close the pool (idempotent)."""
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
         self._pool.close()
+
+
+class _ActivationFollower(threading.Thread):
+    """LISTEN for activations of the index's name; refresh on one, or every interval."""
+
+    def __init__(self, index: PgTreeIndex, dsn: str, check_interval_s: float) -> None:
+        super().__init__(name=f"refactx-follow:{index._name}", daemon=True)
+        self._index = index
+        self._dsn = dsn
+        self._interval_s = max(0.05, float(check_interval_s))
+        self._stopping = threading.Event()
+        self._conn: Any = None
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(timeout=5.0)
+
+    def run(self) -> None:
+        import time
+
+        import psycopg
+
+        next_check = time.monotonic() + self._interval_s
+        while not self._stopping.is_set():
+            try:
+                with psycopg.connect(self._dsn, autocommit=True,
+                                     connect_timeout=max(1, int(self._index._connect_timeout_s)),
+                                     application_name=f"refactx_index:follow:{self._index._name}"[:63]) as conn:
+                    conn.execute(f"LISTEN {ACTIVATION_CHANNEL}")
+                    self._refresh()  # whatever was activated before LISTEN took effect
+                    while not self._stopping.is_set():
+                        wait = max(0.0, min(0.5, next_check - time.monotonic()))
+                        names = {n.payload for n in conn.notifies(timeout=wait)}
+                        if self._index._name in names or time.monotonic() >= next_check:
+                            next_check = time.monotonic() + self._interval_s
+                            self._refresh()
+            except psycopg.Error as exc:
+                log.warning("index %r: activation listener lost its connection (%s); retrying",
+                            self._index._name, str(exc).strip())
+                self._stopping.wait(min(self._interval_s, 5.0))
+
+    def _refresh(self) -> None:
+        from .errors import RefactxError
+
+        try:
+            self._index.refresh()
+        except RefactxError as exc:  # the lookups report it; keep serving the current build
+            log.warning("index %r: catalog check failed: %s", self._index._name, exc)

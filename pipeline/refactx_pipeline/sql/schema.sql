@@ -51,3 +51,5 @@ CREATE TABLE IF NOT EXISTS {schema}.tree (
 -- dropped_at: when retention dropped the build's table (its catalog row stays as history).
 ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS dropped_at timestamptz;
 CREATE INDEX IF NOT EXISTS builds_name_idx ON {schema}.builds (name, build_id);
+-- retired_at: when the build stopped serving (the start of its retention grace period).
+ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS retired_at timestamptz;

@@ -1,0 +1,128 @@
+"""Soak benchmark: a served index under readers in threads while builds are loaded, activated
+and dropped by retention, as a scheduled rebuild does.
+
+    .venv/bin/python bench/bench_soak.py [--dsn postgresql://postgres@127.0.0.1:5432/postgres]
+        [--activations 20] [--readers 8] [--facts 2000]
+
+Creates a temporary database, loads alternately two different trees of ``--facts`` facts as
+new builds of one index name, activates each (NOTIFY: the index follows by itself) and applies
+retention (keep 1, no grace: the build readers just left is dropped under them). Readers
+check every answer against the build it must come from: an answer is wrong when it is neither
+tree's answer, or the old tree's after the index reported the switch. Prints lookups, errors
+by type and wrong answers (target: 0 wrong, 0 raw errors), and lookup throughput beside a
+baseline run with no rebuilds in the same process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+
+from refactx_index import open_index  # noqa: E402
+from refactx_index.errors import RefactxError  # noqa: E402
+from refactx_pipeline.activate import apply_retention  # noqa: E402
+from tests.pgtree import expected_next, fresh_database, load_tree  # noqa: E402
+
+
+def tree(seed: int, facts: int) -> set[tuple[int, ...]]:
+    rng = random.Random(seed)
+    return {tuple(rng.randrange(2, 400) for _ in range(rng.randint(3, 12))) for _ in range(facts)}
+
+
+def run(dsn: str, trees: list[set[tuple[int, ...]]], activations: int, readers: int,
+        hold_s: float = 0.0) -> dict:
+    prefixes = sorted({s[:i] for t in trees for s in t for i in range(len(s) + 1)})
+    rng = random.Random(0)
+    sample = rng.sample(prefixes, min(len(prefixes), 3000))
+    answers = [{p: expected_next(t, p) for p in sample} for t in trees]
+    load_tree(dsn, "soak", trees[0], depth=4, threshold=8)
+    stop = threading.Event()
+    stats = collections.Counter()
+    errors: collections.Counter[str] = collections.Counter()
+    switches = {"done": 0}
+
+    with open_index(dsn, "soak", check_interval_s=5.0) as index:
+        def reader(offset: int) -> None:
+            i = offset
+            while not stop.is_set():
+                batch = [sample[(i + k * 17) % len(sample)] for k in range(4)]
+                i += 7
+                try:
+                    got = index.next_tokens_batch(batch)
+                except RefactxError as exc:
+                    errors[type(exc).__name__] += 1
+                    continue
+                except Exception as exc:  # a raw driver error: what must never happen
+                    errors[f"RAW {type(exc).__module__}.{type(exc).__name__}"] += 1
+                    continue
+                for p, step in zip(batch, got):
+                    got_answer = (dict(zip(step.tokens.tolist(), step.leaves.tolist())), bool(step.ends))
+                    stats["lookups"] += 1
+                    if got_answer not in (answers[0][p], answers[1][p]):
+                        stats["wrong"] += 1
+
+        threads = [threading.Thread(target=reader, args=(n * 101,)) for n in range(readers)]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        try:
+            for switch in range(1, activations + 1):
+                build = load_tree(dsn, "soak", trees[switch % 2], depth=4, threshold=8)
+                if not index.wait_for_build(build, timeout_s=30):
+                    errors["index did not follow the activation within 30 s"] += 1
+                switches["done"] += 1
+                # after the switch: every answer is the new tree's
+                for p, step in zip(sample[:300], index.next_tokens_batch(sample[:300])):
+                    got_answer = (dict(zip(step.tokens.tolist(), step.leaves.tolist())), bool(step.ends))
+                    stats["checked_after_switch"] += 1
+                    if got_answer != answers[switch % 2][p]:
+                        stats["wrong"] += 1
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    stats["dropped"] += len(apply_retention(conn, "refactx", "soak", keep=1, grace_s=0,
+                                                            lock_timeout_ms=500))
+            time.sleep(hold_s)  # the baseline: readers alone for as long as the soak ran
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        elapsed = time.perf_counter() - started
+    return {"seconds": elapsed, "lookups_per_s": stats["lookups"] / elapsed, **stats,
+            "errors": dict(errors), "activations": switches["done"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--activations", type=int, default=20)
+    parser.add_argument("--readers", type=int, default=8)
+    parser.add_argument("--facts", type=int, default=2000)
+    args = parser.parse_args()
+    trees = [tree(1, args.facts), tree(2, args.facts)]
+    with fresh_database(args.dsn, "refactx_soak") as dsn:
+        soak = run(dsn, trees, args.activations, args.readers)
+    with fresh_database(args.dsn, "refactx_soak") as dsn:
+        baseline = run(dsn, trees, 0, args.readers, hold_s=soak["seconds"])  # no rebuilds
+    print(f"soak: {soak['activations']} activations, {soak['dropped']} builds dropped under "
+          f"{args.readers} readers in {soak['seconds']:.1f} s")
+    print(f"  lookups {soak['lookups']} ({soak['lookups_per_s']:.0f}/s), checked after a switch "
+          f"{soak['checked_after_switch']}, wrong answers {soak['wrong']}")
+    print(f"  errors by type: {soak['errors'] or 'none'}")
+    raw = sum(n for k, n in soak["errors"].items() if k.startswith("RAW"))
+    print(f"  raw driver errors: {raw}")
+    print(f"baseline (no rebuilds): {baseline['lookups_per_s']:.0f} lookups/s; soak/baseline "
+          f"{soak['lookups_per_s'] / max(baseline['lookups_per_s'], 1):.2f}x")
+    return 0 if soak["wrong"] == 0 and raw == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""A served index while builds come and go: switches never mix builds, activation is
+followed by itself, retention never leaves a raw error, a reader role needs nothing more than
+the loader grants, old builds are dropped without blocking, shrunken builds are refused."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from refactx_index import open_index
+from refactx_index.errors import BuildRetired, LoadError, PermissionDenied, RefactxError
+from refactx_pipeline import pgcatalog
+from refactx_pipeline.activate import activate_build, apply_retention
+
+from .pgtree import expected_next, load_tree, random_sequences
+
+pytestmark = pytest.mark.pg
+
+
+def as_dict(step) -> tuple[dict[int, int], bool]:
+    return dict(zip(step.tokens.tolist(), step.leaves.tolist())), bool(step.ends)
+
+
+def all_prefixes(seqs) -> list[tuple[int, ...]]:
+    return sorted({s[:i] for s in seqs for i in range(len(s) + 1)})
+
+
+def test_switches_under_concurrent_lookups_never_mix_builds(pg_dsn):
+    """Readers in threads hammer the index while it switches 24 times between two trees.
+    Every answer is one build's answer, and right after each switch every answer is the new
+    build's: no row of the old build answers for the new one (each build has its own cache)."""
+    trees = [random_sequences(seed=21, n=200), random_sequences(seed=22, n=200)]
+    prefixes = sorted(set(all_prefixes(trees[0])) | set(all_prefixes(trees[1])))
+    answers = [{p: expected_next(t, p) for p in prefixes} for t in trees]
+    load_tree(pg_dsn, "kg", trees[0], depth=2, threshold=2)
+    stop = threading.Event()
+    problems: list[str] = []
+    lookups = [0]
+
+    with open_index(pg_dsn, "kg", follow=False, cache_bytes=1 << 20) as index:
+        def reader(offset: int) -> None:
+            i = offset
+            while not stop.is_set():
+                batch = [prefixes[(i + k * 7) % len(prefixes)] for k in range(8)]
+                i += 13
+                try:
+                    got = index.next_tokens_batch(batch)
+                except RefactxError as exc:  # never raw; a retired build is switched away from
+                    problems.append(f"error: {exc!r}")
+                    continue
+                for p, step in zip(batch, got):
+                    if as_dict(step) not in (answers[0][p], answers[1][p]):
+                        problems.append(f"mixed answer for {p}")
+                lookups[0] += len(batch)
+
+        threads = [threading.Thread(target=reader, args=(n * 31,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            for switch in range(1, 25):
+                tree = trees[switch % 2]
+                load_tree(pg_dsn, "kg", tree, depth=2, threshold=2)
+                assert index.refresh() is True
+                wrong = [p for p, step in zip(prefixes, index.next_tokens_batch(prefixes))
+                         if as_dict(step) != answers[switch % 2][p]]
+                assert wrong == [], f"switch {switch}: {len(wrong)} answers from the old build"
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+    assert problems == []
+    assert lookups[0] > 0
+
+
+def test_a_served_index_follows_activation_by_itself(pg_dsn):
+    load_tree(pg_dsn, "kg", {(1, 2)})
+    # a check interval far longer than the test: only the NOTIFY can make it switch in time
+    with open_index(pg_dsn, "kg", check_interval_s=3600) as index:
+        assert index.next_tokens((1,)).tokens.tolist() == [2]
+        new = load_tree(pg_dsn, "kg", {(1, 3)})
+        assert index.wait_for_build(new, timeout_s=20)
+        assert index.next_tokens((1,)).tokens.tolist() == [3]
+
+
+def test_the_periodic_catalog_check_catches_a_switch_without_notify(pg_dsn):
+    first = load_tree(pg_dsn, "kg", {(1, 2)})
+    second = load_tree(pg_dsn, "kg", {(1, 3)}, activate=False)
+    with open_index(pg_dsn, "kg", check_interval_s=0.2) as index:
+        assert index.info.build_id == first
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a switch nobody announces
+            conn.execute("UPDATE refactx.active SET build_id = %s WHERE name = 'kg'", (second,))
+        assert index.wait_for_build(second, timeout_s=20)
+        assert index.next_tokens((1,)).tokens.tolist() == [3]
+
+
+def test_a_reader_across_retention_switches_or_gets_a_clear_error(pg_dsn):
+    old_tree, new_tree = random_sequences(seed=5), random_sequences(seed=6)
+    first = load_tree(pg_dsn, "kg", old_tree, depth=2, threshold=1)
+    with open_index(pg_dsn, "kg", follow=False) as index:
+        cursor = index.root()  # a generation in progress, on the first build (root row cached)
+        load_tree(pg_dsn, "kg", random_sequences(seed=7), depth=2, threshold=1)
+        newest = load_tree(pg_dsn, "kg", new_tree, depth=2, threshold=1)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert first in apply_retention(conn, "refactx", "kg", keep=1)
+        # a lookup that needs a row of the dropped build: switches to the active one, answers
+        token = min(t for (t, *_rest) in new_tree if (t,) in all_prefixes(old_tree))
+        assert as_dict(index.next_tokens((token,))) == expected_next(new_tree, (token,))
+        assert index.info.build_id == newest
+        for p in all_prefixes(new_tree):
+            assert as_dict(index.next_tokens(p)) == expected_next(new_tree, p)
+        # the generation stays on its build, which is gone: a clear error, not UndefinedTable
+        with pytest.raises(BuildRetired, match="dropped while being read"):
+            index.advance(cursor, token)
+
+
+@pytest.fixture()
+def reader_role(pg_dsn):
+    role = f"refactx_reader_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    params = conninfo_to_dict(pg_dsn)
+    params["user"] = role
+    yield role, make_conninfo(**params)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_reader_role_serves_across_builds_with_the_loader_grants_only(pg_dsn, reader_role):
+    role, role_dsn = reader_role
+    load_tree(pg_dsn, "kg", {(1, 2)}, reader_role=role)
+    with open_index(role_dsn, "kg", check_interval_s=3600) as index:
+        assert index.next_tokens((1,)).tokens.tolist() == [2]
+        for token in (3, 4, 5):
+            build = load_tree(pg_dsn, "kg", {(1, token)}, reader_role=role)
+            assert index.wait_for_build(build, timeout_s=20)
+            assert index.next_tokens((1,)).tokens.tolist() == [token]
+        # a build loaded without the grant: a mapped error that says what is missing
+        build = load_tree(pg_dsn, "kg", {(1, 9)})
+        assert index.wait_for_build(build, timeout_s=20)
+        with pytest.raises(PermissionDenied, match="reader_role"):
+            index.next_tokens((1,))
+    with psycopg.connect(role_dsn, autocommit=True) as conn:  # nothing more than reading
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM refactx.active")
+
+
+def test_retention_keeps_builds_that_served_and_drops_the_others(pg_dsn):
+    served = [load_tree(pg_dsn, "kg", {(1, t)}) for t in (1, 2, 3)]
+    never = load_tree(pg_dsn, "kg", {(1, 7)}, activate=False)  # loaded, superseded, never served
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        pgcatalog.set_status(conn, "refactx", never, "failed")
+        active = load_tree(pg_dsn, "kg", {(1, 4)})
+        # within the grace period every build that served stays, whatever the count says;
+        # a build that never served goes at once
+        assert apply_retention(conn, "refactx", "kg", keep=1, grace_s=3600) == [never]
+        # keep 2: the active build and the one that served last
+        assert sorted(apply_retention(conn, "refactx", "kg", keep=2, grace_s=0)) == served[:2]
+        assert apply_retention(conn, "refactx", "kg", keep=1, grace_s=0) == [served[2]]
+        left = conn.execute("SELECT build_id FROM refactx.builds WHERE dropped_at IS NULL").fetchall()
+    assert [b for (b,) in left] == [active]
+
+
+def test_a_drop_behind_a_readers_lock_is_skipped_not_waited_for(pg_dsn):
+    first = load_tree(pg_dsn, "kg", {(1, 2)})
+    load_tree(pg_dsn, "kg", {(1, 3)})
+    with psycopg.connect(pg_dsn) as reader:  # an open transaction reading the old build
+        reader.execute(f"SELECT count(*) FROM refactx.{pgcatalog.table_name(first)}").fetchone()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert apply_retention(conn, "refactx", "kg", keep=1, lock_timeout_ms=200) == []
+            newest = load_tree(pg_dsn, "kg", {(1, 4)})  # activation is not blocked meanwhile
+        reader.rollback()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT build_id FROM refactx.active").fetchone()[0] == newest
+        assert first in apply_retention(conn, "refactx", "kg", keep=1, lock_timeout_ms=200)
+
+
+def test_the_shrink_guard_refuses_a_much_smaller_build(pg_dsn):
+    big = random_sequences(seed=3, n=300)
+    load_tree(pg_dsn, "kg", big)
+    small = set(list(sorted(big))[:100])
+    with pytest.raises(LoadError, match="fewer than the served build"):
+        load_tree(pg_dsn, "kg", small, max_shrink=0.2)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        refused = conn.execute("SELECT max(build_id) FROM refactx.builds").fetchone()[0]
+        assert conn.execute("SELECT build_id FROM refactx.active").fetchone()[0] != refused
+        # forced: the same build activates
+        activate_build(conn, "refactx", refused, max_shrink=1.0)
+        assert conn.execute("SELECT build_id FROM refactx.active").fetchone()[0] == refused
