@@ -47,7 +47,7 @@ def run(dsn: str, trees: list[set[tuple[int, ...]]], activations: int, readers: 
     answers = [{p: expected_next(t, p) for p in sample} for t in trees]
     load_tree(dsn, "soak", trees[0], depth=4, threshold=8)
     stop = threading.Event()
-    stats = collections.Counter()
+    stats = collections.Counter(lookups=0, wrong=0, checked_after_switch=0, dropped=0)
     errors: collections.Counter[str] = collections.Counter()
     switches = {"done": 0}
 

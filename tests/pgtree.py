@@ -68,6 +68,7 @@ def load_tree(
             "fact_prefix": fact_prefix, "fact_suffix": "",
         })
         try:
+            pgcatalog.claim_name(conn, schema, name, build_id)
             ident = sql.Identifier(schema, pgcatalog.table_name(build_id))
             with conn.transaction(), conn.cursor().copy(
                 sql.SQL("COPY {} (build_id, prefix, node) FROM STDIN").format(ident)

@@ -192,3 +192,18 @@ def test_the_shrink_guard_refuses_a_much_smaller_build(pg_dsn):
         # forced: the same build activates
         activate_build(conn, "refactx", refused, max_shrink=1.0)
         assert conn.execute("SELECT build_id FROM refactx.active").fetchone()[0] == refused
+
+
+def test_one_build_of_an_index_name_at_a_time(pg_dsn):
+    first = load_tree(pg_dsn, "kg", {(1, 2)}, activate=False)  # loaded, not yet activated
+    with pytest.raises(LoadError, match=f"build {first} .* is being built; one build per index name"):
+        load_tree(pg_dsn, "kg", {(1, 3)})
+    load_tree(pg_dsn, "other", {(1, 4)})  # another name is not held up
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        pgcatalog.set_status(conn, "refactx", first, "validated")
+        activate_build(conn, "refactx", first)  # activation frees the name
+    second = load_tree(pg_dsn, "kg", {(1, 5)}, activate=False)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # its run died: an operator frees it
+        assert pgcatalog.release_claim(conn, "refactx", "kg") == second
+        assert pgcatalog.get_build(conn, "refactx", second)["status"] == "failed"
+    load_tree(pg_dsn, "kg", {(1, 6)})

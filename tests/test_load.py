@@ -311,3 +311,14 @@ def test_tokenizer_meta_computed_from_real_tokenizer(cfg):
         pytest.skip(f"{path} is absent (../shared not beside the project)")
     meta = tokenizer_meta(cfg, VocabularyConfig(name="gpt2", path=str(path)))
     assert meta["vocab_size"] == 50257 and len(meta["sha256"]) == 64
+
+
+def test_a_second_load_of_a_name_in_flight_is_refused_and_writes_nothing(spark, cfg, pg_dsn):
+    from refactx_pipeline import load
+
+    cfg = make_cfg(cfg)
+    first = build(spark, cfg, pg_dsn, activate=False)  # loaded, awaiting validation
+    before = builds(pg_dsn, cfg.pg.schema)
+    with pytest.raises(LoadError, match=f"build {first} .*one build per index name"):
+        load.run(None, cfg, pg_dsn)
+    assert builds(pg_dsn, cfg.pg.schema).keys() == before.keys()  # no build row, no table

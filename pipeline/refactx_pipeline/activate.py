@@ -51,6 +51,7 @@ def activate_build(conn: psycopg.Connection, schema: str, build_id: int, *,
             check_shrink(pgcatalog.get_build(conn, schema, previous), build, max_shrink)
         for stmt in pgcatalog.statements("activate.sql", schema):
             conn.execute(stmt, {"name": name, "build_id": build_id, "channel": ACTIVATION_CHANNEL})
+        pgcatalog.release_name(conn, schema, build_id)  # the name is free for the next build
     log.info("index %s: build %d active (previous %s)", name, build_id, previous)
     return previous
 

@@ -167,6 +167,9 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
         pgcatalog.apply_schema(conn, schema)
         pgcatalog.grant_reader(conn, schema, cfg.pg.reader_role)
         cleaned = pgcatalog.clean_leftovers(conn, schema)
+        holder = pgcatalog.name_holder(conn, schema, name)
+        if holder is not None:  # refused before anything is written (claim_name re-checks)
+            pgcatalog.claim_name(conn, schema, name, -1)
         build_id = pgcatalog.create_build(
             conn,
             schema,
@@ -187,6 +190,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
         )
         log.info("build %d (%s): loading %d rows from %d files", build_id, name, expected_rows, len(files))
         try:
+            pgcatalog.claim_name(conn, schema, name, build_id)
             started = time.monotonic()
             workers = max(1, min(cfg.pg.load_workers, len(files)))
             with ThreadPoolExecutor(workers, thread_name_prefix="copy") as pool:
@@ -209,6 +213,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
         except BaseException as exc:
             # a clean failure: drop the table, keep the row as history
             pgcatalog.set_status(conn, schema, build_id, "failed", message=f"load failed: {exc}"[:2000])
+            pgcatalog.release_name(conn, schema, build_id)
             pgcatalog.drop_build_table(conn, schema, build_id)
             raise
         finally:

@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg import sql
 
+from refactx_index.errors import LoadError
 from refactx_pipeline.resources import sql_text
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,6 @@ def statements(name: str, schema: str, **names: Any) -> list[sql.Composed]:
 def loaded_builds(cfg) -> dict[str, dict[str, Any]]:
     """The builds the last load stage wrote, per vocabulary (``load/counts.json``)."""
     from refactx_pipeline.common import read_counts
-    from refactx_index.errors import LoadError
 
     loaded = read_counts(cfg, "load").get("vocabularies", {})
     if not loaded:
@@ -160,6 +160,59 @@ def drop_build_table(conn: psycopg.Connection, schema: str, build_id: int,
                     build_id, table)
         return False
     return True
+
+
+_IN_FLIGHT = ("loading", "loaded", "validated")
+
+
+def name_holder(conn: psycopg.Connection, schema: str, name: str) -> dict[str, Any] | None:
+    """The build in flight for ``name`` (claimed, and still loading/loaded/validated), or None."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            sql.SQL("SELECT g.build_id, g.since, b.status FROM {s}.building g "
+                    "JOIN {s}.builds b USING (build_id) WHERE g.name = %s").format(s=sql.Identifier(schema)),
+            (name,),
+        ).fetchone()
+    return row if row and row["status"] in _IN_FLIGHT else None
+
+
+def claim_name(conn: psycopg.Connection, schema: str, name: str, build_id: int) -> None:
+    """Make ``build_id`` the one build in flight for ``name``; a ``LoadError`` naming the other
+    build when one is (its claim ends when it is activated, fails or is released)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_ACTIVATE, name))
+        holder = name_holder(conn, schema, name)
+        if holder is not None and holder["build_id"] != build_id:
+            raise LoadError(
+                f"index {name!r}: build {holder['build_id']} ({holder['status']}, since "
+                f"{holder['since']:%Y-%m-%d %H:%M:%S %Z}) is being built; one build per index name at a "
+                f"time. Let it finish, or if its run died, release it: refactx-index builds --release {name}"
+            )
+        conn.execute(
+            sql.SQL("INSERT INTO {}.building (name, build_id) VALUES (%s, %s) ON CONFLICT (name) "
+                    "DO UPDATE SET build_id = EXCLUDED.build_id, since = now()").format(sql.Identifier(schema)),
+            (name, build_id),
+        )
+
+
+def release_name(conn: psycopg.Connection, schema: str, build_id: int) -> None:
+    """End ``build_id``'s claim on its name (activated, failed or abandoned)."""
+    conn.execute(sql.SQL("DELETE FROM {}.building WHERE build_id = %s").format(sql.Identifier(schema)),
+                 (build_id,))
+
+
+def release_claim(conn: psycopg.Connection, schema: str, name: str) -> int | None:
+    """An operator's way out when the run holding ``name`` died after its load: the build in
+    flight is marked failed, its table dropped and the name freed. Returns its id (None: none)."""
+    holder = name_holder(conn, schema, name)
+    if holder is None:
+        conn.execute(sql.SQL("DELETE FROM {}.building WHERE name = %s").format(sql.Identifier(schema)), (name,))
+        return None
+    build_id = int(holder["build_id"])
+    set_status(conn, schema, build_id, "failed", message="released by an operator (refactx-index builds --release)")
+    release_name(conn, schema, build_id)
+    drop_build_table(conn, schema, build_id)
+    return build_id
 
 
 def grant_reader(conn: psycopg.Connection, schema: str, role: str, table: str | None = None) -> None:

@@ -171,6 +171,7 @@ def validate_build(
     except _Invalid as exc:
         message = f"validation failed: {exc}"
         pgcatalog.set_status(conn, schema, build_id, "failed", message=message[:2000])
+        pgcatalog.release_name(conn, schema, build_id)
         log.error("build %d: %s", build_id, message)
         raise ValidationFailed(f"build {build_id}: {message}") from None
     pgcatalog.set_status(conn, schema, build_id, "validated", message=None)

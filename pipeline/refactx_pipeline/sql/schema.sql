@@ -53,3 +53,10 @@ ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS dropped_at timestamptz;
 CREATE INDEX IF NOT EXISTS builds_name_idx ON {schema}.builds (name, build_id);
 -- retired_at: when the build stopped serving (the start of its retention grace period).
 ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS retired_at timestamptz;
+-- One build of an index name at a time: the build that holds the name from its load to its
+-- activation (or failure). A claim whose build failed, served or was dropped is stale.
+CREATE TABLE IF NOT EXISTS {schema}.building (
+    name      text PRIMARY KEY,
+    build_id  bigint NOT NULL REFERENCES {schema}.builds (build_id),
+    since     timestamptz NOT NULL DEFAULT now()
+);
