@@ -374,6 +374,13 @@ def cmd_builds(args: argparse.Namespace) -> int:
     cfg = _config_from(args)
     schema = cfg.pg.schema
     with pg_dsn(cfg) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        if args.release:
+            from .pgcatalog import release_claim
+
+            released = release_claim(conn, schema, args.release)
+            sys.stderr.write(f"index {args.release!r}: " + (
+                f"build {released} marked failed and dropped; the name is free\n" if released is not None
+                else "no build in flight; the name is free\n"))
         rows = conn.execute(
             f"SELECT b.build_id, b.name, b.tokenizer, b.status, b.facts, b.rows, "
             f"coalesce(b.table_bytes, 0) + coalesce(b.index_bytes, 0), b.created_at, "
@@ -510,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "catalog with its status, counts and bytes; '*' marks the active build of its name. Then the "
                             "recent pipeline runs the Airflow DAG recorded (dump date, outcome per vocabulary).")
     _add_common(builds)
+    builds.add_argument("--release", metavar="NAME",
+                        help="free an index name whose build run died between load and activation "
+                        "(one build per name at a time): its build is marked failed and dropped")
     builds.set_defaults(func=cmd_builds)
 
     ask = sub.add_parser(
