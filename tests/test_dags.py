@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import logging
 import os
 import subprocess
@@ -36,7 +37,6 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
 _root = logging.getLogger()
 _root_state = (list(_root.handlers), _root.level)
 
-import pendulum  # noqa: E402
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
 
@@ -63,11 +63,17 @@ DAG_ENV = (
     "REFACTX_CONFIG",
     "REFACTX_ENV",
     "REFACTX_BUILD_SCHEDULE",
+    "REFACTX_DUMP_POKE_SECONDS",
+    "REFACTX_DUMP_WAIT_SECONDS",
+    "REFACTX_JAR",
     "REFACTX_PY_FILES",
     "REFACTX_SPARK_CONN_ID",
     "REFACTX_SPARK_SUBMIT",
     "REFACTX_TASK_RETRIES",
+    "PYSPARK_PYTHON",
 )
+GOLDEN = Path(__file__).resolve().parent / "golden" / "refactx_build.json"
+REGEN_GOLDEN = os.environ.get("REFACTX_REGEN_GOLDEN") == "1"
 
 
 def parse_dags(monkeypatch: pytest.MonkeyPatch, **env: str) -> DagBag:
@@ -84,52 +90,81 @@ def dagbag(monkeypatch):
     return parse_dags(monkeypatch)
 
 
-def linear_order(dag) -> list[str]:
-    """The task ids of a DAG that must be one straight chain, in order."""
-    roots = [t for t in dag.tasks if not t.upstream_task_ids]
-    assert len(roots) == 1, f"expected one first task, got {[t.task_id for t in roots]}"
-    order, task = [], roots[0]
-    while True:
-        order.append(task.task_id)
-        assert len(task.downstream_task_ids) <= 1, f"{task.task_id} fans out: {task.downstream_task_ids}"
-        if not task.downstream_task_ids:
-            break
-        task = dag.get_task(next(iter(task.downstream_task_ids)))
-    assert len(order) == len(dag.tasks), "some tasks are not on the chain"
-    return order
+class RunTaskInstance:
+    """What the templates read of a running task instance: its map index and the XComs of
+    find_dump and vocabularies."""
+
+    def __init__(self, xcoms: dict, map_index: int = -1):
+        self.xcoms, self.map_index = xcoms, map_index
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value", **_):
+        assert key == "return_value"
+        return self.xcoms[task_ids]
 
 
-def run_context(dag, ds: str, conf: dict | None = None) -> dict:
-    """The template context of a run: validated params (defaults merged with ``conf``) and dates."""
-    params = copy.deepcopy(dag.params)
-    params.update(conf or {})
-    logical_date = pendulum.parse(ds)
+def run_xcoms(config: Path, dump_date: str = "20260105") -> dict:
+    """The XComs find_dump and vocabularies push for ``config`` (their real code)."""
+    from refactx_pipeline.dagtasks import branches
+
     return {
-        "dag": dag,
-        "params": params.validate(),
-        "ds": ds,
-        "ds_nodash": ds.replace("-", ""),
-        "logical_date": logical_date,
-        "data_interval_start": logical_date,
-        "data_interval_end": logical_date.add(weeks=1),
-        "run_id": f"scheduled__{ds}",
+        "find_dump": {"config": str(config), "dump_date": dump_date,
+                      "dumps": [f"/data/dumps/wikidata/{dump_date}/wikidata-{dump_date}-truthy-BETA.nt.bz2"]},
+        "vocabularies": branches(str(config)),
     }
 
 
-def rendered(task, context: dict):
+def rendered(task, xcoms: dict, map_index: int = -1):
     """A copy of ``task`` with every templated field rendered (rendering mutates in place)."""
+    ti = RunTaskInstance(xcoms, map_index)
     task = copy.deepcopy(task)
-    task.render_template_fields(context)
+    task.render_template_fields({"ti": ti, "task_instance": ti, "params": {}})
     return task
 
 
-def set_values(args: list[str]) -> dict[str, str]:
-    values = {}
-    for flag, value in zip(args, args[1:]):
-        if flag == "--set":
-            key, _, val = value.partition("=")
-            values[key] = val
-    return values
+def command(task, xcoms: dict, map_index: int) -> list[str] | None:
+    """What a task runs, rendered: spark-submit's command line, or the stage call of a Python
+    stage task (None for the DAG's own Python tasks)."""
+    if isinstance(task, SparkSubmitOperator):
+        task = rendered(task, xcoms, map_index)
+        return task._get_hook()._build_spark_submit_command(task.application)
+    if task.python_callable.__name__ == "run_stage":
+        task = rendered(task, xcoms, map_index)
+        stage, argv = task.op_args
+        return ["run_stage_main", stage, *argv]
+    return None
+
+
+def normalized(value, replacements: list[tuple[str, str]]):
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [normalized(v, replacements) for v in value]
+    for old, new in replacements:
+        value = value.replace(old, new)
+    return value
+
+
+def golden_view(dag, xcoms: dict) -> dict:
+    """Every task (each map index of the vocabulary branches) with its operator, upstream tasks,
+    trigger rule and rendered command, machine paths replaced by placeholders."""
+    replacements = [
+        (str(jar_path()), "<jar>"),
+        (str(SUBMIT.parent.parent), "<site-packages>"),
+        (str(Path(sys.executable).parent), "<venv-bin>"),
+        (str(ROOT), "<project>"),
+    ]
+    view = {}
+    for task in sorted(dag.tasks, key=lambda t: t.task_id):
+        mapped = task.task_id.startswith("vocabulary.")
+        for index in range(len(xcoms["vocabularies"])) if mapped else [-1]:
+            key = f"{task.task_id}[{index}]" if mapped else task.task_id
+            view[key] = {
+                "operator": type(task).__name__,
+                "upstream": sorted(task.upstream_task_ids),
+                "trigger_rule": str(task.trigger_rule.value if hasattr(task.trigger_rule, "value") else task.trigger_rule),
+                "command": normalized(command(task, xcoms, index), replacements),
+            }
+    return view
 
 
 def test_airflow_home_is_temporary():
@@ -148,95 +183,112 @@ def test_every_dag_imports_without_errors(dagbag):
         assert Path(dag.fileloc).resolve().parent == DAGS
 
 
-def test_build_chains_the_stages_in_pipeline_order(dagbag):
+def test_every_rendered_command_matches_the_golden_file(monkeypatch):
+    """Golden test: regenerate with ``REFACTX_REGEN_GOLDEN=1 ./dev test tests/test_dags.py``
+    and review the diff of tests/golden/refactx_build.json."""
+    monkeypatch.setenv("AIRFLOW_CONN_REFACTX_SPARK",
+                       json.dumps({"conn_type": "spark", "host": "spark://spark-master", "port": 7077}))
+    dag = parse_dags(monkeypatch).dags["refactx_build"]
+    view = golden_view(dag, run_xcoms(ROOT / "conf" / "prod.toml"))
+    if REGEN_GOLDEN:
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(view, indent=2, sort_keys=True) + "\n")
+    assert view == json.loads(GOLDEN.read_text()), "rendered tasks differ from tests/golden/refactx_build.json"
+
+
+def test_each_stage_has_its_operator_and_its_place(dagbag):
+    from refactx_pipeline.pipeline import PER_VOCABULARY_STAGES, stage
+
     dag = dagbag.dags["refactx_build"]
-    # conf/local.toml names the enwiki page + page_props dumps, so sitelinks is on the chain
-    assert linear_order(dag) == FULL_CHAIN
-    for task in dag.tasks:
-        assert isinstance(task, SparkSubmitOperator)
-        # the installed package's entry point, not a file of the checkout
-        assert Path(task.application) == SUBMIT
-        assert "site-packages" in SUBMIT.parts
-        assert task.application_args[0] == task.task_id
-        assert task._conn_id == "refactx_spark"
+    for name in FULL_CHAIN:
+        task = dag.get_task(f"vocabulary.{name}" if name in PER_VOCABULARY_STAGES else name)
+        if stage(name).needs_spark:
+            assert isinstance(task, SparkSubmitOperator), name
+            assert Path(task.application) == SUBMIT and "site-packages" in SUBMIT.parts
+            assert task._conn_id == "refactx_spark"
+            assert Path(task._spark_binary) == Path(sys.executable).parent / "spark-submit"
+            assert task.jars == str(jar_path())
+            assert task.conf == {"spark.yarn.maxAppAttempts": "1"}  # Airflow owns retries
+        else:
+            assert task.python_callable.__name__ == "run_stage", name
         assert task.retries == 1
-        # the spark-submit of the pinned pyspark, not whatever is first on the PATH
-        assert Path(task._spark_binary) == Path(sys.executable).parent / "spark-submit"
-        assert Path(task._spark_binary).exists()
-        # the project jar (the parse lexer) goes to the driver's classpath with --jars
-        assert task.jars == str(jar_path())
+        # one branch per vocabulary: the group is mapped, the shared stages are not
+        assert (task.task_group.group_id == "vocabulary") == (name in PER_VOCABULARY_STAGES)
+    assert type(dag.task_group_dict["vocabulary"]).__name__ == "MappedTaskGroup"
+    # tokenize's staging is shared by the branches of a run: one at a time
+    assert dag.get_task("vocabulary.tokenize").max_active_tis_per_dagrun == 1
 
 
-def test_schedule_is_weekly_without_catchup(dagbag):
+def test_the_sensor_reschedules_and_skips_the_run_when_no_dump_lands(monkeypatch):
+    dag = parse_dags(monkeypatch, REFACTX_DUMP_POKE_SECONDS="60", REFACTX_DUMP_WAIT_SECONDS="3600").dags["refactx_build"]
+    sensor = dag.get_task("find_dump")
+    assert (sensor.mode, sensor.poke_interval, sensor.timeout, sensor.soft_fail) == ("reschedule", 60, 3600, True)
+    assert not sensor.upstream_task_ids
+    assert dag.catchup is False and dag.max_active_runs == 1
+    assert dag.schedule == "@daily"
+
+
+def test_parsing_reads_no_config_file(monkeypatch, tmp_path):
+    """Configuration is read when tasks run: a missing or broken file does not break parsing."""
+    for config in (tmp_path / "absent.toml", tmp_path / "broken.toml"):
+        if config.name == "broken.toml":
+            config.write_text("[input]\nno_such_key = 1\n")
+        bag = parse_dags(monkeypatch, REFACTX_CONFIG=str(config), REFACTX_BUILD_SCHEDULE="none")
+        assert bag.import_errors == {}
+        assert bag.dags["refactx_build"].schedule is None
+
+
+def test_branches_restrict_the_config_to_their_vocabulary(dagbag):
+    """What each branch's job sees: the rendered arguments parsed by the stages' own parser."""
+    import argparse
+
+    from refactx_pipeline.config import add_config_arguments, config_from_args
+
     dag = dagbag.dags["refactx_build"]
-    assert dag.catchup is False
-    assert dag.max_active_runs == 1
-    assert dag.schedule == "@weekly"
-    assert type(dag.timetable).__name__ == "CronTriggerTimetable"
+    xcoms = run_xcoms(ROOT / "conf" / "local.toml", "20180101")
+    xcoms["vocabularies"] = [*xcoms["vocabularies"], {"name": "gpt2", "vocabulary": "gpt2=/t/gpt2",
+                                                       "counts_file": "counts.gpt2.json"}]
+    for index, name in enumerate(["qwen2.5", "gpt2"]):
+        task = rendered(dag.get_task("vocabulary.prefix_rows"), xcoms, index)
+        assert task.name == f"refactx_prefix_rows_{name}_20180101"
+        args = task.application_args
+        assert args[0] == "prefix_rows"
+        cfg = config_from_args(add_config_arguments(argparse.ArgumentParser()).parse_args(args[1:]))
+        assert [v.name for v in cfg.tokenize.vocabularies] == [name]
+        assert cfg.paths.counts_file == f"counts.{name}.json"
+        assert cfg.paths.dump_date == "20180101" and cfg.build_dir().name == "20180101"
+        assert cfg.input.dumps == tuple(xcoms["find_dump"]["dumps"])
 
 
-def test_sitelinks_is_skipped_without_sql_dumps(monkeypatch, tmp_path):
+def test_sitelinks_runs_only_when_the_config_names_wikipedia_dumps(tmp_path):
+    from refactx_pipeline.dagtasks import wants_sitelinks
+
+    assert wants_sitelinks(str(ROOT / "conf" / "local.toml"))
     config = tmp_path / "no-sql.toml"
     config.write_text('[input]\ndumps = ["a.nt"]\n')
-    dag = parse_dags(monkeypatch, REFACTX_CONFIG=str(config), REFACTX_BUILD_SCHEDULE="none").dags["refactx_build"]
-    assert linear_order(dag) == [s for s in FULL_CHAIN if s != "sitelinks"]
-    assert dag.schedule is None
-    assert dag.params["dumps"] == ["a.nt"]
-    args = rendered(dag.get_task("parse"), run_context(dag, "2026-03-02")).application_args
-    assert args[:3] == ["parse", "--config", str(config)]
+    assert not wants_sitelinks(str(config))
 
 
-def test_every_templated_field_renders_with_the_run_date(dagbag):
-    dag = dagbag.dags["refactx_build"]
-    context = run_context(dag, "2026-01-05")
-    for task in dag.tasks:
-        task_r = rendered(task, context)
-        for field in task_r.template_fields:
-            assert "{{" not in str(getattr(task_r, field)), f"{task.task_id}.{field} left unrendered"
-        args = task_r.application_args
-        assert args[:3] == [task.task_id, "--config", str(ROOT / "conf" / "local.toml")]
-        values = set_values(args)
-        assert values["paths.dump_date"] == "20260105"
-        assert values["input.dumps"] == "../shared/data/wikidata/truthy-2018-sample500-en.nt"
-        assert task_r.name == f"refactx_{task.task_id}_20260105"
-        assert Path(task_r.env_vars["PYSPARK_PYTHON"]).name.startswith("python")
-        # the installed wheels are imported, not the checkout
-        assert "PYTHONPATH" not in task_r.env_vars
-        # what the job will see: the rendered arguments parsed by the stages' own parser
-        import argparse
+def test_config_file_of_the_environment():
+    from refactx_pipeline.dagtasks import config_file
 
-        from refactx_pipeline.config import add_config_arguments, config_from_args
-
-        cfg = config_from_args(add_config_arguments(argparse.ArgumentParser()).parse_args(args[1:]))
-        assert cfg.build_dir() == Path("build") / "wikidata" / "20260105"
-        assert cfg.input.dumps == ("../shared/data/wikidata/truthy-2018-sample500-en.nt",)
-
-
-def test_params_override_dump_date_and_dumps(dagbag):
-    dag = dagbag.dags["refactx_build"]
-    context = run_context(dag, "2026-01-05", {"dump_date": "20180328", "dumps": ["/d/a.nt.bz2", "/d/b/"]})
-    values = set_values(rendered(dag.get_task("tokenize"), context).application_args)
-    assert values["paths.dump_date"] == "20180328"
-    assert values["input.dumps"] == "/d/a.nt.bz2,/d/b/"
+    assert config_file(ROOT, {}) == str(ROOT / "conf" / "local.toml")
+    assert config_file(ROOT, {"REFACTX_ENV": "prod"}) == str(ROOT / "conf" / "prod.toml")
+    assert config_file(ROOT, {"REFACTX_CONFIG": "/etc/r.toml", "REFACTX_ENV": "prod"}) == "/etc/r.toml"
 
 
 def test_params_reject_a_dump_date_that_is_not_a_path_component(dagbag):
     from airflow.sdk.exceptions import ParamValidationError
 
     dag = dagbag.dags["refactx_build"]
-    with pytest.raises(ParamValidationError):
-        run_context(dag, "2026-01-05", {"dump_date": "../../etc"})
-    with pytest.raises(ParamValidationError):
-        run_context(dag, "2026-01-05", {"dumps": []})
-
-
-def test_broken_config_is_an_import_error(monkeypatch, tmp_path):
-    config = tmp_path / "broken.toml"
-    config.write_text("[input]\nno_such_key = 1\n")
-    bag = parse_dags(monkeypatch, REFACTX_CONFIG=str(config))
-    assert "refactx_build" not in bag.dags
-    (error,) = bag.import_errors.values()
-    assert "no_such_key" in error
+    for bad in ({"dump_date": "../../etc"}, {"dumps": []}):
+        params = copy.deepcopy(dag.params)
+        with pytest.raises(ParamValidationError):
+            params.update(bad)
+            params.validate()
+    params = copy.deepcopy(dag.params)
+    params.update({"dump_date": "20180328", "dumps": ["/d/a.nt.bz2"]})
+    assert params.validate() == {"dump_date": "20180328", "dumps": ["/d/a.nt.bz2"]}
 
 
 @pytest.mark.parametrize("stage", FULL_CHAIN)
