@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -62,6 +63,7 @@ def test_prefix_keys_sort_like_token_sequences():
     [
         (lambda b: b[:5], "shorter than its header"),
         (lambda b: bytes([FORMAT_VERSION + 1]) + b[1:], "version"),
+        (lambda b: b[:20] + bytes([b[20] ^ 4]) + b[21:], "checksum"),
         (lambda b: b[:-1], None),
         (lambda b: b[:10] + b"\x00" * (len(b) - 10), None),
     ],
@@ -82,5 +84,31 @@ def test_compressed_body_that_does_not_inflate_is_a_format_error():
 
 def test_header_layout_is_stable():
     blob = encode_subtree([[5]], compress=False)
-    version, flags, tw, cw, lw, _, n = struct.unpack_from("<BBBBBBI", blob)
-    assert (version, flags, tw, n) == (FORMAT_VERSION, 0, 1, 2)
+    version, flags, tw, cw, lw, _, n, crc = struct.unpack_from("<BBBBBBII", blob)
+    assert (version, flags, tw, n) == (FORMAT_VERSION, 0, 1, 2) == (2, 0, 1, 2)
+    assert crc == zlib.crc32(blob[14:], zlib.crc32(blob[:10]))
+
+
+def as_version_1(blob: bytes) -> bytes:
+    """The same fragment as version 1 wrote it: no checksum."""
+    return bytes([1]) + blob[1:10] + blob[14:]
+
+
+def test_version_1_rows_are_still_read():
+    for seqs in ([[5]], [[1, 2, 3], [1, 2, 4], [7]], [list(range(i, i + 30)) for i in range(20)]):
+        blob = encode_subtree(seqs)
+        old, new = decode_fragment(as_version_1(blob)), decode_fragment(blob)
+        assert old.tokens.tolist() == new.tokens.tolist() and old.leaves.tolist() == new.leaves.tolist()
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_flipped_bit_anywhere_is_caught_by_the_checksum(compress):
+    blob = encode_subtree([list(range(i, i + 30)) for i in range(20)] + [[3, 4]], compress=compress)
+    for position in range(len(blob)):
+        if position == 0:
+            continue  # the version byte: refused as an unknown version
+        for bit in (0, 7):
+            bad = bytearray(blob)
+            bad[position] ^= 1 << bit
+            with pytest.raises(FormatError):
+                decode_fragment(bytes(bad))

@@ -16,14 +16,19 @@ expanded one level (its children are external); any other row root stores its
 whole subtree. ``T = 1`` is the "single-fact tail" of DESIGN.md, ``len == D`` its
 depth cut.
 
-Fragment encoding, version 1 (all integers little-endian)::
+Fragment encoding, version 2 (all integers little-endian)::
 
-    header  <BBBBBBI   version=1, flags, token_width, count_width, leaves_width, 0, n_nodes
+    header  <BBBBBBII  version=2, flags, token_width, count_width, leaves_width, 0, n_nodes,
+                       crc32 of the header's first 10 bytes and the body as stored
     body    tokens        token_width  x (n_nodes - 1)   token of nodes 1..n-1
             child_count   count_width  x n_nodes         children per node (BFS order)
             ends          bitmap, ceil(n_nodes / 8) bytes, np.packbits order
             external      bitmap, ceil(n_nodes / 8) bytes
             ext_leaves    leaves_width x popcount(external)
+
+Version 1 is the same without the crc32 (``<BBBBBBI``); the runtime still reads it. The
+checksum turns a flipped bit (a token id, a count) into a ``FormatError`` instead of a
+silent wrong answer.
 
 ``flags`` bit 0: the body is zlib-compressed (used when that is smaller). Widths
 are the smallest of 1, 2, 4, 8 bytes that hold the largest value. In BFS order
@@ -45,8 +50,10 @@ import numpy as np
 
 from .errors import FormatError
 
-FORMAT_VERSION = 1
-_HEADER = struct.Struct("<BBBBBBI")
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # builds written in version 1 are still served
+_HEADER_V1 = struct.Struct("<BBBBBBI")
+_HEADER = struct.Struct("<BBBBBBII")
 _FLAG_ZLIB = 1
 _COMPRESS_MIN_BYTES = 64
 _MAX_TOKEN = 2**32 - 1
@@ -157,7 +164,8 @@ def encode_fragment(
         packed = zlib.compress(body, 6)
         if len(packed) < len(body):
             body, flags = packed, _FLAG_ZLIB
-    return _HEADER.pack(FORMAT_VERSION, flags, tw, cw, lw, 0, n) + body
+    head = _HEADER_V1.pack(FORMAT_VERSION, flags, tw, cw, lw, 0, n)
+    return head + struct.pack("<I", zlib.crc32(body, zlib.crc32(head))) + body
 
 
 def encode_children(
@@ -305,11 +313,19 @@ class Fragment:
 
 def decode_fragment(data: bytes | memoryview) -> Fragment:
     data = bytes(data)
-    if len(data) < _HEADER.size:
+    if len(data) < _HEADER_V1.size:
         raise FormatError("fragment shorter than its header")
-    version, flags, tw, cw, lw, _, n = _HEADER.unpack_from(data)
-    if version != FORMAT_VERSION:
-        raise FormatError(f"fragment format version {version}; this runtime reads {FORMAT_VERSION}")
+    version, flags, tw, cw, lw, _, n = _HEADER_V1.unpack_from(data)
+    if version not in READABLE_VERSIONS:
+        raise FormatError(f"fragment format version {version}; this runtime reads {READABLE_VERSIONS}")
+    header_size = _HEADER_V1.size
+    if version >= 2:
+        if len(data) < _HEADER.size:
+            raise FormatError("fragment shorter than its header")
+        (stored_crc,) = struct.unpack_from("<I", data, _HEADER_V1.size)
+        header_size = _HEADER.size
+        if zlib.crc32(data[header_size:], zlib.crc32(data[: _HEADER_V1.size])) != stored_crc:
+            raise FormatError("fragment checksum mismatch: the stored row is corrupt")
     if tw not in _DTYPES or cw not in _DTYPES or lw not in _DTYPES or n < 1:
         raise FormatError("fragment header is corrupt")
     if n > MAX_FRAGMENT_NODES:
@@ -317,7 +333,7 @@ def decode_fragment(data: bytes | memoryview) -> Fragment:
     nb = (n + 7) // 8
     # the largest body the header allows (every node external): nothing bigger is inflated
     most = tw * (n - 1) + cw * n + 2 * nb + lw * n
-    body = data[_HEADER.size:]
+    body = data[header_size:]
     if flags & _FLAG_ZLIB:
         try:
             inflater = zlib.decompressobj()

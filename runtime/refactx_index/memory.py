@@ -25,7 +25,7 @@ from typing import Iterable, Mapping, Sequence
 
 from .cache import ByteLRUCache
 from .errors import FormatError
-from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtree
+from .format import FORMAT_VERSION, READABLE_VERSIONS, encode_children, encode_prefix, encode_subtree
 from .index import (
     IndexInfo,
     RowTreeIndex,
@@ -253,9 +253,10 @@ class MemoryTreeIndex(RowTreeIndex):
             info = IndexInfo(**{k: v for k, v in header.items() if k in known})
         except TypeError as exc:
             raise FormatError(f"{path}: header lacks fields: {exc}") from exc
-        if info.format_version != FORMAT_VERSION:
+        if info.format_version not in READABLE_VERSIONS:
             raise FormatError(
-                f"{path}: format version {info.format_version}; this runtime reads {FORMAT_VERSION}"
+                f"{path}: format version {info.format_version}; this runtime reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
         rows: dict[bytes, bytes] = {}
         end = len(data)

@@ -35,7 +35,7 @@ from .errors import (
     PermissionDenied,
     QueryTimeout,
 )
-from .format import FORMAT_VERSION
+from .format import READABLE_VERSIONS
 from .index import IndexInfo, NextTokens, RowTreeIndex, ServedBuild, check_vocabulary, fragment_nbytes
 
 log = logging.getLogger(__name__)
@@ -170,10 +170,10 @@ class PgTreeIndex(RowTreeIndex):
             )
         (build_id, name, table, vocab, digest, vocab_size, depth, threshold, version,
          fact_prefix, fact_suffix, facts, rows) = found[0]
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise FormatError(
                 f"index {name!r} (build {build_id}) is in format version {version}; "
-                f"this runtime reads version {FORMAT_VERSION}"
+                f"this runtime reads versions {', '.join(map(str, READABLE_VERSIONS))}"
             )
         info = IndexInfo(
             name=name, tokenizer=vocab, tokenizer_hash=digest, vocab_size=int(vocab_size),
