@@ -6,6 +6,7 @@ Commands:
   complete  completions of a text prefix in a served index, with their leaf counts
   builds    list the builds in the catalog and which one serves each index name
   ask       answer a question with a model that may only write stored facts after "Fact:"
+  graph-index  build an in-memory index file of a team's own graph ([graph] config), no Spark
 
 ``ask`` and the demo's question need the ``generation`` extra (torch, transformers). The
 command comes with the pipeline package; the runtime package (``refactx_index``) has none.
@@ -454,6 +455,30 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_graph_index(args: argparse.Namespace) -> int:
+    from refactx_pipeline.config import VocabularyConfig
+    from refactx_pipeline.graph_index import build_graph_index
+
+    cfg = _config_from(args)
+    vocabulary = VocabularyConfig.parse(args.vocabulary) if args.vocabulary else None
+    started = time.perf_counter()
+    built = build_graph_index(cfg, vocabulary)
+    built.index.save(args.out)
+    built.counts["seconds"]["total_s"] = round(time.perf_counter() - started, 3)
+    if args.json:
+        json.dump(built.counts, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        g, v = built.counts["graph"], built.counts["verbalize"]
+        print(f"graph: {g['triples_in']} triples read, {g['triples']} kept, rejected {g['rejected_by_reason']}; "
+              f"{g['entities']} entities labelled {g['labels_by_source']}, dropped {g['entities_dropped_by_reason']}")
+        print(f"facts: {v['facts']} {v['by_kind']}, literals dropped {v['dropped']}; tokenize "
+              f"{built.counts['tokenize']}")
+        print(f"index {built.index.info.name!r}: {built.index.info.facts} facts, {built.index.info.rows} rows "
+              f"-> {args.out} in {built.counts['seconds']['total_s']:.2f} s")
+    return 0
+
+
 def _pg_dsn(cfg: Config):
     from .embedded import pg_dsn
 
@@ -548,6 +573,17 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--json", action="store_true",
                      help="print the answer as JSON (reply, facts, answer, tokens, timings)")
     ask.set_defaults(func=cmd_ask)
+    graph = sub.add_parser(
+        "graph-index", help="build an in-memory index file of a graph (no Spark, no database)",
+        description="Read the [graph] inputs of the config (triples, labels, predicate labels), apply the "
+        "graph rules and the verbalize stage's rendering, tokenize with one vocabulary and write an "
+        "in-memory index file (MemoryTreeIndex) that 'ask --index-file' and refactx_index read.")
+    add_config_arguments(graph)
+    graph.add_argument("--vocabulary", help="NAME=PATH of the tokenizer (default: the config's only "
+                       "tokenize.vocabularies entry)")
+    graph.add_argument("--out", required=True, help="the index file to write")
+    graph.add_argument("--json", action="store_true", help="print the counts as JSON on stdout")
+    graph.set_defaults(func=cmd_graph_index)
     return parser
 
 

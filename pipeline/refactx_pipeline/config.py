@@ -159,6 +159,79 @@ class VerbalizeConfig(Section):
     _table = field_validator("inverse_labels", mode="before")(_json_table)
 
 
+GRAPH_FORMATS = Literal["", "csv", "tsv", "parquet", "ntriples"]
+
+
+class GraphConfig(Section):
+    """A team's own graph instead of the Wikidata dump (``refactx_pipeline.graph``): triples
+    with a labels table and a predicate labels table (CSV, TSV or Parquet), or N-Triples with
+    ``rdfs:label``/``schema:description``. ``format`` empty: no graph (the Wikidata stages run).
+    Inverse facts use ``verbalize.inverse`` and ``verbalize.inverse_labels`` keyed by predicate id."""
+
+    format: GRAPH_FORMATS = ""
+    triples: tuple[str, ...] = ()  # files (N-Triples: labels and descriptions may be in them too)
+    labels: str = ""  # id, label, optional description (CSV/TSV/Parquet; N-Triples: optional)
+    predicate_labels: str = ""  # id, label
+    delimiter: str = ""  # empty: "," for csv, tab for tsv
+    quote_char: str = '"'
+    encoding: str = "utf-8"  # a BOM is skipped in any UTF encoding
+    subject_column: str = "subject"
+    predicate_column: str = "predicate"
+    object_column: str = "object"
+    # empty or missing in a row: the object is an entity id; else the literal's datatype
+    # (string, date, datetime, decimal, integer, coordinate or their xsd:/IRI spellings)
+    datatype_column: str = "datatype"
+    id_column: str = "id"
+    label_column: str = "label"
+    description_column: str = "description"
+    # what a valid entity or predicate id looks like (a Python regular expression, whole id)
+    id_pattern: str = r"[^\s<>\"{}|^`\\]+"
+    # N-Triples: the IRI prefix cut from entity and predicate IRIs to give their ids
+    namespace: str = ""
+    allow_predicates: tuple[str, ...] = ()  # empty: all
+    deny_predicates: tuple[str, ...] = ()
+
+    _split = field_validator("triples", "allow_predicates", "deny_predicates", mode="before")(_split_list)
+
+    @field_validator("delimiter", "quote_char")
+    @classmethod
+    def _one_character(cls, value: str, info) -> str:
+        if len(value) > 1 or (info.field_name == "quote_char" and len(value) != 1):
+            raise ValueError(f"expected one character, got {value!r}")
+        return value
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        import codecs
+
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown text encoding {value!r}") from None
+        return value
+
+    @field_validator("id_pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _inputs_named(self) -> "GraphConfig":
+        if not self.format:
+            return self
+        missing = [name for name in ("triples", "labels", "predicate_labels")
+                   if not getattr(self, name) and (self.format != "ntriples" or name == "triples")]
+        if missing:
+            raise ValueError(f"graph.format is {self.format!r} but graph.{' and graph.'.join(missing)} "
+                             "not set")
+        return self
+
+
 class VocabularyConfig(Section):
     name: str = Field("qwen2.5", pattern=NAME_PATTERN)
     path: str = ""  # a directory holding tokenizer.json, or a hub name
@@ -271,6 +344,7 @@ class Config(BaseSettings):
     filter: FilterConfig = FilterConfig()
     labels: LabelsConfig = LabelsConfig()
     verbalize: VerbalizeConfig = VerbalizeConfig()
+    graph: GraphConfig = GraphConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
     tree: TreeConfig = TreeConfig()
     pg: PgConfig = PgConfig()

@@ -50,6 +50,8 @@ class Stage:
 
 # execution order
 STAGES: tuple[Stage, ...] = (
+    # a team's own graph (graph.format set) replaces parse, sitelinks and labels
+    Stage("graph", "refactx_pipeline.graph_stage", "Read a graph's triples and labels tables into parse and labels outputs"),
     Stage("parse", "refactx_pipeline.parse", "Parse truthy N-Triples into statements, terms and properties"),
     Stage("sitelinks", "refactx_pipeline.sitelinks", "English Wikipedia titles per item from MySQL dumps"),
     Stage("labels", "refactx_pipeline.labels", "One display label per entity"),
@@ -87,12 +89,16 @@ def stage(name: str) -> Stage:
 
 def select_stages(cfg: Config, only: Iterable[str] | None = None) -> list[str]:
     """The stages to run: ``only`` in pipeline order, or all that the config enables
-    (``sitelinks`` only when ``input`` names sitelinks dumps)."""
+    (``sitelinks`` only when ``input`` names sitelinks dumps; ``graph`` instead of parse,
+    sitelinks and labels when ``graph.format`` is set)."""
     wanted = list(only) if only else list(STAGE_NAMES)
     for name in wanted:
         stage(name)
-    has_sitelinks = bool(cfg.input.sitelinks_source())
-    return [s for s in STAGE_NAMES if s in wanted and (s != "sitelinks" or has_sitelinks)]
+    if cfg.graph.format:
+        skipped = {"parse", "sitelinks", "labels"}
+    else:
+        skipped = {"graph"} | (set() if cfg.input.sitelinks_source() else {"sitelinks"})
+    return [s for s in STAGE_NAMES if s in wanted and s not in skipped]
 
 
 def run_pipeline(
