@@ -58,8 +58,11 @@ def _date(rng: random.Random, first: int, last: int) -> str:
     return f"{rng.randint(first, last)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
 
 
-def generate(seed: int = 7) -> tuple[list[tuple[str, str, str, str]], list[tuple[str, str, str]]]:
-    """(triples (subject, predicate, object, datatype), labels (id, label, description))."""
+def generate(seed: int = 7, companies: int = COMPANIES, people: int = PEOPLE
+             ) -> tuple[list[tuple[str, str, str, str]], list[tuple[str, str, str]]]:
+    """(triples (subject, predicate, object, datatype), labels (id, label, description)); the
+    defaults give about 10,000 triples, fewer companies and people a smaller graph."""
+    n_companies, n_people = companies, people
     rng = random.Random(seed)
     words = _words()
     triples: list[tuple[str, str, str, str]] = []
@@ -69,9 +72,9 @@ def generate(seed: int = 7) -> tuple[list[tuple[str, str, str, str]], list[tuple
         labels.append((cid, name, "city"))
     names = [f"{a} {b} {c}" for a in words["company_first"] for b in words["company_second"]
              for c in words["company_forms"]]
-    company_names = rng.sample(names, COMPANIES - REPEATED_NAMES)
+    company_names = rng.sample(names, n_companies - REPEATED_NAMES)
     company_names += rng.sample(company_names, REPEATED_NAMES)
-    companies = [f"CO{i:04d}" for i in range(COMPANIES)]
+    companies = [f"CO{i:04d}" for i in range(n_companies)]
     for cid, name in zip(companies, company_names):
         kind = rng.choice(words["company_kinds"])
         city = rng.randrange(len(cities))
@@ -79,9 +82,9 @@ def generate(seed: int = 7) -> tuple[list[tuple[str, str, str, str]], list[tuple
         triples.append((cid, "headquartered_in", cities[city], ""))
         triples.append((cid, "incorporated_on", _date(rng, 1950, 2022), "date"))
     person_names = rng.sample([f"{a} {b}" for a in words["given_names"] for b in words["surnames"]],
-                              PEOPLE - REPEATED_NAMES)
+                              n_people - REPEATED_NAMES)
     person_names += rng.sample(person_names, REPEATED_NAMES)
-    people = [f"PE{i:04d}" for i in range(PEOPLE)]
+    people = [f"PE{i:04d}" for i in range(n_people)]
     for pid, name in zip(people, person_names):
         born = _date(rng, 1940, 1995)
         labels.append((pid, name, f"person born {born[:4]}"))
@@ -117,11 +120,11 @@ def generate(seed: int = 7) -> tuple[list[tuple[str, str, str, str]], list[tuple
     return triples, labels
 
 
-def write_example(out_dir: str | Path, seed: int = 7) -> Path:
+def write_example(out_dir: str | Path, seed: int = 7, companies: int = COMPANIES, people: int = PEOPLE) -> Path:
     """Write the example's CSV files and ``graph.toml`` into ``out_dir``; return the config path."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    triples, labels = generate(seed)
+    triples, labels = generate(seed, companies, people)
     with open(out / "triples.csv", "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["subject", "predicate", "object", "datatype"])
