@@ -134,22 +134,30 @@ def run_pipeline(
     return results
 
 
+ALL_STAGES = "all"  # run_stage_main's name for every enabled stage in one application
+
+
 def run_stage_main(name: str, argv: Sequence[str] | None = None) -> int:
-    """The whole ``main()`` of one stage run on its own (``spark-submit`` from the DAG): parse
-    the config, start Spark and the database only when the stage needs them, run, log counts."""
+    """The whole ``main()`` of one stage run on its own (``spark-submit`` from the DAG), or of
+    every enabled stage in one Spark application (``name`` ``all``): parse the config, start
+    Spark and the database only when needed, run, log counts."""
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.embedded import pg_dsn
 
-    current = stage(name)
+    selected = [stage(s) for s in STAGE_NAMES] if name == ALL_STAGES else [stage(name)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = add_config_arguments(argparse.ArgumentParser(prog=f"refactx stage {name}", description=current.description))
+    description = "Every enabled stage, in order" if name == ALL_STAGES else selected[0].description
+    parser = add_config_arguments(argparse.ArgumentParser(prog=f"refactx stage {name}", description=description))
     cfg = config_from_args(parser.parse_args(argv))
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
-        spark = spark_session(cfg, f"refactx:{name}") if current.needs_spark else None
+        spark = spark_session(cfg, f"refactx:{name}") if any(s.needs_spark for s in selected) else None
         if spark is not None:
             stack.callback(spark.stop)
-        dsn = stack.enter_context(pg_dsn(cfg)) if current.needs_database else None
-        counts = current.run(cfg, spark=spark, dsn=dsn)
+        dsn = stack.enter_context(pg_dsn(cfg)) if any(s.needs_database for s in selected) else None
+        if name == ALL_STAGES:
+            counts = {r.stage: r.counts for r in run_pipeline(spark, cfg, dsn=dsn)}
+        else:
+            counts = selected[0].run(cfg, spark=spark if selected[0].needs_spark else None, dsn=dsn)
     log.info("%s done in %.1fs: %s", name, time.monotonic() - started, json.dumps(counts, default=str))
     return 0

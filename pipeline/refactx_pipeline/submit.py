@@ -1,5 +1,6 @@
 """The spark-submit entry point of every stage:
-``spark-submit --jars <jar> $(python -m refactx_pipeline.submit --path) <stage> ARGS``.
+``spark-submit --jars <jar> $(python -m refactx_pipeline.submit --path) <stage> ARGS``
+(``all`` for every enabled stage in one application).
 
 spark-submit runs a file, not a module, and puts the file's directory first on
 ``sys.path``: here that is the package directory itself, whose modules (``parse``,
@@ -15,14 +16,14 @@ if sys.path and os.path.realpath(sys.path[0] or ".") == os.path.dirname(os.path.
 
 
 def main(argv: list[str]) -> int:
-    """Run one stage with the remaining arguments (``--path``: print this file's path)."""
-    from refactx_pipeline.pipeline import STAGE_NAMES, run_stage_main
+    """Run one stage, or ``all``, with the remaining arguments (``--path``: print this file's path)."""
+    from refactx_pipeline.pipeline import ALL_STAGES, STAGE_NAMES, run_stage_main
 
     if argv == ["--path"]:
         sys.stdout.write(f"{os.path.abspath(__file__)}\n")
         return 0
-    if not argv or argv[0] not in STAGE_NAMES:
-        sys.stderr.write(f"usage: submit.py {{{','.join(STAGE_NAMES)}}} [--config FILE] [--set K=V]...\n")
+    if not argv or argv[0] not in (*STAGE_NAMES, ALL_STAGES):
+        sys.stderr.write(f"usage: submit.py {{{','.join((*STAGE_NAMES, ALL_STAGES))}}} [--config FILE] [--set K=V]...\n")
         return 2
     return run_stage_main(argv[0], argv[1:])
 
