@@ -200,22 +200,15 @@ class GraphConfig(Section):
             raise ValueError(f"expected one character, got {value!r}")
         return value
 
-    @field_validator("encoding")
+    @field_validator("encoding", "id_pattern")
     @classmethod
-    def _known_encoding(cls, value: str) -> str:
+    def _usable(cls, value: str, info) -> str:
         import codecs
 
         try:
-            codecs.lookup(value)
+            codecs.lookup(value) if info.field_name == "encoding" else re.compile(value)
         except LookupError:
             raise ValueError(f"unknown text encoding {value!r}") from None
-        return value
-
-    @field_validator("id_pattern")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
         except re.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from None
         return value
