@@ -280,3 +280,22 @@ def test_finance_example_is_deterministic_and_about_ten_thousand_triples(tmp_pat
     assert 9_000 <= len(triples) <= 12_000
     predicates = {p for _, p, _, _ in triples}
     assert {"owns", "controls", "subsidiary_of", "director_of", "share_percentage", "acquired_on"} <= predicates
+
+
+def test_graph_index_command_writes_an_index_file_that_loads(tmp_path, capsys):
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_pipeline.cli import main
+
+    cfg = write_hostile_graph(tmp_path, "csv")
+    config = tmp_path / "graph.toml"
+    g = cfg.graph
+    config.write_text(f'[paths]\nsource = "acme"\n[graph]\nformat = "csv"\ntriples = {json.dumps(list(g.triples))}\n'
+                      f"labels = {json.dumps(g.labels)}\npredicate_labels = {json.dumps(g.predicate_labels)}\n")
+    out = tmp_path / "acme.rfx"
+    vocab = tokenizer_dir("qwen2.5")
+    assert main(["graph-index", "--config", str(config), "--vocabulary", f"qwen2.5={vocab}",
+                 "--out", str(out), "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["graph"]["rejected"] == len(HOSTILE) + 1 and counts["index"]["facts"] == len(EXPECTED_FACTS)
+    index = MemoryTreeIndex.load(out, tokenizer=str(vocab))
+    assert index.info.name == "acme-qwen2.5" and index.info.facts == len(EXPECTED_FACTS)
