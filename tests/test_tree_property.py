@@ -48,7 +48,7 @@ def fact_sets(draw) -> list[list[int]]:
                                                                   HealthCheck.too_slow])
 @given(facts=fact_sets(), depth=st.integers(1, 6), threshold=st.integers(1, 5))
 def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, depth, threshold):
-    from refactx_pipeline import load, prefix_rows, validate
+    from refactx_pipeline import load, pgcatalog, prefix_rows, validate
     from refactx_pipeline.schemas import TOKENS
     from refactx_pipeline.config import Config, VocabularyConfig
 
@@ -80,3 +80,5 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, depth, threshold):
             expected_facts=len(distinct), sample=[list(f) for f in distinct],
         )
         assert result["walked"] == len(distinct)
+        # never activated: free the name for the next example (one build per name at a time)
+        pgcatalog.release_name(conn, cfg.pg.schema, info["build_id"])
