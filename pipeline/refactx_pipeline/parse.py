@@ -3,7 +3,7 @@
 Two phases, one scan of the dump:
 
 1. **lex** (JVM only): every line of every input file goes once through
-   ``NTriplesLexer`` (``jobs/jvm/src``: one left-to-right scan, literal escapes
+   ``NTriplesLexer`` (``refactx_pipeline/java``: one left-to-right scan, literal escapes
    decoded in the same scan, no regex), which classifies it as statement, term,
    property_type, reject or skip. ``write_staged`` writes all but the skips to one
    staged Parquet dataset and counts every kind and reason during that write.
@@ -12,7 +12,7 @@ Two phases, one scan of the dump:
 2. **resolve** (on the staged Parquet): property datatypes (the dump's own
    ``wikibase:propertyType`` lines, else a property table, else inferred from
    the objects' shapes), the configured filters, and the outputs of
-   ``jobs/schemas.py`` plus ``counts.json``.
+   ``refactx_pipeline/schemas.py`` plus ``counts.json``.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ JSON_DATATYPES = {
 
 # ---------------------------------------------------------------- lexical patterns
 # What ``reject_reason`` names refused lines with (Java regex; the lexer itself is
-# ``jobs/jvm/src/org/refactx/ntriples/NTriplesLexer.java``, no regex).
+# ``refactx_pipeline/java/org/refactx/ntriples/NTriplesLexer.java``, no regex).
 IRI_CHAR = r'[^\x00-\x20<>"{}|^`\\]'
 IRI = "<" + IRI_CHAR + "*>"
 BNODE = r"_:[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?"

@@ -16,7 +16,7 @@ import org.apache.spark.sql.api.java.UDF1;
 
 /**
  * The parse stage's per-line work: one N-Triples line of a Wikidata truthy dump
- * in, one staged row out (see {@code jobs/parse.py}, {@code STAGED_FIELDS}).
+ * in, one staged row out (see {@code refactx_pipeline/parse.py}, {@code STAGED_FIELDS}).
  *
  * <p>A hand-written lexer: one left-to-right scan of the line's characters, no
  * regex and no backtracking, literal escapes decoded in the same scan. It accepts
