@@ -19,7 +19,7 @@ from typing import Any
 
 from refactx_index.errors import ConfigError
 from refactx_index.memory import MemoryTreeIndex
-from refactx_index.vocab import ENCODED_FORBIDDEN_TOKEN, ENCODED_MERGES_WITH_CONTEXT, ENCODED_OK, encode_facts, open_vocabulary
+from refactx_index.vocab import ENCODED_OK, ENCODED_REJECT_REASON, encode_facts, open_vocabulary
 
 from refactx_pipeline.config import Config, VerbalizeConfig, VocabularyConfig
 from refactx_pipeline.graph import Graph, load_graph
@@ -27,8 +27,6 @@ from refactx_pipeline.render import clean_text, fact_text, render_literal
 from refactx_pipeline.verbalize import DESCRIPTION_LABEL, KIND_ORDER
 
 log = logging.getLogger(__name__)
-
-_STATUS_REASON = {ENCODED_FORBIDDEN_TOKEN: "forbidden_token", ENCODED_MERGES_WITH_CONTEXT: "merges_with_context"}
 
 
 def graph_facts(graph: Graph, vcfg: VerbalizeConfig) -> tuple[dict[str, str], dict[str, Any]]:
@@ -114,7 +112,7 @@ def build_graph_index(cfg: Config, vocabulary: VocabularyConfig | None = None, n
         ids = encoded.ids(i)
         status = int(encoded.status[i])
         if status != ENCODED_OK:
-            rejected[_STATUS_REASON.get(status, "unknown_status")] += 1
+            rejected[ENCODED_REJECT_REASON.get(status, "unknown_status")] += 1
         elif len(ids) > tcfg.max_tokens:
             rejected["over_max_tokens"] += 1
         else:

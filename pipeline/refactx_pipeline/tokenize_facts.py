@@ -36,9 +36,8 @@ from refactx_pipeline.config import Config, TokenizeConfig
 from refactx_index.errors import ConfigError
 from refactx_index.vocab import (
     CONTEXT,
-    ENCODED_FORBIDDEN_TOKEN,
-    ENCODED_MERGES_WITH_CONTEXT,
     ENCODED_OK,
+    ENCODED_REJECT_REASON,
     Vocabulary,
     open_vocabulary,
 )
@@ -72,12 +71,6 @@ TOKEN_REJECTS = StructType(
         StructField("n_tokens", IntegerType(), False),
     ]
 )
-
-_STATUS_REASON = {
-    ENCODED_FORBIDDEN_TOKEN: "forbidden_token",
-    ENCODED_MERGES_WITH_CONTEXT: "merges_with_context",
-}
-
 
 @dataclass(frozen=True)
 class EncoderSpec:
@@ -226,7 +219,7 @@ def split_encoded(
         candidates = candidates.unionByName(reused.select("fact_id", "token_ids"))
     tokens = candidates.where(n_tokens <= max_tokens).select(*TOKENS.fieldNames())
     reason = F.lit("unknown_status")
-    for status, label in _STATUS_REASON.items():
+    for status, label in ENCODED_REJECT_REASON.items():
         reason = F.when(F.col("status") == status, F.lit(label)).otherwise(reason)
     refused = encoded.where(F.col("status") != ENCODED_OK).select(
         F.lit(name).alias("vocabulary"), "fact_id", reason.alias("reason"), n_tokens.alias("n_tokens")

@@ -258,6 +258,11 @@ CONTEXT = "Fact:"
 ENCODED_OK = 0
 ENCODED_FORBIDDEN_TOKEN = 1  # a special/BOS/EOS/UNK id would be stored
 ENCODED_MERGES_WITH_CONTEXT = 2  # the fact's first token fuses with the trigger text
+# the reject reason each refused status is counted under (the tokenize stage, in-process builds)
+ENCODED_REJECT_REASON = {
+    ENCODED_FORBIDDEN_TOKEN: "forbidden_token",
+    ENCODED_MERGES_WITH_CONTEXT: "merges_with_context",
+}
 
 
 @dataclass(frozen=True)
