@@ -376,12 +376,8 @@ class Config(BaseSettings):
 
     def updated(self, overrides: Mapping[str, Any]) -> "Config":
         """A new Config: this one with dotted ``overrides`` applied and everything re-validated."""
-        data = deep_merge(self.to_dict(), nest(overrides))
-        token = _SOURCES.set((None, {}))
-        try:
-            return type(self)(**data)
-        finally:
-            _SOURCES.reset(token)
+        # outside load() the sources are empty: only these values are validated
+        return type(self)(**deep_merge(self.to_dict(), nest(overrides)))
 
     # ------------------------------------------------------------------ derived values
     def build_dir(self) -> Path:
@@ -404,11 +400,7 @@ class Config(BaseSettings):
 
     @classmethod
     def from_json(cls, text: str) -> "Config":
-        token = _SOURCES.set((None, {}))
-        try:
-            return cls(**json.loads(text))
-        finally:
-            _SOURCES.reset(token)
+        return cls(**json.loads(text))
 
 
 class TomlFileSource(PydanticBaseSettingsSource):

@@ -167,9 +167,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
         pgcatalog.apply_schema(conn, schema)
         pgcatalog.grant_reader(conn, schema, cfg.pg.reader_role)
         cleaned = pgcatalog.clean_leftovers(conn, schema)
-        holder = pgcatalog.name_holder(conn, schema, name)
-        if holder is not None:  # refused before anything is written (claim_name re-checks)
-            pgcatalog.claim_name(conn, schema, name, -1)
+        pgcatalog.ensure_name_free(conn, schema, name)  # refused before anything is written
         build_id = pgcatalog.create_build(
             conn,
             schema,

@@ -176,18 +176,24 @@ def name_holder(conn: psycopg.Connection, schema: str, name: str) -> dict[str, A
     return row if row and row["status"] in _IN_FLIGHT else None
 
 
+def ensure_name_free(conn: psycopg.Connection, schema: str, name: str, build_id: int | None = None) -> None:
+    """A ``LoadError`` naming the build in flight for ``name``, unless there is none (or it is
+    ``build_id``): one build per index name at a time."""
+    holder = name_holder(conn, schema, name)
+    if holder is not None and holder["build_id"] != build_id:
+        raise LoadError(
+            f"index {name!r}: build {holder['build_id']} ({holder['status']}, since "
+            f"{holder['since']:%Y-%m-%d %H:%M:%S %Z}) is being built; one build per index name at a "
+            f"time. Let it finish, or if its run died, release it: refactx-index builds --release {name}"
+        )
+
+
 def claim_name(conn: psycopg.Connection, schema: str, name: str, build_id: int) -> None:
-    """Make ``build_id`` the one build in flight for ``name``; a ``LoadError`` naming the other
-    build when one is (its claim ends when it is activated, fails or is released)."""
+    """Make ``build_id`` the one build in flight for ``name`` (``ensure_name_free`` under the
+    name's lock); the claim ends when the build is activated, fails or is released."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_ACTIVATE, name))
-        holder = name_holder(conn, schema, name)
-        if holder is not None and holder["build_id"] != build_id:
-            raise LoadError(
-                f"index {name!r}: build {holder['build_id']} ({holder['status']}, since "
-                f"{holder['since']:%Y-%m-%d %H:%M:%S %Z}) is being built; one build per index name at a "
-                f"time. Let it finish, or if its run died, release it: refactx-index builds --release {name}"
-            )
+        ensure_name_free(conn, schema, name, build_id)
         conn.execute(
             sql.SQL("INSERT INTO {}.building (name, build_id) VALUES (%s, %s) ON CONFLICT (name) "
                     "DO UPDATE SET build_id = EXCLUDED.build_id, since = now()").format(sql.Identifier(schema)),
