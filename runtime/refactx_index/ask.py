@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -54,15 +55,23 @@ class Answer:
         return data
 
 
+# one fact tokenizer per model tokenizer: building it serializes and re-parses the whole
+# vocabulary (about 85 ms for SmolLM2), and every answer of a batch needs it
+_FACT_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
 def _fact_tokenizer(tokenizer: Any):
     """A copy of a transformers tokenizer's backend set up like the pipeline's (the model's
-    own tokenizer object is not modified)."""
+    own tokenizer object is not modified); made once per tokenizer object."""
     from tokenizers import Tokenizer
 
     from .vocab import _for_facts
 
-    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-    return _for_facts(Tokenizer.from_str(backend.to_str()))
+    fast = _FACT_TOKENIZERS.get(tokenizer)
+    if fast is None:
+        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        fast = _FACT_TOKENIZERS[tokenizer] = _for_facts(Tokenizer.from_str(backend.to_str()))
+    return fast
 
 
 def sample_facts(index: TreeIndex, count: int = 4) -> list[tuple[int, ...]]:
