@@ -29,6 +29,7 @@ from refactx_index.errors import RefactxError
 from refactx_index.vocab import open_tokenizer
 
 from .config import Config, add_config_arguments, config_from_args
+from .embedded import pg_dsn
 from .resources import example_graph
 
 log = logging.getLogger("refactx_pipeline.cli")
@@ -282,7 +283,6 @@ def train_example_vocabulary(source: Path, out_dir: Path, vocab_size: int = 2000
 def cmd_demo(args: argparse.Namespace) -> int:
     from refactx_pipeline.common import read_counts
 
-    from .embedded import pg_dsn
     from refactx_index.pg import open_index
 
     cfg, prefix_text = _demo_config(args)
@@ -349,7 +349,6 @@ def _answer(index, questions: list[str], beams: int, max_new_tokens: int, *, mod
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
-    from .embedded import pg_dsn
     from refactx_index.pg import open_index
 
     cfg = _config_from(args)
@@ -369,7 +368,6 @@ def cmd_complete(args: argparse.Namespace) -> int:
 def cmd_builds(args: argparse.Namespace) -> int:
     import psycopg
 
-    from .embedded import pg_dsn
     from .runs import describe_run, recent_runs
 
     cfg = _config_from(args)
@@ -442,7 +440,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     cfg = _config_from(args)
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
     with contextlib.ExitStack() as stack:
-        dsn = None if args.index_file else stack.enter_context(_pg_dsn(cfg))
+        dsn = None if args.index_file else stack.enter_context(pg_dsn(cfg))
         index = stack.enter_context(open_served_index(args, cfg, dsn))
         answers = _answer(index, args.question, args.beams, args.max_new_tokens, model=args.model,
                           prompt=prompt, constrained=not args.unconstrained)
@@ -477,12 +475,6 @@ def cmd_graph_index(args: argparse.Namespace) -> int:
         print(f"index {built.index.info.name!r}: {built.index.info.facts} facts, {built.index.info.rows} rows "
               f"-> {args.out} in {built.counts['seconds']['total_s']:.2f} s")
     return 0
-
-
-def _pg_dsn(cfg: Config):
-    from .embedded import pg_dsn
-
-    return pg_dsn(cfg)
 
 
 # --------------------------------------------------------------------------- parser
@@ -615,11 +607,9 @@ def describe_failure(exc: BaseException) -> str | None:
     database that refuses names the server (password masked)."""
     if isinstance(exc, RefactxError):
         return str(exc)
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - a dependency
-        psycopg = None
-    if psycopg is not None and isinstance(exc, psycopg.OperationalError):
+    import psycopg
+
+    if isinstance(exc, psycopg.OperationalError):
         return f"PostgreSQL refused: {redact_text(str(exc).strip())}"
     if type(exc).__module__.startswith(("pyspark", "py4j")):
         text = str(exc)

@@ -132,9 +132,9 @@ class PgTreeIndex(RowTreeIndex):
         pool: Any,
         name: str,
         *,
-        schema: str = "refactx",
+        schema: str = DEFAULT_SCHEMA,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
-        statement_timeout_ms: int = 5000,
+        statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         connect_timeout_s: float = 10.0,
     ) -> None:
         self._pool = pool
