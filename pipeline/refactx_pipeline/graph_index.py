@@ -23,8 +23,7 @@ from refactx_index.vocab import ENCODED_OK, ENCODED_REJECT_REASON, encode_facts,
 
 from refactx_pipeline.config import Config, VerbalizeConfig, VocabularyConfig
 from refactx_pipeline.graph import Graph, load_graph
-from refactx_pipeline.render import clean_text, fact_text, render_literal
-from refactx_pipeline.verbalize import DESCRIPTION_LABEL, KIND_ORDER
+from refactx_pipeline.render import DESCRIPTION_LABEL, KIND_ORDER, clean_text, fact_text, render_literal
 
 log = logging.getLogger(__name__)
 

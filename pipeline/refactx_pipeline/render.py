@@ -12,6 +12,13 @@ from __future__ import annotations
 
 import re
 
+# the fact labels and kinds both engines write (verbalize.py imports them from here, so the
+# in-process build imports no Spark)
+DESCRIPTION_LABEL = "description"
+SHORT_DESCRIPTION_LABEL = "short description"
+# When two sources yield the same text, the fact keeps the first kind in this order.
+KIND_ORDER = ("statement", "inverse", "description", "short_description")
+
 # Java (?U)\s: the Unicode White_Space property (Python's \s also takes U+001C..U+001F)
 _SPACES = re.compile("[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 _TIME = re.compile(r"^([+-]?)([0-9]+)-([0-9]{2})-([0-9]{2})(?:T.*)?$")

@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from refactx_pipeline.config import DEFAULT_LANGUAGES, Config, VerbalizeConfig
+from refactx_pipeline.render import DESCRIPTION_LABEL, KIND_ORDER, SHORT_DESCRIPTION_LABEL
 
 from refactx_pipeline.common import remove_tree, write_counts
 from refactx_pipeline.schemas import FACTS
@@ -31,10 +32,6 @@ from refactx_pipeline.schemas import FACTS
 log = logging.getLogger(__name__)
 
 STAGE = "verbalize"
-DESCRIPTION_LABEL = "description"
-SHORT_DESCRIPTION_LABEL = "short description"
-# When two sources yield the same text, the fact keeps the first kind in this order.
-KIND_ORDER = ("statement", "inverse", "description", "short_description")
 
 # Java regexes, applied by Spark SQL functions
 _SPACES = r"(?U)\s+"
