@@ -4,7 +4,7 @@ Prints, per (D, T): rows, rows per fact, Parquet node bytes, PostgreSQL table + 
 per fact (pg_table_size + pg_indexes_size = pg_total_relation_size), and COPY rows/s of the
 pre-encoded path beside a one-``write_row``-per-row COPY of the same rows in the same run.
 
-    .venv/bin/python bench/bench_load.py [--facts 1000000] [--configs 8:64,6:16]
+    .venv/bin/python bench/bench_load.py [--facts 1000000] [--configs 64:4096,16:1024]
 
 PostgreSQL: ``--dsn`` (an admin database) or 127.0.0.1:5432; a temporary database is
 created and dropped. Facts look like ``<subject> <property> <object> .``: a subject of
@@ -100,7 +100,7 @@ def single_copy(dsn: str, files: list[Path], schema: str) -> tuple[int, float]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--facts", type=int, default=1_000_000)
-    ap.add_argument("--configs", default="8:64", help="comma-separated D:T pairs")
+    ap.add_argument("--configs", default="64:4096", help="comma-separated T:B pairs (tree.subtree_threshold:tree.max_subtree_tokens)")
     ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -140,8 +140,8 @@ def run_configs(args, configs: list[tuple[int, int]], work: Path, dsn: str) -> N
         spark = spark_session(cfg, "bench_load")
 
         results = []
-        for depth, threshold in configs:
-            cfg = cfg.updated({"tree.depth": depth, "tree.subtree_threshold": threshold})
+        for threshold, max_tokens in configs:
+            cfg = cfg.updated({"tree.subtree_threshold": threshold, "tree.max_subtree_tokens": max_tokens})
             t = time.monotonic()
             tree = prefix_rows.run(spark, cfg)["vocabularies"][VOCAB]
             spark_s = time.monotonic() - t
@@ -150,7 +150,7 @@ def run_configs(args, configs: list[tuple[int, int]], work: Path, dsn: str) -> N
             total = info["table_bytes"] + info["index_bytes"]
             facts = tree["distinct_facts"]
             res = {
-                "D": depth, "T": threshold, "rows": tree["rows"],
+                "T": threshold, "B": max_tokens, "rows": tree["rows"],
                 "rows/fact": tree["rows"] / facts,
                 "parquet node B/fact": tree["node_bytes"] / facts,
                 "pg B/fact": total / facts,

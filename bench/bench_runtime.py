@@ -66,9 +66,9 @@ def bench_lookups(dsn: str, facts, args) -> None:
     ordered = sorted(facts)
     sample = [ordered[i] for i in rng.choice(len(ordered), min(300, len(ordered)), replace=False)]
     prefixes = [s[:k] for s in sample for k in range(len(s) + 1)]
-    load_tree(dsn, "bench", facts, depth=args.depth, threshold=args.threshold, vocab_size=50257)
+    load_tree(dsn, "bench", facts, threshold=args.threshold, max_subtree_tokens=args.max_tokens, vocab_size=50257)
     with open_index(dsn, "bench") as index:
-        print(f"[pg]     rows={index.info.rows} facts={index.info.facts} D={args.depth} T={args.threshold}")
+        print(f"[pg]     rows={index.info.rows} facts={index.info.facts} T={args.threshold} B={args.max_tokens}")
         cold = time_lookups(index, prefixes)
         print(f"[pg]     next_tokens cold (first touch of each prefix): {stats_ms(cold)}")
         warm = time_lookups(index, prefixes, repeat=3)
@@ -87,7 +87,7 @@ def bench_lookups(dsn: str, facts, args) -> None:
         index.next_tokens_batch(batch)
         print(f"[pg]     next_tokens_batch cold, {len(batch)} prefixes, one round trip: "
               f"{(time.perf_counter() - t0) * 1e3:.2f} ms")
-    memory = MemoryTreeIndex.from_sequences(facts, depth=args.depth, threshold=args.threshold)
+    memory = MemoryTreeIndex.from_sequences(facts, threshold=args.threshold, max_subtree_tokens=args.max_tokens)
     time_lookups(memory, prefixes)
     print(f"[memory] next_tokens warm:                             "
           f"{stats_ms(time_lookups(memory, prefixes, repeat=3))}")
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=20000, help="facts (besides the wide node)")
     parser.add_argument("--wide", type=int, default=12000, help="children of the wide node")
-    parser.add_argument("--depth", type=int, default=6)
+    parser.add_argument("--max-tokens", type=int, default=4096, help="tree.max_subtree_tokens (B)")
     parser.add_argument("--threshold", type=int, default=16)
     parser.add_argument("--gen-tokens", type=int, default=12, help="tokens per generate() call")
     parser.add_argument("--torch-threads", type=int, default=1)

@@ -45,7 +45,7 @@ def run(dsn: str, trees: list[set[tuple[int, ...]]], activations: int, readers: 
     rng = random.Random(0)
     sample = rng.sample(prefixes, min(len(prefixes), 3000))
     answers = [{p: expected_next(t, p) for p in sample} for t in trees]
-    load_tree(dsn, "soak", trees[0], depth=4, threshold=8)
+    load_tree(dsn, "soak", trees[0], threshold=8)
     stop = threading.Event()
     stats = collections.Counter(lookups=0, wrong=0, checked_after_switch=0, dropped=0)
     errors: collections.Counter[str] = collections.Counter()
@@ -77,7 +77,7 @@ def run(dsn: str, trees: list[set[tuple[int, ...]]], activations: int, readers: 
             t.start()
         try:
             for switch in range(1, activations + 1):
-                build = load_tree(dsn, "soak", trees[switch % 2], depth=4, threshold=8)
+                build = load_tree(dsn, "soak", trees[switch % 2], threshold=8)
                 if not index.wait_for_build(build, timeout_s=30):
                     errors["index did not follow the activation within 30 s"] += 1
                 switches["done"] += 1

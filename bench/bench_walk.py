@@ -4,7 +4,7 @@ against a lookup of the whole prefix from the root at every step (the baseline),
 Facts: ``--facts`` (default 1,000,000) Wikidata-like facts, ``<Label (description)>
 <property> <value> .`` with long-tailed subjects, a Zipf mix of properties and hot
 objects, dates and quantities; about 31 Qwen2.5 tokens each. They are tokenized with
-Qwen2.5 (../shared), built into rows by the reference cut rule (``build_rows``, D=8,
+Qwen2.5 (../shared), built into rows by the reference cut rule (``build_rows``, B=4096,
 T=64) and loaded into a fresh PostgreSQL database.
 
 Walk: ``--walks`` (default 300) facts, each step choosing a child with probability
@@ -110,7 +110,7 @@ def main() -> None:
     results: dict[str, dict] = {}
     with fresh_database(args.dsn, "refactx_bench_walk") as dsn:
         started = time.perf_counter()
-        load_tree(dsn, "walk", seqs, depth=8, threshold=64, vocab_size=151_665)
+        load_tree(dsn, "walk", seqs, threshold=64, vocab_size=151_665)
         print(f"rows built and loaded in {time.perf_counter() - started:.0f} s", flush=True)
         # the walks: token choices drawn once, replayed identically by every method
         with open_index(dsn, "walk") as index:

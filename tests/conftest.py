@@ -37,7 +37,7 @@ def tokenizer_dir(name: str) -> Path:
 
 def sample_config(build_root: Path, overrides: Mapping[str, Any] | None = None):
     """A Config for the shared sample extract with its enwiki page + page_props heads;
-    ``overrides`` (dotted keys, e.g. ``{"tree.depth": 6}``) are applied on top."""
+    ``overrides`` (dotted keys, e.g. ``{"tree.subtree_threshold": 16}``) are applied on top."""
     from refactx_pipeline.config import Config
 
     return Config().updated({

@@ -15,7 +15,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from refactx_pipeline import pgcatalog
 from refactx_pipeline.activate import activate_build
 from refactx_index.format import FORMAT_VERSION
-from refactx_index.memory import build_rows
+from refactx_index.memory import build_rows, deepest_row
 
 
 @contextlib.contextmanager
@@ -39,8 +39,8 @@ def load_tree(
     sequences: Iterable[Sequence[int]],
     *,
     schema: str = "refactx",
-    depth: int = 3,
     threshold: int = 4,
+    max_subtree_tokens: int = 4096,
     tokenizer: str = "test-vocab",
     tokenizer_hash: str = "0" * 64,
     vocab_size: int = 1000,
@@ -57,13 +57,13 @@ def load_tree(
     Validation is skipped: an activated build goes straight from ``loaded`` to ``validated``.
     """
     seqs = {tuple(int(t) for t in s) for s in sequences}
-    rows = build_rows(seqs, depth, threshold)
+    rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
     with psycopg.connect(dsn, autocommit=True) as conn:
         pgcatalog.apply_schema(conn, schema)
         pgcatalog.grant_reader(conn, schema, reader_role)
         build_id = pgcatalog.create_build(conn, schema, {
             "name": name, "tokenizer": tokenizer, "tokenizer_hash": tokenizer_hash,
-            "vocab_size": vocab_size, "source": "test", "dump_date": "test", "depth": depth,
+            "vocab_size": vocab_size, "source": "test", "dump_date": "test", "depth": deepest_row(rows),
             "subtree_threshold": threshold, "format_version": format_version,
             "fact_prefix": fact_prefix, "fact_suffix": "",
         })

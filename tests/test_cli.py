@@ -43,12 +43,12 @@ def test_console_script_reports_config_errors(tmp_path):
 
 def test_console_script_names_every_bad_override(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "refactx_pipeline.cli", "build", "--set", "tree.depth=0",
+        [sys.executable, "-m", "refactx_pipeline.cli", "build", "--set", "tree.subtree_threshold=0",
          "--set", "labels.collision_policy=merge"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )
     assert proc.returncode == 1
-    assert "tree.depth" in proc.stderr and "labels.collision_policy" in proc.stderr
+    assert "tree.subtree_threshold" in proc.stderr and "labels.collision_policy" in proc.stderr
 
 
 class _Result:

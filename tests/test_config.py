@@ -23,14 +23,14 @@ def test_defaults_are_the_embedded_setup():
 def test_toml_then_environment_then_overrides(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text(
-        '[paths]\ndump_date = "20240408"\n[tree]\ndepth = 6\nsubtree_threshold = 10\n'
+        '[paths]\ndump_date = "20240408"\n[tree]\nmax_subtree_tokens = 600\nsubtree_threshold = 10\n'
         '[pg]\nschema = "idx"\n'
         '[[tokenize.vocabularies]]\nname = "gpt2"\npath = "/tok/gpt2"\n'
     )
-    env = {"REFACTX__TREE__DEPTH": "7", "REFACTX__FILTER__LANGUAGES": "en,DE", "OTHER": "x"}
-    cfg = Config.load(path, env=env, overrides={"pg.retention": "5", "tree.depth": 9})
+    env = {"REFACTX__TREE__MAX_SUBTREE_TOKENS": "700", "REFACTX__FILTER__LANGUAGES": "en,DE", "OTHER": "x"}
+    cfg = Config.load(path, env=env, overrides={"pg.retention": "5", "tree.max_subtree_tokens": 900})
     assert cfg.paths.dump_date == "20240408"
-    assert cfg.tree.depth == 9  # override beats environment beats file
+    assert cfg.tree.max_subtree_tokens == 900  # override beats environment beats file
     assert cfg.tree.subtree_threshold == 10  # the file's, untouched by the others
     assert cfg.filter.languages == ("en", "de")
     assert cfg.pg.retention == 5
@@ -53,17 +53,17 @@ def test_a_built_config_is_immutable_and_updated_returns_a_new_one():
     cfg = Config.load(env={})
     with pytest.raises(pydantic.ValidationError):
         cfg.pg.dsn = "postgresql://elsewhere"  # type: ignore[misc]
-    other = cfg.updated({"pg.dsn": "postgresql://elsewhere", "tree.depth": 4})
-    assert (other.pg.dsn, other.tree.depth) == ("postgresql://elsewhere", 4)
-    assert (cfg.pg.dsn, cfg.tree.depth) == ("", 8)
-    with pytest.raises(ConfigError, match="tree.depth"):
-        cfg.updated({"tree.depth": 0})
+    other = cfg.updated({"pg.dsn": "postgresql://elsewhere", "tree.max_subtree_tokens": 400})
+    assert (other.pg.dsn, other.tree.max_subtree_tokens) == ("postgresql://elsewhere", 400)
+    assert (cfg.pg.dsn, cfg.tree.max_subtree_tokens) == ("", 4096)
+    with pytest.raises(ConfigError, match="tree.max_subtree_tokens"):
+        cfg.updated({"tree.max_subtree_tokens": 0})
 
 
 # each bad value, and the key its error must name
 BAD_VALUES = [
-    ({"tree.depth": "deep"}, "tree.depth"),
-    ({"tree.depth": 0}, "tree.depth"),
+    ({"tree.max_subtree_tokens": "deep"}, "tree.max_subtree_tokens"),
+    ({"tree.max_subtree_tokens": 0}, "tree.max_subtree_tokens"),
     ({"tree.subtree_threshold": -1}, "tree.subtree_threshold"),
     ({"labels.collision_policy": "merge"}, "labels.collision_policy"),
     ({"spark.log_level": "LOUD"}, "spark.log_level"),
@@ -102,8 +102,8 @@ def test_each_bad_value_is_named_in_the_error(overrides, key):
 
 def test_all_bad_keys_are_named_at_once():
     with pytest.raises(ConfigError) as caught:
-        Config.load(env={"REFACTX__TREE__DEPTH": "x", "REFACTX__PG__RETENTION": "-1"})
-    assert "tree.depth" in str(caught.value) and "pg.retention" in str(caught.value)
+        Config.load(env={"REFACTX__TREE__MAX_SUBTREE_TOKENS": "x", "REFACTX__PG__RETENTION": "-1"})
+    assert "tree.max_subtree_tokens" in str(caught.value) and "pg.retention" in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ def test_all_bad_keys_are_named_at_once():
     [
         ("[tree]\ndepht = 3\n", {}, "tree.depht: unknown key"),
         ("[nosuch]\nx = 1\n", {}, "nosuch: unknown key"),
-        ("[tree]\ndepth = 'deep'\n", {}, "tree.depth"),
+        ("[tree]\nsubtree_threshold = 'deep'\n", {}, "tree.subtree_threshold"),
         ("", {"REFACTX__TREE__NOPE": "1"}, "tree.nope: unknown key"),
         ("", {"REFACTX__TREE": "1"}, "REFACTX__TREE"),
         ("not toml [", {}, "not valid TOML"),

@@ -31,7 +31,6 @@ def built(spark, module_db, tmp_path_factory):
 
     cfg = sample_config(tmp_path_factory.mktemp("e2e") / "build", {
         "tokenize.vocabularies": [VocabularyConfig(name=v, path=str(tokenizer_dir(v))) for v in VOCABS],
-        "tree.depth": 6,
         "tree.subtree_threshold": 16,
     })
     results = {r.stage: r.counts for r in run_pipeline(spark, cfg, dsn=module_db)}

@@ -47,7 +47,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def index(tokenizer):
-    return MemoryTreeIndex.from_facts(corporate_facts(), tokenizer, depth=3, threshold=2)
+    return MemoryTreeIndex.from_facts(corporate_facts(), tokenizer, threshold=2)
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +333,7 @@ def test_generation_against_postgres_index(pg_dsn, model, tokenizer, stored):
 
     from .pgtree import load_tree
 
-    load_tree(pg_dsn, "corp", stored, depth=3, threshold=2, vocab_size=50257)
+    load_tree(pg_dsn, "corp", stored, threshold=2, vocab_size=50257)
     with open_index(pg_dsn, "corp") as pg_index:
         proc = RefactxLogitsProcessor(pg_index, tokenizer, eos_token_id=EOS)
         prompt = torch.tensor([tokenizer.encode("Fact:", add_special_tokens=False).ids])

@@ -119,7 +119,7 @@ def test_the_postgresql_index_gives_the_same_facts(pg_dsn, index, loaded, stored
 
     question = QUESTIONS[1]
     in_memory = ask([question], index, loaded, num_beams=1, max_new_tokens=40)[0]
-    load_tree(pg_dsn, "sample-smollm2", stored, depth=8, threshold=64, vocab_size=len(loaded.tokenizer))
+    load_tree(pg_dsn, "sample-smollm2", stored, threshold=64, vocab_size=len(loaded.tokenizer))
     with open_index(pg_dsn, "sample-smollm2") as pg_index:
         served = ask([question], pg_index, loaded, num_beams=1, max_new_tokens=40)[0]
     assert 1 <= served.timings["round_trips"] <= served.timings["steps"]  # at most one per step

@@ -222,7 +222,7 @@ def _example_config(tmp_path) -> Config:
         csv.writer(fh).writerows([("share_capital", "share capital"), ("location", "location")])
     return Config.load(path).updated({
         "tokenize.vocabularies": [f"qwen2.5={tokenizer_dir('qwen2.5')}"],
-        "tree.depth": 6, "tree.subtree_threshold": 16,
+        "tree.subtree_threshold": 16,
         "spark.master": "local[2]", "spark.shuffle_partitions": 4,
     })
 

@@ -37,7 +37,7 @@ def test_switches_under_concurrent_lookups_never_mix_builds(pg_dsn):
     trees = [random_sequences(seed=21, n=200), random_sequences(seed=22, n=200)]
     prefixes = sorted(set(all_prefixes(trees[0])) | set(all_prefixes(trees[1])))
     answers = [{p: expected_next(t, p) for p in prefixes} for t in trees]
-    load_tree(pg_dsn, "kg", trees[0], depth=2, threshold=2)
+    load_tree(pg_dsn, "kg", trees[0], threshold=2)
     stop = threading.Event()
     problems: list[str] = []
     lookups = [0]
@@ -64,7 +64,7 @@ def test_switches_under_concurrent_lookups_never_mix_builds(pg_dsn):
         try:
             for switch in range(1, 25):
                 tree = trees[switch % 2]
-                load_tree(pg_dsn, "kg", tree, depth=2, threshold=2)
+                load_tree(pg_dsn, "kg", tree, threshold=2)
                 assert index.refresh() is True
                 wrong = [p for p, step in zip(prefixes, index.next_tokens_batch(prefixes))
                          if as_dict(step) != answers[switch % 2][p]]
@@ -100,11 +100,11 @@ def test_the_periodic_catalog_check_catches_a_switch_without_notify(pg_dsn):
 
 def test_a_reader_across_retention_switches_or_gets_a_clear_error(pg_dsn):
     old_tree, new_tree = random_sequences(seed=5), random_sequences(seed=6)
-    first = load_tree(pg_dsn, "kg", old_tree, depth=2, threshold=1)
+    first = load_tree(pg_dsn, "kg", old_tree, threshold=1)
     with open_index(pg_dsn, "kg", follow=False) as index:
         cursor = index.root()  # a generation in progress, on the first build (root row cached)
-        load_tree(pg_dsn, "kg", random_sequences(seed=7), depth=2, threshold=1)
-        newest = load_tree(pg_dsn, "kg", new_tree, depth=2, threshold=1)
+        load_tree(pg_dsn, "kg", random_sequences(seed=7), threshold=1)
+        newest = load_tree(pg_dsn, "kg", new_tree, threshold=1)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert first in apply_retention(conn, "refactx", "kg", keep=1)
         # a lookup that needs a row of the dropped build: switches to the active one, answers

@@ -41,12 +41,11 @@ FACTS = [
 ]
 
 
-def make_cfg(cfg, overrides=None, *, depth=3, threshold=1):
+def make_cfg(cfg, overrides=None, *, threshold=1):
     """``cfg`` with the toy vocabulary and tree shape, plus dotted ``overrides``."""
     return cfg.updated({
         "pg.validate_sample": 50,
         "tokenize.vocabularies": [VocabularyConfig(name=VOCAB, path="")],
-        "tree.depth": depth,
         "tree.subtree_threshold": threshold,
         **(overrides or {}),
     })
@@ -144,7 +143,10 @@ def test_load_validate_activate_and_switch(spark, cfg, pg_dsn):
     b = builds(pg_dsn, schema)[first]
     assert b["status"] == "active" and b["table_name"] == f"tree_b{first}"
     assert b["facts"] == len(FACTS) and b["rows"] > 1 and b["table_bytes"] > 0 and b["index_bytes"] > 0
-    assert b["depth"] == 3 and b["subtree_threshold"] == 1 and b["format_version"] == fmt.FORMAT_VERSION
+    # depth: the deepest row's prefix length (lookups speculate no deeper)
+    from refactx_index.memory import build_rows, deepest_row
+
+    assert b["depth"] == deepest_row(build_rows(FACTS, threshold=1)) and b["subtree_threshold"] == 1 and b["format_version"] == fmt.FORMAT_VERSION
     load_counts = json.loads((cfg.stage_dir("load") / "counts.json").read_text())
     assert load_counts["vocabularies"][VOCAB]["build_id"] == first
 

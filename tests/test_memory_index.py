@@ -39,7 +39,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def graph(tokenizer):
     facts = corporate_graph()
-    index = MemoryTreeIndex.from_facts(facts, tokenizer_dir("gpt2"), name="corp", depth=6,
+    index = MemoryTreeIndex.from_facts(facts, tokenizer_dir("gpt2"), name="corp", 
                                        threshold=16)
     seqs = {tuple(s) for s in encode_texts(tokenizer, [" " + f for f in facts])}
     return facts, seqs, index
@@ -62,19 +62,21 @@ def test_ten_thousand_triples_answer_like_brute_force(graph):
     assert index.next_tokens((50256,)).empty
 
 
-@pytest.mark.parametrize("depth,threshold", [(0, 1), (1, 1), (2, 3), (4, 1), (8, 64)])
-def test_cut_rule_rows(depth, threshold):
-    seqs = random_sequences(seed=depth * 10 + threshold, n=400)
-    rows = build_rows(seqs, depth, threshold)
+@pytest.mark.parametrize("max_tokens,threshold", [(1, 1), (8, 1), (12, 3), (4096, 1), (4096, 64), (30, 64)])
+def test_cut_rule_rows(max_tokens, threshold):
+    seqs = random_sequences(seed=max_tokens * 10 + threshold, n=400)
+    rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_tokens)
     for key, node in rows.items():
         prefix = tuple(decode_prefix(key).tolist())
         frag = decode_fragment(node)
         below = [s for s in seqs if s[: len(prefix)] == prefix]
         assert int(frag.leaves[0]) == len(below)  # leaf counts add up
         expanded = bool(frag.external.any())
-        # expanded exactly when more than T facts lie below and the key is shorter than D
-        assert expanded == (len(below) > threshold and len(prefix) < depth)
-        assert len(prefix) <= depth
+        # expanded exactly when more than T facts, or more than B tokens, lie below
+        tokens_below = sum(len(s) - len(prefix) for s in below)
+        assert expanded == (len(below) > threshold or tokens_below > max_tokens)
+        if not expanded:  # every row is bounded by facts and tokens, at any depth
+            assert len(below) <= threshold and tokens_below <= max_tokens
         if expanded:  # every external child has its own row
             for tok in frag.children(0)[0].tolist():
                 assert key + int(tok).to_bytes(4, "big") in rows
@@ -88,11 +90,13 @@ def test_cut_rule_rows(depth, threshold):
 
 def test_build_rows_rejects_bad_input():
     with pytest.raises(ValueError):
-        build_rows([], 3, 2)
+        build_rows([], threshold=2)
     with pytest.raises(ValueError):
-        build_rows([()], 3, 2)
+        build_rows([()], threshold=2)
     with pytest.raises(ValueError):
-        build_rows([(1, 2)], 3, 0)
+        build_rows([(1, 2)], threshold=0)
+    with pytest.raises(ValueError):
+        build_rows([(1, 2)], max_subtree_tokens=0)
 
 
 def test_save_and_load_round_trip(graph, tmp_path):

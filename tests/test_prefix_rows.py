@@ -33,14 +33,20 @@ class ReferenceTrie:
 
 
 def check_rows_against_trie(
-    rows: Mapping[bytes, bytes], facts: Iterable[Sequence[int]], depth: int, threshold: int
+    rows: Mapping[bytes, bytes], facts: Iterable[Sequence[int]], threshold: int, max_tokens: int
 ) -> int:
     """Walk the stored rows from the root, following external nodes into their rows,
     and compare every node with the reference trie. Returns the number of nodes checked.
 
-    Also checks: every stored row is reached exactly once, and the cut rule holds.
+    Also checks: every stored row is reached exactly once, and the cut rule holds
+    (expanded exactly when more than T facts or B tokens lie below; every other row
+    within both bounds).
     """
     ref = ReferenceTrie(facts)
+    tokens_below: Counter[tuple[int, ...]] = Counter()
+    for f in ref.facts:
+        for k in range(len(f) + 1):
+            tokens_below[f[:k]] += len(f) - k
     reached: set[bytes] = set()
     checked = 0
     stack = [()]
@@ -51,8 +57,10 @@ def check_rows_against_trie(
         assert key not in reached, f"row {row_prefix} reached twice"
         reached.add(key)
         frag = fmt.decode_fragment(rows[key])
-        expanded = ref.leaves[row_prefix] > threshold and len(row_prefix) < depth
-        assert bool(frag.external[1:].all()) == expanded or frag.n_nodes == 1
+        expanded = ref.leaves[row_prefix] > threshold or tokens_below[row_prefix] > max_tokens
+        assert bool(frag.external.any()) == expanded
+        if expanded:
+            assert bool(frag.external[1:].all()) and frag.n_nodes == 1 + len(ref.children[row_prefix])
         node_stack = [(0, row_prefix)]
         while node_stack:
             i, full = node_stack.pop()
@@ -73,12 +81,13 @@ def check_rows_against_trie(
     return checked
 
 
-def build_rows(spark, facts: list[list[int]], depth: int, threshold: int) -> dict[bytes, bytes]:
+def build_rows(spark, facts: list[list[int]], threshold: int, max_tokens: int,
+               partitions: int = 3) -> dict[bytes, bytes]:
     from refactx_pipeline.prefix_rows import prefix_rows
     from refactx_pipeline.schemas import TOKENS
 
     tokens = spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS)
-    out = prefix_rows(tokens, depth, threshold).collect()
+    out = prefix_rows(tokens, threshold, max_tokens, partitions).collect()
     keys = [bytes(r["prefix"]) for r in out]
     assert len(keys) == len(set(keys)), "duplicate prefix rows"
     for r in out:
@@ -100,12 +109,32 @@ FACTS = [
 ]
 
 
-@pytest.mark.parametrize("depth,threshold", [(2, 1), (3, 2), (8, 64), (1, 1), (4, 1)])
-def test_rows_match_reference_trie(spark, depth, threshold):
-    rows = build_rows(spark, FACTS, depth, threshold)
-    assert check_rows_against_trie(rows, FACTS, depth, threshold) > 0
+@pytest.mark.parametrize("threshold,max_tokens,partitions",
+                         [(1, 4096, 1), (2, 4096, 3), (64, 4096, 2), (1, 1, 5), (64, 6, 4), (3, 10, 9)])
+def test_rows_match_reference(spark, threshold, max_tokens, partitions):
+    from refactx_index.memory import build_rows as reference_rows
+
+    rows = build_rows(spark, FACTS, threshold, max_tokens, partitions)
+    assert check_rows_against_trie(rows, FACTS, threshold, max_tokens) > 0
+    assert rows == reference_rows(FACTS, threshold=threshold, max_subtree_tokens=max_tokens)
     root = fmt.decode_fragment(rows[b""])
     assert root.leaves[0] == len({tuple(f) for f in FACTS})
+
+
+def test_a_hot_prefix_is_cut_into_bounded_rows_across_partitions(spark):
+    """2,000 facts under one 6-token prefix, sorted into 8 partitions: every partition
+    edge falls inside the hot prefix, yet its rows are whole and bounded."""
+    from refactx_index.memory import build_rows as reference_rows
+
+    hot = [9, 9, 9, 9, 9, 9]
+    facts = [hot + [i // 100, i % 100, 7] for i in range(2000)] + [[1, 2, 3], hot[:3]]
+    rows = build_rows(spark, facts, 16, 64, partitions=8)
+    assert rows == reference_rows(facts, threshold=16, max_subtree_tokens=64)
+    check_rows_against_trie(rows, facts, 16, 64)
+    for node in rows.values():
+        frag = fmt.decode_fragment(node)
+        if not frag.external.any():
+            assert frag.leaves[0] <= 16
 
 
 def test_bad_rows_are_counted_not_lost(spark):
@@ -121,7 +150,7 @@ def test_bad_rows_are_counted_not_lost(spark):
         "null token_ids": 1,
         "negative or null token id": 1,
     }
-    rows = prefix_rows(df, 4, 1).collect()
+    rows = prefix_rows(df, 1, 4096, 2).collect()
     assert sorted(bytes(r["prefix"]) for r in rows) == [b""]
     assert fmt.decode_fragment(rows[0]["node"]).leaves[0] == 1
 
@@ -133,8 +162,9 @@ def test_run_writes_rows_and_counts(spark, cfg):
 
     cfg = cfg.updated({
         "tokenize.vocabularies": [VocabularyConfig(name="toy", path="")],
-        "tree.depth": 3,
         "tree.subtree_threshold": 1,
+        "tree.max_subtree_tokens": 8,
+        "tree.facts_per_partition": 3,
     })
     src = cfg.stage_dir("tokenize") / "toy" / "tokens"
     spark.createDataFrame([(i, f) for i, f in enumerate(FACTS)], TOKENS).write.parquet(str(src))
@@ -144,38 +174,23 @@ def test_run_writes_rows_and_counts(spark, cfg):
     assert counts["duplicate_facts"] == 1
     written = spark.read.parquet(str(cfg.stage_dir("prefix_rows") / "toy" / "rows")).collect()
     assert counts["rows"] == len(written)
-    assert counts["rows_by_kind"]["expanded"] + counts["rows_by_kind"]["subtree"] == len(written)
+    assert counts["partitions"] >= 3  # 8 distinct facts, at most 3 per partition
+    assert counts["largest_row_bytes"] >= counts["p99_row_bytes"] > 0
     rows = {bytes(r["prefix"]): bytes(r["node"]) for r in written}
-    check_rows_against_trie(rows, FACTS, 3, 1)
+    check_rows_against_trie(rows, FACTS, 1, 8)
     assert (cfg.stage_dir("prefix_rows") / "toy" / "counts.json").exists()
 
 
-def test_arrow_encoders_read_sliced_batches_by_absolute_offsets():
-    """A batch sliced out of a larger Arrow array keeps absolute list offsets; the
-    encoders must give each row its own children/suffixes, not the previous row's."""
+def test_partition_reads_sliced_batches_by_absolute_offsets():
+    """A batch sliced out of a larger Arrow array keeps absolute list offsets; a
+    partition must read each fact's own tokens, not its neighbour's."""
     import pyarrow as pa
 
-    from refactx_pipeline.prefix_rows import _encode_expanded_batches, _encode_subtree_batches
-    from refactx_index.format import decode_fragment, iter_suffixes
+    from refactx_pipeline.prefix_rows import _partition
 
-    child = pa.struct([("token", pa.int32()), ("leaves", pa.int64())])
-    common = {"prefix": pa.array([b"a", b"b"]), "depth": pa.array([1, 1], pa.int32()),
-              "leaves": pa.array([3, 5], pa.int64())}
-    expanded = pa.RecordBatch.from_pydict({
-        **common,
-        "children": pa.array([[{"token": 1, "leaves": 1}, {"token": 2, "leaves": 2}],
-                              [{"token": 10, "leaves": 2}, {"token": 11, "leaves": 3}]], pa.list_(child)),
-        "ends": pa.array([False, False]),
-    })
-    (out,) = _encode_expanded_batches(iter([expanded.slice(1)]))
-    frag = decode_fragment(out.column("node")[0].as_py())
-    assert frag.children(0)[0].tolist() == [10, 11]
-    assert frag.children(0)[1].tolist() == [2, 3]
-
-    subtree = pa.RecordBatch.from_pydict({
-        **common,
-        "suffixes": pa.array([[[1, 2], [3]], [[7, 8, 9], [7]]], pa.list_(pa.list_(pa.int32()))),
-    })
-    (out,) = _encode_subtree_batches(iter([subtree.slice(1)]))
-    frag = decode_fragment(out.column("node")[0].as_py())
-    assert {p for p, _ in iter_suffixes(frag)} == {(7, 8, 9), (7,)}
+    column = pa.array([[5, 5], [1, 2, 3], [1, 2, 3], [1, 4]], pa.list_(pa.int32()))
+    batch = pa.RecordBatch.from_arrays([column], ["token_ids"]).slice(1)
+    part = _partition(iter([batch]))
+    assert part.size == 2  # the duplicate collapsed
+    assert [part.values[a:b].tolist() for a, b in zip(part.start, part.stop)] == [[1, 2, 3], [1, 4]]
+    assert part.lcp.tolist() == [0, 1]

@@ -19,6 +19,7 @@ from refactx_index import (
     open_index,
 )
 from refactx_index.index import tokenizer_sha256
+from refactx_index.memory import build_rows, deepest_row
 
 pytestmark = pytest.mark.pg
 
@@ -43,12 +44,13 @@ def count_fetches(index):
     return calls
 
 
-@pytest.mark.parametrize("depth,threshold", [(3, 4), (1, 1), (8, 64)])
-def test_every_prefix_answers_like_brute_force(pg_dsn, depth, threshold):
-    seqs = random_sequences(seed=depth)
-    load_tree(pg_dsn, "kg", seqs, depth=depth, threshold=threshold)
+@pytest.mark.parametrize("max_tokens,threshold", [(20, 4), (1, 1), (4096, 64)])
+def test_every_prefix_answers_like_brute_force(pg_dsn, max_tokens, threshold):
+    seqs = random_sequences(seed=threshold)
+    load_tree(pg_dsn, "kg", seqs, threshold=threshold, max_subtree_tokens=max_tokens)
     with open_index(pg_dsn, "kg") as index:
-        assert index.info.depth == depth and index.info.facts == len(seqs)
+        rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_tokens)
+        assert index.info.depth == deepest_row(rows) and index.info.facts == len(seqs)
         prefixes = all_prefixes(seqs)
         for p in prefixes:
             assert as_dict(index.next_tokens(p)) == expected_next(seqs, p), p
@@ -60,7 +62,7 @@ def test_every_prefix_answers_like_brute_force(pg_dsn, depth, threshold):
 
 def test_batch_is_one_round_trip_and_warm_needs_none(pg_dsn):
     seqs = random_sequences(seed=7, n=500)
-    load_tree(pg_dsn, "kg", seqs, depth=3, threshold=2)
+    load_tree(pg_dsn, "kg", seqs, threshold=2)
     with open_index(pg_dsn, "kg") as index:
         calls = count_fetches(index)
         prefixes = [p for p in all_prefixes(seqs) if len(p) >= 2][:200]
@@ -74,7 +76,7 @@ def test_batch_is_one_round_trip_and_warm_needs_none(pg_dsn):
 
 def test_cache_bound_holds_and_answers_stay_right(pg_dsn):
     seqs = random_sequences(seed=3, n=400)
-    load_tree(pg_dsn, "kg", seqs, depth=2, threshold=1)
+    load_tree(pg_dsn, "kg", seqs, threshold=1)
     with open_index(pg_dsn, "kg", cache_bytes=4000) as index:
         for p in all_prefixes(seqs):
             assert as_dict(index.next_tokens(p)) == expected_next(seqs, p)
@@ -83,7 +85,7 @@ def test_cache_bound_holds_and_answers_stay_right(pg_dsn):
 
 def test_threads_share_one_index(pg_dsn):
     seqs = random_sequences(seed=11, n=400)
-    load_tree(pg_dsn, "kg", seqs, depth=3, threshold=3)
+    load_tree(pg_dsn, "kg", seqs, threshold=3)
     prefixes = all_prefixes(seqs)
     errors: list[BaseException] = []
     with open_index(pg_dsn, "kg", pool_size=3, cache_bytes=20_000) as index:
@@ -104,7 +106,7 @@ def test_threads_share_one_index(pg_dsn):
 
 
 def test_connections_are_read_only_autocommit_and_never_idle_in_transaction(pg_dsn):
-    load_tree(pg_dsn, "kg", random_sequences(seed=1), depth=2, threshold=2)
+    load_tree(pg_dsn, "kg", random_sequences(seed=1), threshold=2)
     with open_index(pg_dsn, "kg", statement_timeout_ms=1234) as index:
         index.next_tokens((1,))
         with index._pool.connection() as conn:
@@ -162,7 +164,7 @@ def _backend_pids(dsn: str) -> list[int]:
 
 def test_terminated_backend_is_retried_transparently(pg_dsn, caplog):
     seqs = random_sequences(seed=5)
-    load_tree(pg_dsn, "kg", seqs, depth=2, threshold=1)
+    load_tree(pg_dsn, "kg", seqs, threshold=1)
     with open_index(pg_dsn, "kg", pool_size=1) as index:
         index.next_tokens(())
         (pid,) = _backend_pids(pg_dsn)
@@ -176,7 +178,7 @@ def test_terminated_backend_is_retried_transparently(pg_dsn, caplog):
 
 
 def test_lost_server_after_retry_raises_database_unavailable(pg_dsn, pg_server):
-    load_tree(pg_dsn, "kg", random_sequences(seed=5), depth=2, threshold=1)
+    load_tree(pg_dsn, "kg", random_sequences(seed=5), threshold=1)
     dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
     with open_index(pg_dsn, "kg", pool_size=1, connect_timeout_s=1) as index:
         index.next_tokens(())
@@ -194,7 +196,7 @@ def test_lost_server_after_retry_raises_database_unavailable(pg_dsn, pg_server):
 
 def test_statement_timeout_raises_query_timeout_then_recovers(pg_dsn):
     seqs = random_sequences(seed=9)
-    build_id = load_tree(pg_dsn, "kg", seqs, depth=2, threshold=1)
+    build_id = load_tree(pg_dsn, "kg", seqs, threshold=1)
     with open_index(pg_dsn, "kg", statement_timeout_ms=200) as index:
         with psycopg.connect(pg_dsn) as locker:  # not autocommit: holds the lock
             locker.execute(f"LOCK TABLE refactx.{pgcatalog.table_name(build_id)} IN ACCESS EXCLUSIVE MODE")

@@ -112,7 +112,7 @@ def test_whole_pipeline_on_a_standalone_cluster_equals_a_local_build(spark_clust
     common = ["--set", f"input.dumps={example_graph()}", "--set", "paths.dump_date=cluster",
               "--set", f"tokenize.vocabularies={VOCAB}={vocab}", "--set", "spark.driver_memory=1g",
               # small rows, so the tree has many and a shuffle moves them between executors
-              "--set", "tree.subtree_threshold=2", "--set", "tree.depth=6"]
+              "--set", "tree.subtree_threshold=2", "--set", "tree.facts_per_partition=500"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFACTX__")}
     env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     submit = subprocess.run(

@@ -34,6 +34,9 @@ def fact_sets(draw) -> list[list[int]]:
         facts.append(stem + tail)
     if draw(st.booleans()):  # a long fact (up to 200 tokens)
         facts.append(draw(st.sampled_from(stems)) + draw(st.lists(TOKEN, min_size=150, max_size=194)))
+    if draw(st.booleans()):  # skew: many facts below one stem (split across partitions)
+        stem = draw(st.sampled_from(stems))
+        facts += [stem + [i % 7, i // 7] for i in range(draw(st.integers(20, 120)))]
     extra = []
     for f in facts:
         kind = draw(st.sampled_from(["none", "none", "duplicate", "prefix"]))
@@ -46,8 +49,9 @@ def fact_sets(draw) -> list[list[int]]:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
-@given(facts=fact_sets(), depth=st.integers(1, 6), threshold=st.integers(1, 5))
-def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, depth, threshold):
+@given(facts=fact_sets(), threshold=st.integers(1, 5), max_tokens=st.integers(1, 60),
+       per_partition=st.integers(1, 50))
+def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_tokens, per_partition):
     from refactx_pipeline import load, pgcatalog, prefix_rows, validate
     from refactx_pipeline.schemas import TOKENS
     from refactx_pipeline.config import Config, VocabularyConfig
@@ -55,8 +59,9 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, depth, threshold):
     cfg = Config().updated({
         "paths.build_root": tempfile.mkdtemp(prefix="refactx_prop_"),
         "tokenize.vocabularies": [VocabularyConfig(name="prop", path="")],
-        "tree.depth": depth,
         "tree.subtree_threshold": threshold,
+        "tree.max_subtree_tokens": max_tokens,
+        "tree.facts_per_partition": per_partition,
     })
     vocab_dir = cfg.stage_dir("tokenize") / "prop"
     spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS).write.parquet(
@@ -72,7 +77,7 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, depth, threshold):
         ).fetchall()
         rows = {bytes(p): bytes(n) for p, n in stored}
         assert len(rows) == len(stored) == info["rows"]
-        check_rows_against_trie(rows, facts, depth, threshold)
+        check_rows_against_trie(rows, facts, threshold, max_tokens)
         # the validator agrees (every fact walked, counts consistent)
         distinct = {tuple(f) for f in facts}
         result = validate.validate_build(

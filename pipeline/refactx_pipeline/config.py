@@ -274,8 +274,12 @@ class TokenizeConfig(Section):
 
 
 class TreeConfig(Section):
-    depth: int = Field(8, ge=1, le=64)  # D: rows stored for prefixes shorter than this
-    subtree_threshold: int = Field(64, ge=0)  # T: a prefix with at most T facts stores its whole subtree
+    # a prefix with at most T facts below it, and at most B tokens after it in those facts,
+    # stores its whole subtree in one row; any other is expanded (docs/tree.md)
+    subtree_threshold: int = Field(64, ge=1)  # T
+    max_subtree_tokens: int = Field(4096, ge=1)  # B
+    # the prefix rows job sorts facts into range partitions of at most this many (one per task)
+    facts_per_partition: int = Field(200_000, ge=1)
 
 
 class PgConfig(Section):
@@ -450,7 +454,7 @@ def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in dotted.items():
         section, sep, name = key.partition(".")
         if not sep or not section or not name or "." in name:
-            raise ConfigError(f"{key!r}: expected SECTION.FIELD, e.g. tree.depth")
+            raise ConfigError(f"{key!r}: expected SECTION.FIELD, e.g. tree.subtree_threshold")
         out.setdefault(section, {})[name] = value
     return out
 
@@ -466,7 +470,7 @@ def deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def config_error(exc: ValidationError) -> ConfigError:
-    """One line per bad key: ``tree.depth: Input should be ... (got 'deep')``."""
+    """One line per bad key: ``tree.subtree_threshold: Input should be ... (got 'many')``."""
     lines = []
     for error in exc.errors():
         loc = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
@@ -485,7 +489,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     """``--config FILE`` and repeatable ``--set SECTION.FIELD=VALUE`` (CLI and jobs alike)."""
     parser.add_argument("--config", help="TOML config file (see conf/); REFACTX__SECTION__FIELD env vars override it")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override one config field, e.g. --set tree.depth=6 (repeatable)")
+                        help="override one config field, e.g. --set tree.subtree_threshold=16 (repeatable)")
     return parser
 
 

@@ -154,7 +154,6 @@ def write_example(out_dir: str | Path, seed: int = 7, companies: int = COMPANIES
         "inverse = true\n"
         f"inverse_labels = {{ {inverse} }}\n\n"
         "[tree]\n"
-        "depth = 8\n"
         "subtree_threshold = 64\n",
         encoding="utf-8",
     )

@@ -178,7 +178,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
                 "vocab_size": int(meta["vocab_size"]),
                 "source": cfg.paths.source,
                 "dump_date": cfg.paths.dump_date,
-                "depth": cfg.tree.depth,
+                "depth": int(tree_counts["max_depth"]),  # the deepest row: lookups speculate no deeper
                 "subtree_threshold": cfg.tree.subtree_threshold,
                 "format_version": fmt.FORMAT_VERSION,
                 "fact_prefix": meta.get("fact_prefix", cfg.tokenize.fact_prefix),

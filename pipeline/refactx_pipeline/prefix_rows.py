@@ -1,31 +1,40 @@
-"""Stage 6 -- prefix rows: the tree of one vocabulary's facts, by Spark group-by aggregation.
+"""Stage 6 -- prefix rows: the tree of one vocabulary's facts, one row per stored prefix.
 
 Input ``tokenize/<vocab>/tokens`` (schema ``TOKENS``), output ``prefix_rows/<vocab>/rows``
-(schema ``ROWS``): exactly one row per stored prefix.
+(schema ``ROWS``).
 
-The cut rule (``refactx_index.format``), with ``D = cfg.tree.depth`` and
-``T = cfg.tree.subtree_threshold``: the root is a row; a prefix with more than ``T``
-facts below it and fewer than ``D`` tokens is *expanded* (its row lists its children,
-all external, each child then a row of its own); every other row root stores its
-whole subtree. The expanded set is closed under taking prefixes (a parent has at
-least the leaves of its child and is shorter), which is what makes every step below
-a plain group-by or join:
+The cut rule (``refactx_index.memory.build_rows`` is the reference, row for row): the
+root is a row; a prefix is *expanded* when more than ``T = tree.subtree_threshold``
+facts lie below it, or their tokens after the prefix number more than ``B =
+tree.max_subtree_tokens``; an expanded prefix's row lists its children, each an
+external row of its own; every other row stores its whole subtree. So every row is
+bounded by facts and bytes, at any depth (a prefix shared by a million facts is
+expanded token by token until its subtrees are small).
 
-1. distinct facts; explode every fact into its prefixes of length ``0..min(len, D)``;
-2. ``groupBy(prefix)`` -> ``leaves`` (facts below), ``ends`` (a fact equals it);
-3. expanded rows: children (stats rows whose parent is expanded) grouped per parent;
-4. subtree roots: non-expanded prefixes whose parent is expanded (or the root);
-   each fact meets exactly one of them among its prefixes (none when it ends at an
-   expanded prefix: that is the expanded row's ``ends``); group the facts' suffixes
-   by that root and encode them.
+How (no group ever holds more than one row, no task more than its partition):
 
-Python runs only in the Arrow encoders (``mapInArrow``), one ``format.encode_*`` call
-per output row over numpy arrays sliced from the batch.
+1. Valid facts are range-partitioned and sorted by their token sequence (array order
+   is key byte order): every prefix's facts are one contiguous run, cut only at
+   partition edges; duplicates are neighbours and collapse.
+2. Edge statistics: each partition reports, for each prefix of its first and last
+   fact, its facts below it and their tokens (at most two facts' worth of numbers);
+   the driver sums them per prefix -- the global counts of the only prefixes a
+   partition cannot see whole.
+3. Rows: each partition walks its runs level by level in numpy (runs of facts with
+   equal ``k``-prefix follow from the common prefix length of neighbours), decides
+   the cut with global counts at its edges, and encodes every row it sees whole. A
+   row whose prefix spans partitions leaves in shares (children with partial leaf
+   counts, or part of the suffixes) that a group-by merges: at most two per level
+   per partition edge.
+
+Python runs only in the Arrow functions (``mapInArrow``), vectorized per level with
+one ``format.encode_*`` call per output row.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Iterator
 
 import numpy as np
@@ -33,6 +42,16 @@ import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    IntegerType,
+    LongType,
+    ArrayType,
+    StructField,
+    StructType,
+)
 
 from refactx_pipeline.common import write_counts
 from refactx_pipeline.schemas import ROWS
@@ -53,6 +72,48 @@ _ROWS_ARROW = pa.schema(
     ]
 )
 
+# step 2: one partition's counts of the prefixes of its first and last fact
+EDGE_STATS = StructType(
+    [
+        StructField("prefix", BinaryType(), False),
+        StructField("leaves", LongType(), False),
+        StructField("tokens", LongType(), False),
+    ]
+)
+
+# step 3: whole rows (share 0) and shares of rows that span partitions
+WHOLE, EXPANDED_SHARE, SUBTREE_SHARE = 0, 1, 2
+ROW_SHARES = StructType(
+    [
+        StructField("prefix", BinaryType(), False),
+        StructField("node", BinaryType(), True),  # whole rows only
+        StructField("depth", IntegerType(), False),
+        StructField("leaves", LongType(), False),  # this share's facts
+        StructField("share", ByteType(), False),
+        StructField("ends", BooleanType(), False),
+        StructField("child_tokens", ArrayType(LongType()), True),
+        StructField("child_leaves", ArrayType(LongType()), True),
+        StructField("suffixes", ArrayType(ArrayType(IntegerType())), True),
+    ]
+)
+_ROW_SHARES_ARROW = pa.schema(
+    [
+        pa.field("prefix", pa.binary(), False),
+        pa.field("node", pa.binary(), True),
+        pa.field("depth", pa.int32(), False),
+        pa.field("leaves", pa.int64(), False),
+        pa.field("share", pa.int8(), False),
+        pa.field("ends", pa.bool_(), False),
+        pa.field("child_tokens", pa.list_(pa.int64()), True),
+        pa.field("child_leaves", pa.list_(pa.int64()), True),
+        pa.field("suffixes", pa.list_(pa.list_(pa.int32())), True),
+    ]
+)
+_EDGE_ARROW = pa.schema(
+    [pa.field("prefix", pa.binary(), False), pa.field("leaves", pa.int64(), False),
+     pa.field("tokens", pa.int64(), False)]
+)
+
 
 # --------------------------------------------------------------------------- input
 
@@ -67,166 +128,292 @@ def reject_reason() -> Column:
     )
 
 
-def distinct_facts(tokens: DataFrame) -> DataFrame:
-    """Valid, distinct token sequences: ``(token_ids, n)``."""
+def sorted_facts(tokens: DataFrame, partitions: int) -> DataFrame:
+    """Valid token sequences, range-partitioned and sorted (duplicates not yet removed)."""
     return (
         tokens.where(reject_reason().isNull())
         .select("token_ids")
-        .distinct()
-        .withColumn("n", F.size("token_ids"))
+        .repartitionByRange(partitions, "token_ids")
+        .sortWithinPartitions("token_ids")
     )
 
 
-def explode_prefixes(facts: DataFrame, depth: int) -> DataFrame:
-    """One row per (fact, prefix length ``k`` in ``0..min(n, D)``).
+class _Partition:
+    """One partition's sorted, distinct facts as numpy arrays.
 
-    Columns: ``token_ids, n, k, prefix`` (key bytes), ``token`` (last token, null at
-    the root). The key of the first ``D`` tokens is built once per fact; each prefix
-    key is a substring of it.
+    ``values[start[i]:stop[i]]`` are fact ``i``'s tokens, ``n`` their counts, ``mat`` the
+    facts padded with -1, ``lcp[i]`` the common prefix length of facts ``i - 1`` and
+    ``i`` (0 for the first: the previous partition is not seen), ``cum_n`` the running
+    token count (``cum_n[j] - cum_n[i]`` = tokens of facts ``i..j-1``).
     """
-    head_key = F.expr(fmt.prefix_key_sql("token_ids", depth))
-    return (
-        facts.withColumn("head_key", head_key)
-        .withColumn("k", F.explode(F.sequence(F.lit(0), F.least(F.col("n"), F.lit(depth)))))
-        .select(
-            "token_ids",
-            "n",
-            "k",
-            F.expr("substring(head_key, 1, 4 * k)").alias("prefix"),
-            F.when(F.col("k") > 0, F.element_at("token_ids", F.col("k"))).alias("token"),
-        )
+
+    def __init__(self, column: pa.ListArray) -> None:
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        values = column.flatten().to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+        start = offsets[:-1] - offsets[0]
+        n = np.diff(offsets)
+        width = int(n.max())
+        mat = np.full((n.size, width), -1, dtype=np.int32)
+        mat[np.arange(width)[None, :] < n[:, None]] = values
+        lcp = np.zeros(n.size, dtype=np.int64)
+        if n.size > 1:
+            differs = mat[1:] != mat[:-1]
+            distinct = differs.any(axis=1)
+            lcp[1:] = np.where(distinct, differs.argmax(axis=1), width)
+            keep = np.concatenate(([True], distinct))  # sorted: duplicates are neighbours
+            if not keep.all():
+                mat, n, lcp, start = mat[keep], n[keep], lcp[keep], start[keep]
+        self.values = values
+        self.start = start
+        self.stop = self.start + n
+        self.n = n
+        self.mat = mat
+        self.lcp = lcp
+        self.cum_n = np.concatenate(([0], np.cumsum(n)))
+
+    @property
+    def size(self) -> int:
+        return int(self.n.size)
+
+    def key(self, fact: int, length: int) -> bytes:
+        return fmt.encode_prefix(self.mat[fact, :length])
+
+    def edge_runs(self) -> list[tuple[bytes, int, int]]:
+        """(key, facts, tokens below) of every prefix of the first and of the last fact,
+        counted in this partition (a prefix of both covers the whole partition)."""
+        m = self.size
+        out: dict[bytes, tuple[int, int]] = {}
+        for fact, lcps in ((0, self.lcp[1:]), (m - 1, self.lcp[1:][::-1])):
+            # facts sharing the first k tokens of ``fact``: 1 + the leading lcps >= k
+            running = np.minimum.accumulate(lcps) if lcps.size else lcps
+            ks = np.arange(int(self.n[fact]) + 1)
+            sizes = 1 + np.searchsorted(-running, -ks, side="right")
+            for k, size in zip(ks.tolist(), sizes.tolist()):
+                lo, hi = (0, size) if fact == 0 else (m - size, m)
+                tokens = int(self.cum_n[hi] - self.cum_n[lo]) - k * size
+                out.setdefault(self.key(fact, k), (size, tokens))
+        return [(key, leaves, tokens) for key, (leaves, tokens) in out.items()]
+
+
+def _partition(batches: Iterator[pa.RecordBatch]) -> _Partition | None:
+    columns = [b.column("token_ids") for b in batches if b.num_rows]
+    if not columns:
+        return None
+    return _Partition(pa.concat_arrays(columns))
+
+
+def _edge_stats_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    part = _partition(batches)
+    if part is None:
+        return
+    runs = part.edge_runs()
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([r[0] for r in runs], pa.binary()), pa.array([r[1] for r in runs], pa.int64()),
+         pa.array([r[2] for r in runs], pa.int64())],
+        schema=_EDGE_ARROW,
     )
 
 
-def is_expanded(depth: int, threshold: int) -> Column:
-    """The cut rule on a row's ``leaves`` and ``depth``: more than ``T`` facts below, fewer than ``D`` tokens."""
-    return (F.col("leaves") > threshold) & (F.col("depth") < depth)
+def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(starts[i], stops[i])``."""
+    lengths = stops - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    out = np.ones(total, dtype=np.int64)
+    out[0] = starts[0]
+    nonempty = lengths > 0
+    firsts = (ends - lengths)[nonempty]
+    out[firsts[1:]] = starts[nonempty][1:] - (stops[nonempty][:-1] - 1)
+    return np.cumsum(out)
 
 
-def prefix_stats(exploded: DataFrame, depth: int, threshold: int) -> DataFrame:
-    """``groupBy(prefix)``: ``prefix, depth, token, leaves, ends, expanded, parent``."""
-    return (
-        exploded.groupBy("prefix")
-        .agg(
-            F.min("k").alias("depth"),
-            F.min("token").alias("token"),
-            F.count(F.lit(1)).alias("leaves"),
-            F.max((F.col("n") == F.col("k")).cast("int")).cast("boolean").alias("ends"),
-        )
-        .withColumn("expanded", is_expanded(depth, threshold))
-        .withColumn(
-            "parent",
-            F.when(F.col("depth") > 0, F.expr("substring(prefix, 1, 4 * (depth - 1))")),
-        )
-    )
+class _ShareWriter:
+    """Collects step 3's output rows (whole rows, or shares of a row spanning partitions)."""
+
+    def __init__(self) -> None:
+        self._cols: dict[str, list[Any]] = {f.name: [] for f in _ROW_SHARES_ARROW}
+
+    def __len__(self) -> int:
+        return len(self._cols["prefix"])
+
+    def _add(self, key: bytes, node: bytes | None, depth: int, leaves: int, share: int, ends: bool,
+             child_tokens: Any = None, child_leaves: Any = None, suffixes: Any = None) -> None:
+        c = self._cols
+        c["prefix"].append(key)
+        c["node"].append(node)
+        c["depth"].append(depth)
+        c["leaves"].append(leaves)
+        c["share"].append(share)
+        c["ends"].append(ends)
+        c["child_tokens"].append(child_tokens)
+        c["child_leaves"].append(child_leaves)
+        c["suffixes"].append(suffixes)
+
+    def subtree(self, part: _Partition, lo: int, hi: int, depth: int, crossing: bool) -> None:
+        key = part.key(lo, depth)
+        starts, stops = part.start[lo:hi] + depth, part.stop[lo:hi]
+        if crossing:
+            suffixes = [part.values[a:b].tolist() for a, b in zip(starts.tolist(), stops.tolist())]
+            self._add(key, None, depth, hi - lo, SUBTREE_SHARE, bool(part.n[lo] == depth), suffixes=suffixes)
+        else:
+            node = fmt.encode_subtree_ranges(part.values, starts, stops)
+            self._add(key, node, depth, hi - lo, WHOLE, False)
+
+    def expanded(self, part: _Partition, lo: int, depth: int, leaves: int, ends: bool,
+                 child_tokens: np.ndarray, child_leaves: np.ndarray, crossing: bool) -> None:
+        key = part.key(lo, depth)
+        if crossing:
+            self._add(key, None, depth, leaves, EXPANDED_SHARE, ends,
+                      child_tokens=child_tokens.tolist(), child_leaves=child_leaves.tolist())
+        else:
+            self._add(key, fmt.encode_children(child_tokens, child_leaves, ends), depth, leaves, WHOLE, ends)
+
+    def flush(self) -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_pydict(self._cols, schema=_ROW_SHARES_ARROW)
+        self.__init__()
+        return batch
 
 
-def children_of_expanded(stats: DataFrame) -> DataFrame:
-    """Stats rows whose parent is expanded (every non-root row below the root)."""
-    parents = stats.where("expanded").select(F.col("prefix").alias("parent"))
-    return stats.where(F.col("depth") > 0).join(parents, "parent", "left_semi")
+def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int, int, int]]):
+    """Step 3's Arrow function; ``edges``: prefix key -> (global facts, global tokens, partitions)."""
 
+    def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        part = _partition(batches)
+        if part is None:
+            return
+        out = _ShareWriter()
+        m = part.size
+        # level 0: the root, one run of every fact
+        rs = np.zeros(1, dtype=np.int64)
+        re = np.full(1, m, dtype=np.int64)
+        depth = 0
+        while rs.size:
+            leaves = re - rs
+            tokens = part.cum_n[re] - part.cum_n[rs] - depth * leaves
+            big = (leaves > threshold) | (tokens > max_tokens)
+            crossing = np.zeros(rs.size, dtype=bool)
+            # a run at an edge may go on in a neighbour partition: decided on global counts
+            # (every partition decides it alike); its shares still carry local counts
+            for j in np.flatnonzero((rs == 0) | (re == m)).tolist():
+                g_leaves, g_tokens, parts = edges[part.key(int(rs[j]), depth)]
+                crossing[j] = parts > 1
+                big[j] = g_leaves > threshold or g_tokens > max_tokens
+            ends = part.n[rs] == depth
+            for j in np.flatnonzero(~big).tolist():  # subtree rows
+                lo, hi = int(rs[j]), int(re[j])
+                out.subtree(part, lo, hi, depth, bool(crossing[j]))
+            # the next level: children of expanded runs
+            prs, pre = rs[big], re[big]
+            pends = ends[big]
+            pcross = crossing[big]
+            first = prs + pends  # a fact equal to the prefix is its run's first
+            idx = _ranges(first, pre)
+            parent = np.repeat(np.arange(prs.size), pre - first)
+            is_start = np.ones(idx.size, dtype=bool)
+            if idx.size > 1:
+                is_start[1:] = (parent[1:] != parent[:-1]) | (part.lcp[idx[1:]] < depth + 1)
+            crs = idx[is_start]
+            cparent = parent[is_start]
+            cre = np.empty_like(crs)
+            if crs.size:
+                cre[:-1] = crs[1:]
+                last = np.ones(crs.size, dtype=bool)
+                last[:-1] = cparent[1:] != cparent[:-1]
+                cre[last] = pre[cparent[last]]
+            ctoken = part.mat[crs, depth].astype(np.int64) if crs.size else np.zeros(0, np.int64)
+            cleaves = cre - crs
+            bounds = np.searchsorted(cparent, np.arange(prs.size + 1))
+            for j in range(prs.size):
+                a, b = int(bounds[j]), int(bounds[j + 1])
+                out.expanded(part, int(prs[j]), depth, int(pre[j] - prs[j]), bool(pends[j]),
+                             ctoken[a:b], cleaves[a:b], bool(pcross[j]))
+            rs, re = crs, cre
+            depth += 1
+            if len(out) >= 4096:
+                yield out.flush()
+        if len(out):
+            yield out.flush()
 
-# --------------------------------------------------------------------------- encoders
-
-
-def _encode_expanded_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    return rows
+def _merge_shares_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Rows spanning partitions: their shares (grouped per prefix) -> one encoded row."""
     for batch in batches:
-        children = batch.column("children")
-        offsets = children.offsets.to_numpy()
-        values = children.values  # struct<token, leaves>, nulls only for a childless row
-        tokens = values.field("token").to_numpy(zero_copy_only=False)
-        leaves = values.field("leaves").to_numpy(zero_copy_only=False)
-        ends = batch.column("ends").to_numpy(zero_copy_only=False)
-        # ListArray.offsets index the un-sliced .values, so they are used as they are
-        # (a batch sliced from a larger array has offsets[0] > 0)
-        nodes = [
-            fmt.encode_children(
-                tokens[offsets[i] : offsets[i + 1]], leaves[offsets[i] : offsets[i + 1]], bool(ends[i])
-            )
-            for i in range(batch.num_rows)
-        ]
+        nodes, leaves_out = [], []
+        for shares, total in zip(batch.column("shares").to_pylist(), batch.column("leaves").to_pylist()):
+            if shares[0]["share"] == EXPANDED_SHARE:
+                toks = np.array([t for s in shares for t in s["child_tokens"]], dtype=np.int64)
+                counts = np.array([c for s in shares for c in s["child_leaves"]], dtype=np.int64)
+                # a child that spans the edge comes once from each side: add its counts
+                unique, inverse = np.unique(toks, return_inverse=True)
+                summed = np.bincount(inverse, weights=counts, minlength=unique.size).astype(np.int64)
+                nodes.append(fmt.encode_children(unique, summed, any(s["ends"] for s in shares)))
+            else:
+                nodes.append(fmt.encode_subtree([x for s in shares for x in s["suffixes"]]))
+            leaves_out.append(total)
         yield pa.RecordBatch.from_arrays(
             [batch.column("prefix"), pa.array(nodes, pa.binary()), batch.column("depth"),
-             batch.column("leaves")],
+             pa.array(leaves_out, pa.int64())],
             schema=_ROWS_ARROW,
         )
 
 
-def _encode_subtree_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        suffixes = batch.column("suffixes")  # list<list<int>>
-        outer = suffixes.offsets.to_numpy()
-        inner = suffixes.values.offsets.to_numpy()
-        values = suffixes.values.values.to_numpy(zero_copy_only=False)
-        # both offset levels are absolute (into the un-sliced child arrays), and
-        # encode_subtree_flat slices ``values`` by the offsets it is given
-        nodes = [
-            fmt.encode_subtree_flat(values, inner[outer[i] : outer[i + 1] + 1])
-            for i in range(batch.num_rows)
-        ]
-        yield pa.RecordBatch.from_arrays(
-            [batch.column("prefix"), pa.array(nodes, pa.binary()), batch.column("depth"),
-             batch.column("leaves")],
-            schema=_ROWS_ARROW,
-        )
-
-
-# --------------------------------------------------------------------------- the tree
+def edge_counts(facts: DataFrame) -> dict[bytes, tuple[int, int, int]]:
+    """Step 2: prefix key -> (facts below, their tokens after it, partitions it spans), for
+    the prefixes of every partition's first and last fact."""
+    rows = (
+        facts.mapInArrow(_edge_stats_fn, EDGE_STATS)
+        .groupBy("prefix")
+        .agg(F.sum("leaves").alias("leaves"), F.sum("tokens").alias("tokens"),
+             F.count(F.lit(1)).alias("parts"))
+        .collect()
+    )
+    return {bytes(r["prefix"]): (int(r["leaves"]), int(r["tokens"]), int(r["parts"])) for r in rows}
 
 
 def prefix_rows(
-    tokens: DataFrame, depth: int, threshold: int, cached: list[DataFrame] | None = None
+    tokens: DataFrame,
+    threshold: int,
+    max_subtree_tokens: int,
+    partitions: int,
+    cached: list[DataFrame] | None = None,
 ) -> DataFrame:
     """Token rows -> tree rows (schema ``ROWS``), one per stored prefix.
 
-    Two intermediate frames are persisted (read twice each); they are appended to
-    ``cached`` when given, for the caller to unpersist once the rows are written.
+    ``partitions``: range partitions of the sorted facts (each task holds one). Two
+    frames are persisted (each read twice); they are appended to ``cached`` when
+    given, for the caller to unpersist once the rows are written.
     """
-    if depth < 1:
-        raise ConfigError(f"tree.depth must be at least 1, got {depth}")
     if threshold < 1:
         raise ConfigError(f"tree.subtree_threshold must be at least 1, got {threshold}")
-    facts = distinct_facts(tokens).persist(StorageLevel.MEMORY_AND_DISK)
-    stats = prefix_stats(explode_prefixes(facts, depth), depth, threshold).persist(
+    if max_subtree_tokens < 1:
+        raise ConfigError(f"tree.max_subtree_tokens must be at least 1, got {max_subtree_tokens}")
+    facts = sorted_facts(tokens, max(1, partitions)).persist(StorageLevel.MEMORY_AND_DISK)
+    edges = edge_counts(facts)
+    shares = facts.mapInArrow(_row_shares_fn(threshold, max_subtree_tokens, edges), ROW_SHARES).persist(
         StorageLevel.MEMORY_AND_DISK
     )
     if cached is not None:
-        cached.extend((facts, stats))
-    kids = children_of_expanded(stats)
-
-    grouped_children = kids.groupBy("parent").agg(
-        F.sort_array(
-            F.collect_list(F.struct(F.col("token").alias("token"), F.col("leaves").alias("leaves")))
-        ).alias("children")
-    )
-    expanded_rows = (
-        stats.where("expanded")
-        .select("prefix", "depth", "leaves", "ends")
-        .join(grouped_children.withColumnRenamed("parent", "prefix"), "prefix", "inner")
-        .mapInArrow(_encode_expanded_batches, ROWS)
-    )
-
-    roots = kids.where(~F.col("expanded")).select("prefix").unionByName(
-        stats.where((F.col("depth") == 0) & ~F.col("expanded")).select("prefix")
-    )
-    subtree_rows = (
-        explode_prefixes(facts, depth)
-        .join(roots, "prefix", "left_semi")
-        .select(
-            "prefix",
-            "k",
-            F.expr("slice(token_ids, k + 1, n - k)").alias("suffix"),
-        )
+        cached.extend((facts, shares))
+    whole = shares.where(F.col("share") == WHOLE).select("prefix", "node", "depth", "leaves")
+    merged = (
+        shares.where(F.col("share") != WHOLE)
         .groupBy("prefix")
         .agg(
-            F.min("k").alias("depth"),
-            F.count(F.lit(1)).alias("leaves"),
-            F.collect_list("suffix").alias("suffixes"),
+            F.first("depth").alias("depth"),
+            F.sum("leaves").alias("leaves"),
+            F.collect_list(F.struct("share", "ends", "child_tokens", "child_leaves", "suffixes")).alias("shares"),
         )
-        .mapInArrow(_encode_subtree_batches, ROWS)
+        .mapInArrow(_merge_shares_fn, ROWS)
     )
-    return expanded_rows.unionByName(subtree_rows)
+    return whole.unionByName(merged)
+
+
+def partitions_for(facts: int, facts_per_partition: int, parallelism: int) -> int:
+    """Range partitions for ``facts`` valid facts: at most ``facts_per_partition`` each,
+    and at least one per core."""
+    return max(parallelism, math.ceil(facts / max(1, facts_per_partition)), 1)
 
 
 def input_counts(tokens: DataFrame) -> dict[str, Any]:
@@ -237,44 +424,43 @@ def input_counts(tokens: DataFrame) -> dict[str, Any]:
     return {"facts": total, "rejected": sum(rejected.values()), "rejected_by_reason": rejected}
 
 
-def output_counts(rows: DataFrame, depth: int, threshold: int) -> dict[str, Any]:
-    """Counts of a written rows dataset (kinds follow from the cut rule)."""
-    expanded = is_expanded(depth, threshold)
+def output_counts(rows: DataFrame) -> dict[str, Any]:
+    """Counts and sizes of a written rows dataset."""
+    size = F.length("prefix") + F.length("node")
     agg = rows.agg(
         F.count(F.lit(1)).alias("rows"),
-        F.sum(expanded.cast("long")).alias("expanded"),
         F.sum(F.when(F.col("depth") == 0, F.col("leaves"))).alias("distinct_facts"),
-        F.sum(F.length("prefix") + F.length("node")).alias("bytes"),
+        F.sum(size).alias("bytes"),
         F.sum(F.length("node")).alias("node_bytes"),
+        F.max(size).alias("largest_row_bytes"),
+        F.percentile_approx(size, 0.99).alias("p99_row_bytes"),
         F.max("depth").alias("max_depth"),
     ).collect()[0]
-    n_rows = int(agg["rows"] or 0)
-    n_expanded = int(agg["expanded"] or 0)
-    return {
-        "rows": n_rows,
-        "rows_by_kind": {"expanded": n_expanded, "subtree": n_rows - n_expanded},
-        "distinct_facts": int(agg["distinct_facts"] or 0),
-        "bytes": int(agg["bytes"] or 0),
-        "node_bytes": int(agg["node_bytes"] or 0),
-        "max_depth": int(agg["max_depth"] or 0),
-    }
+    return {key: int(agg[key] or 0) for key in
+            ("rows", "distinct_facts", "bytes", "node_bytes", "largest_row_bytes", "p99_row_bytes", "max_depth")}
 
 
 def run(spark: SparkSession, cfg: Config) -> dict:
     """Build the rows of every configured vocabulary; returns counts per vocabulary."""
-    depth, threshold = cfg.tree.depth, cfg.tree.subtree_threshold
-    result: dict[str, Any] = {"depth": depth, "subtree_threshold": threshold,
+    tree = cfg.tree
+    result: dict[str, Any] = {"subtree_threshold": tree.subtree_threshold,
+                              "max_subtree_tokens": tree.max_subtree_tokens,
                               "format_version": fmt.FORMAT_VERSION, "vocabularies": {}}
     for vocab in cfg.tokenize.vocabularies:
         src = cfg.stage_dir("tokenize") / vocab.name / "tokens"
         out = cfg.stage_dir(STAGE) / vocab.name / "rows"
         tokens = spark.read.parquet(str(src))
         counts = input_counts(tokens)
+        partitions = partitions_for(counts["facts"] - counts["rejected"], tree.facts_per_partition,
+                                    spark.sparkContext.defaultParallelism)
         cached: list[DataFrame] = []
-        prefix_rows(tokens, depth, threshold, cached).write.mode("overwrite").parquet(str(out))
+        prefix_rows(tokens, tree.subtree_threshold, tree.max_subtree_tokens, partitions, cached).write.mode(
+            "overwrite"
+        ).parquet(str(out))
         for frame in cached:
             frame.unpersist()
-        counts.update(output_counts(spark.read.parquet(str(out)), depth, threshold))
+        counts.update(output_counts(spark.read.parquet(str(out))))
+        counts["partitions"] = partitions
         counts["rows_per_fact"] = counts["rows"] / max(counts["distinct_facts"], 1)
         counts["bytes_per_fact"] = counts["bytes"] / max(counts["distinct_facts"], 1)
         counts["duplicate_facts"] = counts["facts"] - counts["rejected"] - counts["distinct_facts"]

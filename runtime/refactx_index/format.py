@@ -217,14 +217,24 @@ def encode_subtree_flat(
     which is what the Spark encoder feeds it from an Arrow list column), sort it, then
     derive each BFS level from the longest common prefix of neighbouring rows.
     """
-    values = np.asarray(values, dtype=np.int64)
     offsets = np.asarray(offsets, dtype=np.int64)
-    lengths = np.diff(offsets)
+    return encode_subtree_ranges(values, offsets[:-1], offsets[1:], compress=compress)
+
+
+def encode_subtree_ranges(
+    values: np.ndarray, starts: np.ndarray, stops: np.ndarray, *, compress: bool = True
+) -> bytes:
+    """``encode_subtree`` over suffixes ``values[starts[i]:stops[i]]`` (ranges need not touch:
+    the prefix rows job passes each fact's tokens after the row's prefix)."""
+    values = np.asarray(values)
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(stops, dtype=np.int64) - starts
     width = int(lengths.max()) if lengths.size else 0
     mat = np.full((lengths.size, width), -1, dtype=np.int64)
     if width:
-        mask = np.arange(width)[None, :] < lengths[:, None]
-        mat[mask] = values[offsets[0] : offsets[-1]]
+        cols = np.arange(width)
+        mask = cols[None, :] < lengths[:, None]
+        mat[mask] = values[(starts[:, None] + cols[None, :])[mask]]
     return _encode_suffix_matrix(mat, lengths, compress)
 
 

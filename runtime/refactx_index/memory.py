@@ -43,32 +43,45 @@ _RECORD = struct.Struct("<II")
 DEFAULT_CACHE_BYTES = 64 << 20
 
 
+DEFAULT_SUBTREE_THRESHOLD = 64
+DEFAULT_MAX_SUBTREE_TOKENS = 4096
+
+
 def build_rows(
-    sequences: Iterable[Sequence[int]], depth: int, threshold: int
+    sequences: Iterable[Sequence[int]],
+    *,
+    threshold: int = DEFAULT_SUBTREE_THRESHOLD,
+    max_subtree_tokens: int = DEFAULT_MAX_SUBTREE_TOKENS,
 ) -> dict[bytes, bytes]:
     """The rows ``{prefix key: fragment}`` of the tree of ``sequences`` under the cut rule.
 
-    A prefix with more than ``threshold`` facts below it and shorter than ``depth``
-    tokens is expanded one level (its children are external rows); any other row
-    stores its whole subtree. Duplicate sequences collapse. This is the reference
-    the Spark job must agree with, row for row.
+    A prefix is *expanded* (its row lists its children, each an external row of its
+    own) when more than ``threshold`` facts lie below it or their tokens after the
+    prefix number more than ``max_subtree_tokens``; any other row stores its whole
+    subtree, so every row is bounded by facts and bytes at any depth. Duplicate
+    sequences collapse. This is the reference the Spark job must agree with, row for row.
     """
-    if depth < 0:
-        raise ValueError("depth must be >= 0")
     if threshold < 1:
         raise ValueError("threshold must be >= 1")
+    if max_subtree_tokens < 1:
+        raise ValueError("max_subtree_tokens must be >= 1")
     seqs = sorted({tuple(int(t) for t in s) for s in sequences})
     if not seqs:
         raise ValueError("an index needs at least one fact")
     if len(seqs[0]) == 0:
         raise ValueError("a fact must have at least one token")
+    lengths = [len(s) for s in seqs]
+    total = [0]
+    for n in lengths:
+        total.append(total[-1] + n)
     rows: dict[bytes, bytes] = {}
     # explicit stack: (lo, hi, d) -- seqs[lo:hi] share their first d tokens
     stack = [(0, len(seqs), 0)]
     while stack:
         lo, hi, d = stack.pop()
         key = encode_prefix(seqs[lo][:d])
-        if hi - lo <= threshold or d >= depth:
+        below_tokens = total[hi] - total[lo] - d * (hi - lo)
+        if hi - lo <= threshold and below_tokens <= max_subtree_tokens:
             rows[key] = encode_subtree([s[d:] for s in seqs[lo:hi]])
             continue
         ends = len(seqs[lo]) == d  # sorted: the prefix itself comes first
@@ -86,6 +99,11 @@ def build_rows(
             i = j
         rows[key] = encode_children(toks, counts, ends)
     return rows
+
+
+def deepest_row(rows: Iterable[bytes]) -> int:
+    """The longest row prefix, in tokens (a lookup from the root never needs rows deeper)."""
+    return max((len(k) // 4 for k in rows), default=0)
 
 
 def encode_texts(tokenizer: object, texts: Sequence[str]) -> list[list[int]]:
@@ -125,21 +143,21 @@ class MemoryTreeIndex(RowTreeIndex):
         tokenizer: str = "",
         tokenizer_hash: str = "",
         vocab_size: int = 0,
-        depth: int = 8,
-        threshold: int = 64,
+        threshold: int = DEFAULT_SUBTREE_THRESHOLD,
+        max_subtree_tokens: int = DEFAULT_MAX_SUBTREE_TOKENS,
         fact_prefix: str = " ",
         fact_suffix: str = "",
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> "MemoryTreeIndex":
         """An index of token sequences (already tokenized facts)."""
         seqs = {tuple(int(t) for t in s) for s in sequences}
-        rows = build_rows(seqs, depth, threshold)
+        rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
         info = IndexInfo(
             name=name,
             tokenizer=tokenizer,
             tokenizer_hash=tokenizer_hash,
             vocab_size=vocab_size,
-            depth=depth,
+            depth=deepest_row(rows),
             subtree_threshold=threshold,
             format_version=FORMAT_VERSION,
             fact_prefix=fact_prefix,
@@ -158,8 +176,8 @@ class MemoryTreeIndex(RowTreeIndex):
         name: str = "memory",
         fact_prefix: str = " ",
         fact_suffix: str = "",
-        depth: int = 8,
-        threshold: int = 64,
+        threshold: int = DEFAULT_SUBTREE_THRESHOLD,
+        max_subtree_tokens: int = DEFAULT_MAX_SUBTREE_TOKENS,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> "MemoryTreeIndex":
         """Tokenize ``fact_prefix + fact + fact_suffix`` for each fact text, exactly as the
@@ -196,8 +214,8 @@ class MemoryTreeIndex(RowTreeIndex):
             tokenizer=vocab_name,
             tokenizer_hash=digest,
             vocab_size=vocabulary_size(tokenizer),
-            depth=depth,
             threshold=threshold,
+            max_subtree_tokens=max_subtree_tokens,
             fact_prefix=fact_prefix,
             fact_suffix=fact_suffix,
             cache_bytes=cache_bytes,
