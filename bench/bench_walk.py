@@ -10,8 +10,10 @@ T=64) and loaded into a fresh PostgreSQL database.
 Walk: ``--walks`` (default 300) facts, each step choosing a child with probability
 proportional to its leaf count, until a fact ends; default cache (256 MB), opened cold.
 Per step it times (1) ``next_tokens(prefix)`` from the root, (2) a cursor advanced by
-the chosen token (``advance`` + ``next_tokens``), (3) the matcher's step as generation
-runs it (``FactMatcher.step_batch`` for one row: cursor, net of generated facts).
+the chosen token (``advance`` + ``next_tokens``) fetching only the row it reaches
+(``prefetch_leaves=0``), (3) the same cursor fetching every row below a node of at most
+``PREFETCH_LEAVES`` facts in the same round trip (the default), (4) the matcher's step as
+generation runs it (``FactMatcher.step_batch`` for one row: cursor, net of generated facts).
 Prints mean / p50 / p99 per step and round trips.
 
 Run: .venv/bin/python bench/bench_walk.py [--facts 1000000] [--walks 300] [--dsn postgresql://...]
@@ -92,6 +94,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures here too")
     args = parser.parse_args()
 
+    from refactx_index.index import PREFETCH_LEAVES
     from refactx_index.matcher import FactMatcher
     from refactx_index.pg import open_index
     from refactx_index.vocab import encode_facts, open_tokenizer
@@ -125,8 +128,10 @@ def main() -> None:
                     path.append(t)
                     cur = index.advance(cur, t)
                 walks.append(path)
-        for method in ("from_root", "cursor", "matcher"):
-            with open_index(dsn, "walk") as index:  # cold cache for each method
+        for method in ("from_root", "cursor_row_only", "cursor", "matcher"):
+            # cold cache for each method; the row-only cursor never fetches the rows below
+            prefetch = 0 if method == "cursor_row_only" else PREFETCH_LEAVES
+            with open_index(dsn, "walk", prefetch_leaves=prefetch) as index:
                 samples: list[float] = []
                 matcher = FactMatcher(index, [(0,)], [1])
                 for path in walks:
@@ -135,7 +140,7 @@ def main() -> None:
                             t0 = time.perf_counter()
                             index.next_tokens(path[:j])
                             samples.append(time.perf_counter() - t0)
-                    elif method == "cursor":
+                    elif method.startswith("cursor"):
                         t0 = time.perf_counter()
                         cur = index.root()
                         cur.next_tokens()

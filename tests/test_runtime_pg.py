@@ -74,6 +74,38 @@ def test_batch_is_one_round_trip_and_warm_needs_none(pg_dsn):
         assert index.cache.hits > 0 and index.cache.nbytes <= index.cache.max_bytes
 
 
+def walk_cold(index, fact):
+    """Walk ``fact`` with cursors from a cold cache; the answers met on the way."""
+    build = index._serving()
+    build.cache.clear()
+    build.ahead.clear()
+    cur, answers = index.root(), []
+    for tok in fact:
+        answers.append(as_dict(cur.next_tokens()))
+        cur = index.advance(cur, tok)
+    answers.append(as_dict(cur.next_tokens()))
+    return answers
+
+
+def test_a_cursor_fetches_a_small_subtree_whole(pg_dsn):
+    seqs = random_sequences(seed=11, n=500)
+    load_tree(pg_dsn, "kg", seqs, threshold=1)  # every fact in a row of its own: deep chains of rows
+    sample = sorted(seqs)[::25]
+    expected = [[expected_next(seqs, f[:k]) for k in range(len(f) + 1)] for f in sample]
+    trips = {}
+    for prefetch in (0, 40, 10**9):
+        with open_index(pg_dsn, "kg", prefetch_leaves=prefetch) as index:
+            per_fact = []
+            for fact, want in zip(sample, expected):
+                before = index.stats.round_trips
+                assert walk_cold(index, fact) == want, (prefetch, fact)
+                per_fact.append(index.stats.round_trips - before)
+            trips[prefetch] = per_fact
+    # unbounded: the root, then everything below the first external node in one statement
+    assert all(t <= 2 for t in trips[10**9])
+    assert sum(trips[10**9]) < sum(trips[40]) < sum(trips[0])
+
+
 def test_cache_bound_holds_and_answers_stay_right(pg_dsn):
     seqs = random_sequences(seed=3, n=400)
     load_tree(pg_dsn, "kg", seqs, threshold=1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from .errors import FormatError
@@ -60,7 +60,7 @@ class IndexInfo:
     tokenizer: str
     tokenizer_hash: str
     vocab_size: int
-    depth: int
+    depth: int  # the deepest row's prefix length: a lookup from the root fetches no deeper
     subtree_threshold: int
     format_version: int
     fact_prefix: str = " "
@@ -115,6 +115,29 @@ def fragment_nbytes(frag: "Fragment") -> int:
 
 _TOKEN = struct.Struct(">I")
 
+# A cursor reaching an external node with at most this many facts below fetches every row
+# below it in the same round trip (a few kB to ~100 kB): the rest of the fact's walk then
+# needs no more round trips. Above it, only the row itself (the subtree may be huge).
+PREFETCH_LEAVES = 2048
+AHEAD_CACHE_BYTES = 16 << 20
+
+
+def _ahead_cache(max_bytes: int) -> "ByteLRUCache[bytes, bytes]":
+    from .cache import ByteLRUCache
+
+    return ByteLRUCache(max_bytes, len)
+
+
+def key_successor(key: bytes) -> bytes | None:
+    """The least key above every key that starts with ``key`` (None: there is none)."""
+    b = bytearray(key)
+    while b:
+        if b[-1] < 0xFF:
+            b[-1] += 1
+            return bytes(b)
+        b.pop()
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class Cursor:
@@ -163,6 +186,10 @@ class ServedBuild:
     info: IndexInfo
     cache: "ByteLRUCache[bytes, Fragment]"
     fetch_rows: Callable[[list[bytes]], Mapping[bytes, bytes]]
+    # every row whose prefix starts with one of the keys, in one round trip (None: not offered)
+    fetch_below: Callable[[list[bytes]], Mapping[bytes, bytes]] | None = None
+    # rows fetched ahead by fetch_below, kept as stored bytes until a walk reaches them
+    ahead: "ByteLRUCache[bytes, bytes]" = field(default_factory=lambda: _ahead_cache(AHEAD_CACHE_BYTES))
 
 
 class _Need:
@@ -181,14 +208,15 @@ class RowTreeIndex:
 
     * :meth:`next_tokens_batch` walks each prefix from the root. A lookup that misses
       a row fetches, in one call, every row its prefix may still need (the keys
-      ``prefix[:i]`` from the missing one up to the depth ``D``); keys with no row do
+      ``prefix[:i]`` from the missing one down to the deepest row); keys with no row do
       not come back, and only the rows the walk reaches are decoded.
     * :meth:`advance_batch` moves cursors by one token each: only the rows of the
       external nodes just reached are needed, all fetched in one call.
     """
 
-    def __init__(self, build: ServedBuild) -> None:
+    def __init__(self, build: ServedBuild, *, prefetch_leaves: int = PREFETCH_LEAVES) -> None:
         self._build = build
+        self.prefetch_leaves = prefetch_leaves
         self.stats = LookupStats()
 
     # ------------------------------------------------------------------ interface
@@ -209,6 +237,28 @@ class RowTreeIndex:
         found = build.fetch_rows(keys)
         self.stats.rows_fetched += len(found)
         return found
+
+    def _fetch_below(self, build: ServedBuild, keys: list[bytes]) -> Mapping[bytes, bytes]:
+        """The rows of ``keys`` and every row below them; the ones not asked for wait in
+        ``build.ahead``, undecoded, until a walk reaches them."""
+        self.stats.round_trips += 1
+        assert build.fetch_below is not None
+        found = build.fetch_below(keys)
+        self.stats.rows_fetched += len(found)
+        wanted = set(keys)
+        for key, node in found.items():
+            if key not in wanted and key not in build.cache:
+                build.ahead.put(key, node)
+        return found
+
+    def _cached(self, build: ServedBuild, key: bytes) -> "Fragment | None":
+        """A decoded row from the cache, or a row fetched ahead (decoded now), or None."""
+        frag = build.cache.get(key)
+        if frag is None:
+            node = build.ahead.get(key)
+            if node is not None:
+                frag = self._decode(build, key, node)
+        return frag
 
     def _decode(self, build: ServedBuild, key: bytes, node: bytes) -> "Fragment":
         frag = decode_row(node)
@@ -282,6 +332,7 @@ class RowTreeIndex:
         out: list[Cursor | None] = [None] * len(moves)
         # rows to fetch, per build: cursors stay on the build they started on
         need: dict[ServedBuild, dict[bytes, list[int]]] = {}
+        small: set[bytes] = set()  # keys whose whole subtree comes in the same round trip
         self.stats.lookups += len(moves)
         serving = None
         for i, (cur, tok) in enumerate(moves):
@@ -297,13 +348,23 @@ class RowTreeIndex:
                 if not cur.frag.external[child]:
                     out[i] = Cursor(cur.frag, child, key, build)
                     continue
-            frag = build.cache.get(key)
+            frag = self._cached(build, key)
             if frag is not None:
                 out[i] = Cursor(frag, 0, key, build)
-            else:
-                need.setdefault(build, {}).setdefault(key, []).append(i)
+                continue
+            # a small subtree (its facts known from the parent's external node) comes whole
+            if (cur is not None and build.fetch_below is not None
+                    and int(cur.frag.leaves[child]) <= self.prefetch_leaves):
+                small.add(key)
+            need.setdefault(build, {}).setdefault(key, []).append(i)
         for build, wanted in need.items():
-            found = self._fetch(build, sorted(wanted))
+            found: dict[bytes, bytes] = {}
+            whole = sorted(k for k in wanted if k in small)
+            single = sorted(k for k in wanted if k not in small)
+            if whole:
+                found.update(self._fetch_below(build, whole))
+            if single:
+                found.update(self._fetch(build, single))
             for key, slots in wanted.items():
                 node = found.get(key)
                 if node is None:
@@ -324,7 +385,7 @@ class RowTreeIndex:
     def _row(self, build: ServedBuild, key: bytes, fetched: dict[bytes, "Fragment | bytes"]) -> "Fragment | None":
         frag = fetched.get(key)
         if frag is None:
-            return build.cache.get(key)
+            return self._cached(build, key)
         if isinstance(frag, bytes):  # fetched by this call, decoded when first reached
             frag = fetched[key] = self._decode(build, key, frag)
         return frag

@@ -36,7 +36,16 @@ from .errors import (
     QueryTimeout,
 )
 from .format import READABLE_VERSIONS
-from .index import IndexInfo, NextTokens, RowTreeIndex, ServedBuild, check_vocabulary, fragment_nbytes
+from .index import (
+    IndexInfo,
+    NextTokens,
+    RowTreeIndex,
+    ServedBuild,
+    check_vocabulary,
+    PREFETCH_LEAVES,
+    fragment_nbytes,
+    key_successor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +76,7 @@ def open_index(
     connect_timeout_s: float = 10.0,
     follow: bool = True,
     check_interval_s: float = 30.0,
+    prefetch_leaves: int = PREFETCH_LEAVES,
 ) -> "PgTreeIndex":
     """Open the build that serves ``name`` (see ``{schema}.active``).
 
@@ -77,6 +87,8 @@ def open_index(
     written in another format version, :class:`DatabaseUnavailable` when the server
     cannot be reached within ``connect_timeout_s``. ``follow``: switch to a newly activated
     build by itself (``LISTEN``, plus a catalog check every ``check_interval_s``).
+    ``prefetch_leaves``: a cursor reaching a row with at most this many facts below it
+    fetches every row below in the same round trip (0: only the row itself).
     """
     from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -114,7 +126,7 @@ def open_index(
     try:
         index = PgTreeIndex(pool, name, schema=schema, cache_bytes=cache_bytes,
                             statement_timeout_ms=statement_timeout_ms,
-                            connect_timeout_s=connect_timeout_s)
+                            connect_timeout_s=connect_timeout_s, prefetch_leaves=prefetch_leaves)
         check_vocabulary(index.info, tokenizer)
         if follow:
             index.follow_activations(dsn, check_interval_s)
@@ -136,6 +148,7 @@ class PgTreeIndex(RowTreeIndex):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         connect_timeout_s: float = 10.0,
+        prefetch_leaves: int = PREFETCH_LEAVES,
     ) -> None:
         self._pool = pool
         self._name = name
@@ -145,7 +158,7 @@ class PgTreeIndex(RowTreeIndex):
         self._cache_bytes = cache_bytes
         self._switched = threading.Condition()  # held while switching; notified after
         self._follower: _ActivationFollower | None = None
-        super().__init__(self._read_served())
+        super().__init__(self._read_served(), prefetch_leaves=prefetch_leaves)
 
     # ------------------------------------------------------------------ catalog
     def _read_served(self) -> ServedBuild:
@@ -185,9 +198,15 @@ class PgTreeIndex(RowTreeIndex):
             sql.Identifier(self._schema), sql.Identifier(table)
         )
 
-        def fetch_rows(keys: list[bytes]) -> dict[bytes, bytes]:
+        # every row below each key: one primary-key range scan per key ([key, successor))
+        below_query = sql.SQL(
+            "SELECT t.prefix, t.node FROM unnest(%s::bytea[], %s::bytea[]) AS r(lo, hi) "
+            "JOIN {}.{} AS t ON t.prefix >= r.lo AND t.prefix < r.hi"
+        ).format(sql.Identifier(self._schema), sql.Identifier(table))
+
+        def run(query: Any, params: tuple) -> dict[bytes, bytes]:
             try:
-                found = self._execute(rows_query, (keys,), binary=True)
+                found = self._execute(query, params, binary=True)
             except DatabaseError as exc:
                 if exc.sqlstate == "42P01":  # the build's table is gone: retention dropped it
                     raise BuildRetired(
@@ -198,7 +217,19 @@ class PgTreeIndex(RowTreeIndex):
                 raise
             return {bytes(k): bytes(v) for k, v in found}
 
-        return ServedBuild(info, ByteLRUCache(self._cache_bytes, fragment_nbytes), fetch_rows)
+        def fetch_rows(keys: list[bytes]) -> dict[bytes, bytes]:
+            return run(rows_query, (keys,))
+
+        def fetch_below(keys: list[bytes]) -> dict[bytes, bytes]:
+            bounded = [(k, key_successor(k)) for k in keys]
+            found = run(rows_query, ([k for k, hi in bounded if hi is None],)) if any(
+                hi is None for _, hi in bounded) else {}
+            ranges = [(k, hi) for k, hi in bounded if hi is not None]
+            if ranges:
+                found.update(run(below_query, ([k for k, _ in ranges], [hi for _, hi in ranges])))
+            return found
+
+        return ServedBuild(info, ByteLRUCache(self._cache_bytes, fragment_nbytes), fetch_rows, fetch_below)
 
     def refresh(self) -> bool:
         """Re-read the catalog; if another build became active, serve it from the next lookup
