@@ -91,6 +91,10 @@ def main() -> None:
     parser.add_argument("--walks", type=int, default=300)
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="a server where a scratch database may be created and dropped")
+    parser.add_argument("--threshold", type=int, default=64, help="tree.subtree_threshold (T)")
+    parser.add_argument("--max-tokens", type=int, default=4096, help="tree.max_subtree_tokens (B)")
+    parser.add_argument("--prefetch-leaves", type=int, default=None,
+                        help="the cursor's prefetch_leaves (default: the runtime's PREFETCH_LEAVES)")
     parser.add_argument("--json", help="write the figures here too")
     args = parser.parse_args()
 
@@ -113,7 +117,8 @@ def main() -> None:
     results: dict[str, dict] = {}
     with fresh_database(args.dsn, "refactx_bench_walk") as dsn:
         started = time.perf_counter()
-        load_tree(dsn, "walk", seqs, threshold=64, vocab_size=151_665)
+        load_tree(dsn, "walk", seqs, threshold=args.threshold, max_subtree_tokens=args.max_tokens,
+                  vocab_size=151_665)
         print(f"rows built and loaded in {time.perf_counter() - started:.0f} s", flush=True)
         # the walks: token choices drawn once, replayed identically by every method
         with open_index(dsn, "walk") as index:
@@ -130,7 +135,7 @@ def main() -> None:
                 walks.append(path)
         for method in ("from_root", "cursor_row_only", "cursor", "matcher"):
             # cold cache for each method; the row-only cursor never fetches the rows below
-            prefetch = 0 if method == "cursor_row_only" else PREFETCH_LEAVES
+            prefetch = 0 if method == "cursor_row_only" else (args.prefetch_leaves or PREFETCH_LEAVES)
             with open_index(dsn, "walk", prefetch_leaves=prefetch) as index:
                 samples: list[float] = []
                 matcher = FactMatcher(index, [(0,)], [1])
@@ -167,7 +172,9 @@ def main() -> None:
         print(f"{method:<12}{r['mean_us']:>8.1f}us{r['p50_us']:>8.1f}us{r['p99_us']:>8.1f}us{r['steps']:>8}"
               f"{r['round_trips']:>13}{r['rows_decoded']:>9}{base / r['mean_us']:>8.1f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps({"facts": len(seqs), "mean_tokens": mean_len, **results}, indent=2))
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"facts": len(seqs), "mean_tokens": mean_len, "threshold": args.threshold,
+                                               "max_subtree_tokens": args.max_tokens, **results}, indent=2))
 
 
 if __name__ == "__main__":

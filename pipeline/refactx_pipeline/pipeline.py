@@ -58,7 +58,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("verbalize", "refactx_pipeline.verbalize", "Verbalize statements and descriptions into facts"),
     # the module is not "tokenize": run as a script it would shadow the stdlib module
     Stage("tokenize", "refactx_pipeline.tokenize_facts", "Tokenize the facts for every vocabulary"),
-    Stage("prefix_rows", "refactx_pipeline.prefix_rows", "Prefix rows: each vocabulary's tree by group-by"),
+    Stage("prefix_rows", "refactx_pipeline.prefix_rows", "Prefix rows: each vocabulary's tree, sorted and cut into bounded rows"),
     Stage("load", "refactx_pipeline.load", "COPY prefix rows into a new PostgreSQL partition",
           needs_spark=False, needs_database=True),
     Stage("validate", "refactx_pipeline.validate", "Validate loaded builds before activation",
