@@ -18,6 +18,8 @@ run history: ``runs.py``)::
 - Spark stages run through ``SparkSubmitOperator`` (``refactx_pipeline/submit.py <stage>``);
   the stages that need no Spark (load, activate) run as Python tasks. Airflow owns retries:
   Spark's own application re-attempts are off.
+- The load task returns the build it made (XCom); the branch's validate and activate are
+  handed it (``--build-id <vocabulary>=<id>``), so they work on that build and no other.
 - ``record_run``: the run's counts into the catalog's ``runs`` table (``refactx-index builds``);
   it fails the run when a vocabulary was not activated.
 
@@ -59,6 +61,8 @@ DAG_ID = "refactx_build"
 # Jinja expressions of what earlier tasks of the run handed on
 FOUND = "ti.xcom_pull(task_ids='find_dump')"  # {config, dump_date, dumps}
 BRANCH = "ti.xcom_pull(task_ids='vocabularies')[ti.map_index]"  # {name, vocabulary, counts_file}
+# {vocabulary: build id} of this branch's load
+LOADED = "ti.xcom_pull(task_ids='vocabulary.load', map_indexes=ti.map_index)"
 
 
 def spark_submit() -> str:
@@ -76,8 +80,9 @@ def schedule() -> str | None:
 
 
 def stage_args(stage: str, branch: bool) -> list[str]:
-    """The stage's arguments: the run's config file and dump, and in a branch its vocabulary
-    (``--set`` comes last in Config.load, so it wins over the file and the environment)."""
+    """The stage's arguments: the run's config file and dump, in a branch its
+    vocabulary, and for validate and activate the build the branch's load made (``--set``
+    comes last in Config.load, so it wins over the file and the environment)."""
     args = [
         stage,
         "--config", f"{{{{ {FOUND}['config'] }}}}",
@@ -90,15 +95,18 @@ def stage_args(stage: str, branch: bool) -> list[str]:
             # branches share the stage directories: each writes counts.<vocabulary>.json there
             "--set", f"paths.counts_file={{{{ {BRANCH}['counts_file'] }}}}",
         ]
+    if pipeline_stage(stage).takes_builds:
+        args += ["--build-id", f"{{{{ {BRANCH}['name'] }}}}={{{{ {LOADED}[{BRANCH}['name']] }}}}"]
     return args
 
 
 @task
-def run_stage(stage: str, argv: list[str]) -> None:
-    """A stage that needs no Spark, in the task's own process (``Stage.needs_spark`` False)."""
-    from refactx_pipeline.pipeline import run_stage_main
+def run_stage(stage: str, argv: list[str]) -> dict | None:
+    """A stage that needs no Spark, in the task's own process (``Stage.needs_spark`` False);
+    returns (XCom) what the branch's later tasks are handed: the load's build ids."""
+    from refactx_pipeline.dagtasks import run_stage as run
 
-    run_stage_main(stage, argv)
+    return run(stage, argv)
 
 
 def stage_task(stage: str, branch: bool = False, **task_args):

@@ -124,6 +124,11 @@ def test_dump_sensor_and_one_branch_per_vocabulary(pg_dsn, tmp_path):
             counts = json.loads((build / FIRST / stage / f"counts.{vocab}.json").read_text())
             if stage in ("load", "validate", "activate"):
                 assert list(counts["vocabularies"]) == [vocab], (stage, counts)
+        # validate and activate worked on the build their branch's load made (handed by XCom)
+        loaded = json.loads((build / FIRST / "load" / f"counts.{vocab}.json").read_text())["build_ids"][vocab]
+        for stage in ("validate", "activate"):
+            counts = json.loads((build / FIRST / stage / f"counts.{vocab}.json").read_text())
+            assert counts["vocabularies"][vocab]["build_id"] == loaded, (stage, counts)
     assert served(pg_dsn) == {f"wikidata-{v}": ("active", FIRST) for v in VOCABULARIES}
 
     # 2. the second dump completes; gpt2's tokenizer is broken for this run

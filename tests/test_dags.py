@@ -90,26 +90,33 @@ def dagbag(monkeypatch):
     return parse_dags(monkeypatch)
 
 
+RUN_ID = "scheduled__2026-01-05T00:00:00+00:00"
+
+
 class RunTaskInstance:
     """What the templates read of a running task instance: its map index and the XComs of
-    find_dump and vocabularies."""
+    find_dump, vocabularies and (per map index) the branch's load."""
 
     def __init__(self, xcoms: dict, map_index: int = -1):
         self.xcoms, self.map_index = xcoms, map_index
 
-    def xcom_pull(self, task_ids: str, key: str = "return_value", **_):
+    def xcom_pull(self, task_ids: str, key: str = "return_value", map_indexes=None, **_):
         assert key == "return_value"
-        return self.xcoms[task_ids]
+        value = self.xcoms[task_ids]
+        return value if map_indexes is None else value[map_indexes]
 
 
 def run_xcoms(config: Path, dump_date: str = "20260105") -> dict:
-    """The XComs find_dump and vocabularies push for ``config`` (their real code)."""
+    """The XComs find_dump and vocabularies push for ``config`` (their real code), and the
+    build ids each branch's load would return (ids 41, 42...)."""
     from refactx_pipeline.dagtasks import branches
 
+    vocabularies = branches(str(config))
     return {
         "find_dump": {"config": str(config), "dump_date": dump_date,
                       "dumps": [f"/data/dumps/wikidata/{dump_date}/wikidata-{dump_date}-truthy-BETA.nt.bz2"]},
-        "vocabularies": branches(str(config)),
+        "vocabularies": vocabularies,
+        "vocabulary.load": [{b["name"]: 41 + i} for i, b in enumerate(vocabularies)],
     }
 
 
@@ -117,7 +124,7 @@ def rendered(task, xcoms: dict, map_index: int = -1):
     """A copy of ``task`` with every templated field rendered (rendering mutates in place)."""
     ti = RunTaskInstance(xcoms, map_index)
     task = copy.deepcopy(task)
-    task.render_template_fields({"ti": ti, "task_instance": ti, "params": {}})
+    task.render_template_fields({"ti": ti, "task_instance": ti, "params": {}, "run_id": RUN_ID})
     return task
 
 
@@ -248,16 +255,38 @@ def test_branches_restrict_the_config_to_their_vocabulary(dagbag):
     xcoms = run_xcoms(ROOT / "conf" / "local.toml", "20180101")
     xcoms["vocabularies"] = [*xcoms["vocabularies"], {"name": "gpt2", "vocabulary": "gpt2=/t/gpt2",
                                                        "counts_file": "counts.gpt2.json"}]
+    xcoms["vocabulary.load"] = [{"qwen2.5": 7}, {"gpt2": 8}]
     for index, name in enumerate(["qwen2.5", "gpt2"]):
         task = rendered(dag.get_task("vocabulary.prefix_rows"), xcoms, index)
         assert task.name == f"refactx_prefix_rows_{name}_20180101"
         args = task.application_args
         assert args[0] == "prefix_rows"
-        cfg = config_from_args(add_config_arguments(argparse.ArgumentParser()).parse_args(args[1:]))
+        cfg = config_from_args(add_config_arguments(argparse.ArgumentParser()).parse_known_args(args[1:])[0])
         assert [v.name for v in cfg.tokenize.vocabularies] == [name]
         assert cfg.paths.counts_file == f"counts.{name}.json"
         assert cfg.paths.dump_date == "20180101" and cfg.build_dir().name == "20180101"
         assert cfg.input.dumps == tuple(xcoms["find_dump"]["dumps"])
+
+
+def test_validate_and_activate_are_handed_their_branch_s_build(dagbag):
+    """The load task's XCom (its build per vocabulary) becomes the --build-id of the same
+    branch's validate and activate, parsed by the stages' own parser."""
+    from refactx_pipeline.config import config_from_args
+    from refactx_pipeline.pipeline import parse_build_ids, stage_parser
+
+    dag = dagbag.dags["refactx_build"]
+    xcoms = run_xcoms(ROOT / "conf" / "local.toml", "20180101")
+    xcoms["vocabularies"] = [*xcoms["vocabularies"], {"name": "gpt2", "vocabulary": "gpt2=/t/gpt2",
+                                                       "counts_file": "counts.gpt2.json"}]
+    xcoms["vocabulary.load"] = [{"qwen2.5": 7}, {"gpt2": 8}]
+    for index, (name, build_id) in enumerate([("qwen2.5", 7), ("gpt2", 8)]):
+        for stage in ("validate", "activate"):
+            argv = command(dag.get_task(f"vocabulary.{stage}"), xcoms, index)
+            argv = argv[argv.index(stage) + 1:]
+            args = stage_parser(stage).parse_args(argv)
+            assert parse_build_ids(args.build_id, config_from_args(args)) == {name: build_id}
+        args = stage_parser("load").parse_args(command(dag.get_task("vocabulary.load"), xcoms, index)[2:])
+        assert not hasattr(args, "build_id")
 
 
 def test_sitelinks_runs_only_when_the_config_names_wikipedia_dumps(tmp_path):
@@ -309,6 +338,7 @@ def test_entry_point_reaches_every_stage(stage, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--config" in result.stdout and "--set" in result.stdout
+    assert ("--build-id" in result.stdout) == (stage in ("validate", "activate"))
 
 
 def test_entry_point_prints_its_own_path(tmp_path):

@@ -70,11 +70,11 @@ def build(spark, cfg, dsn, facts=FACTS, *, activate=True) -> int:
 
     write_tokens(spark, cfg, facts)
     prefix_rows.run(spark, cfg)
-    build_id = load.run(None, cfg, dsn)["vocabularies"][VOCAB]["build_id"]
+    build_ids = load.run(None, cfg, dsn)["build_ids"]
     if activate:
-        validate.run(spark, cfg, dsn)
-        activate_job.run(None, cfg, dsn)
-    return build_id
+        validate.run(spark, cfg, dsn, build_ids)
+        activate_job.run(None, cfg, dsn, build_ids)
+    return build_ids[VOCAB]
 
 
 def read_active(dsn, schema, name):
@@ -148,7 +148,7 @@ def test_load_validate_activate_and_switch(spark, cfg, pg_dsn):
 
     assert b["depth"] == deepest_row(build_rows(FACTS, threshold=1)) and b["subtree_threshold"] == 1 and b["format_version"] == fmt.FORMAT_VERSION
     load_counts = json.loads((cfg.stage_dir("load") / "counts.json").read_text())
-    assert load_counts["vocabularies"][VOCAB]["build_id"] == first
+    assert load_counts["vocabularies"][VOCAB]["build_id"] == first and load_counts["build_ids"] == {VOCAB: first}
 
     more = FACTS + [[9, 9, 9]]
     second = build(spark, cfg, pg_dsn, more)
@@ -179,11 +179,11 @@ def test_validation_failure_keeps_previous_build(spark, cfg, pg_dsn):
             (fmt.encode_subtree([[2]]), fmt.encode_prefix([1])),
         )
     with pytest.raises(ValidationFailed, match="leaves"):
-        validate.run(spark, cfg, pg_dsn)
+        validate.run(spark, cfg, pg_dsn, {VOCAB: second})
     b = builds(pg_dsn, schema)[second]
     assert b["status"] == "failed" and "sum(child_leaves)" in b["message"]
     with pytest.raises(LoadError, match="validated"):
-        activate_job.run(None, cfg, pg_dsn)
+        activate_job.run(None, cfg, pg_dsn, {VOCAB: second})
     active, root = read_active(pg_dsn, schema, name)
     assert active == first and root.leaves[0] == len(FACTS)
 
@@ -201,7 +201,7 @@ def test_validation_walk_catches_a_missing_fact(spark, cfg, pg_dsn):
             (fmt.encode_subtree([[2]]), fmt.encode_prefix([6])),
         )
     with pytest.raises(ValidationFailed, match="not in the tree"):
-        validate.run(spark, cfg, pg_dsn)
+        validate.run(spark, cfg, pg_dsn, {VOCAB: build_id})
 
 
 def test_retention_drops_oldest_builds(spark, cfg, pg_dsn):
@@ -288,8 +288,8 @@ def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg,
     b = builds(pg_dsn, schema)
     assert b[killed]["status"] == "failed" and "interrupted" in b[killed]["message"]
     assert f"tree_b{killed}" not in tables(pg_dsn, schema)
-    validate.run(spark, cfg, pg_dsn)
-    activate_job.run(None, cfg, pg_dsn)
+    validate.run(spark, cfg, pg_dsn, {VOCAB: counts["build_id"]})
+    activate_job.run(None, cfg, pg_dsn, {VOCAB: counts["build_id"]})
     active, root = read_active(pg_dsn, schema, name)
     assert active == counts["build_id"] and root.leaves[0] == len(FACTS)
 
@@ -324,3 +324,61 @@ def test_a_second_load_of_a_name_in_flight_is_refused_and_writes_nothing(spark, 
     with pytest.raises(LoadError, match=f"build {first} .*one build per index name"):
         load.run(None, cfg, pg_dsn)
     assert builds(pg_dsn, cfg.pg.schema).keys() == before.keys()  # no build row, no table
+
+
+def test_validate_and_activate_work_on_the_build_they_are_given_and_no_other(spark, cfg, pg_dsn):
+    """The build id is an input of validate and activate (issue 11): none given, one of another
+    index, of another dump date, missing, or in the wrong state is refused with a message that
+    says so, and changes nothing."""
+    from refactx_pipeline import activate as activate_job
+    from refactx_pipeline import validate
+    from refactx_pipeline.pipeline import stage
+    from refactx_index.errors import ConfigError
+
+    cfg = make_cfg(cfg)
+    schema = cfg.pg.schema
+    first = build(spark, cfg, pg_dsn)  # active
+    loaded = build(spark, cfg, pg_dsn, FACTS + [[9, 9, 9]], activate=False)
+    before = builds(pg_dsn, schema)
+    for name in ("validate", "activate"):
+        with pytest.raises(ConfigError, match=f"stage {name} works on the builds a load made.*--build-id"):
+            stage(name).run(cfg, spark=spark, dsn=pg_dsn)
+        with pytest.raises(ConfigError, match="not among the configured vocabularies"):
+            stage(name).run(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: loaded, "other": loaded})
+    with pytest.raises(ConfigError, match="takes no build id"):
+        stage("load").run(cfg, dsn=pg_dsn, build_ids={VOCAB: loaded})
+    with pytest.raises(LoadError, match=r"build 999 \(given for vocabulary toy\) does not exist"):
+        validate.run(spark, cfg, pg_dsn, {VOCAB: 999})
+    other_index = cfg.updated({"pg.index_name": "other-{vocabulary}"})
+    with pytest.raises(LoadError, match=f"build {loaded} .* is a build of index 'wikidata-toy', not of 'other-toy'"):
+        validate.run(spark, other_index, pg_dsn, {VOCAB: loaded})
+    other_dump = cfg.updated({"paths.dump_date": "20990101"})
+    with pytest.raises(LoadError, match="was loaded from wikidata dump sample, this run builds wikidata dump 20990101"):
+        activate_job.run(None, other_dump, pg_dsn, {VOCAB: loaded})
+    with pytest.raises(LoadError, match=f"build {loaded} .* is loaded; activate takes a validated or active build: validate it first"):
+        activate_job.run(None, cfg, pg_dsn, {VOCAB: loaded})
+    with pytest.raises(LoadError, match=f"build {first} .* is active; validate takes a loaded or validated build"):
+        validate.run(spark, cfg, pg_dsn, {VOCAB: first})
+    assert builds(pg_dsn, schema) == before  # nothing changed
+    # the right build goes through
+    validate.run(spark, cfg, pg_dsn, {VOCAB: loaded})
+    assert activate_job.run(None, cfg, pg_dsn, {VOCAB: loaded})[VOCAB]["previous"] == first
+
+
+def test_build_id_arguments():
+    from refactx_pipeline.config import Config
+    from refactx_pipeline.pipeline import parse_build_ids
+    from refactx_index.errors import ConfigError
+
+    one = Config().updated({"tokenize.vocabularies": [VocabularyConfig(name="a", path="")]})
+    two = Config().updated({"tokenize.vocabularies": [VocabularyConfig(name="a", path=""),
+                                                      VocabularyConfig(name="b.2", path="")]})
+    assert parse_build_ids(["7"], one) == {"a": 7}
+    assert parse_build_ids(["a=7"], one) == {"a": 7}
+    assert parse_build_ids(["a=7,b.2=8"], two) == parse_build_ids(["a=7", "b.2=8"], two) == {"a": 7, "b.2": 8}
+    assert parse_build_ids([], two) == {}
+    with pytest.raises(ConfigError, match="names 2 vocabularies"):
+        parse_build_ids(["7"], two)
+    with pytest.raises(ConfigError, match="an integer"):
+        parse_build_ids(["a=seven"], one)
+

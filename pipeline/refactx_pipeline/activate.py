@@ -13,7 +13,7 @@ older ones and builds that never served; a drop waits at most ``pg.lock_timeout_
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Mapping
 
 import psycopg
 from psycopg import sql
@@ -27,6 +27,7 @@ from refactx_index.pg import ACTIVATION_CHANNEL
 log = logging.getLogger(__name__)
 
 STAGE = "activate"
+ACTIVATES = ("validated", "active")  # an active build again: a retried task changes nothing
 
 
 def activate_build(conn: psycopg.Connection, schema: str, build_id: int, *,
@@ -39,7 +40,7 @@ def activate_build(conn: psycopg.Connection, schema: str, build_id: int, *,
     build = pgcatalog.get_build(conn, schema, build_id)
     if build is None:
         raise LoadError(f"build {build_id} does not exist")
-    if build["status"] not in ("validated", "active"):
+    if build["status"] not in ACTIVATES:
         raise LoadError(
             f"build {build_id} has status {build['status']!r}; only a validated build is activated"
         )
@@ -112,12 +113,13 @@ def apply_retention(conn: psycopg.Connection, schema: str, name: str, keep: int,
     return dropped
 
 
-def activate_all(cfg: Config, dsn: str) -> dict[str, Any]:
-    """Activate the builds named in ``load/counts.json`` (which validation has passed)."""
-    loaded = pgcatalog.loaded_builds(cfg)
+def activate_all(cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> dict[str, Any]:
+    """Activate the builds a load made (``build_ids``: vocabulary -> build id), which
+    validation has passed."""
     result: dict[str, Any] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for vocab, info in loaded.items():
+        builds = pgcatalog.stage_builds(conn, cfg, build_ids, stage=STAGE, statuses=ACTIVATES)
+        for vocab, info in builds.items():
             build_id = int(info["build_id"])
             previous = activate_build(conn, cfg.pg.schema, build_id, max_shrink=cfg.pg.max_shrink)
             dropped = apply_retention(conn, cfg.pg.schema, info["name"], cfg.pg.retention,
@@ -129,7 +131,8 @@ def activate_all(cfg: Config, dsn: str) -> dict[str, Any]:
     return result
 
 
-def run(spark, cfg: Config, dsn: str) -> dict:
-    """The stage: ``spark`` is None (the database does the work), ``dsn`` the target database."""
+def run(spark, cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> dict:
+    """The stage: ``spark`` is None (the database does the work), ``dsn`` the target database,
+    ``build_ids`` the builds to activate (vocabulary -> build id, what the load returned)."""
     del spark
-    return activate_all(cfg, dsn)
+    return activate_all(cfg, dsn, build_ids)

@@ -151,7 +151,8 @@ class BuildProgress:
                 self._line(f"  {self.stage:<12} running {time.monotonic() - self.started:6.0f}s, {tasks}")
 
 
-def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None) -> list[Any]:
+def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None,
+               build_ids: dict[str, int] | None = None) -> list[Any]:
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.pipeline import run_pipeline, select_stages
 
@@ -159,7 +160,7 @@ def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None
     spark = spark_session(cfg, "refactx:build")
     try:
         with BuildProgress(spark, selected) as progress:
-            return run_pipeline(spark, cfg, selected, progress.on_stage, dsn=dsn)
+            return run_pipeline(spark, cfg, selected, progress.on_stage, dsn=dsn, build_ids=build_ids)
     finally:
         spark.stop()
 
@@ -190,7 +191,9 @@ def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) ->
 def cmd_build(args: argparse.Namespace) -> int:
     cfg = _config_from(args)
     stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
-    results = _run_build(cfg, stages)
+    from refactx_pipeline.pipeline import parse_build_ids
+
+    results = _run_build(cfg, stages, build_ids=parse_build_ids(args.build_id, cfg))
     if args.json:  # stdout holds this one document and nothing else
         json.dump({r.stage: r.counts for r in results}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -518,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(build)
     build.add_argument("--stages", help="comma-separated subset of stages to run, in pipeline order")
     build.add_argument("--json", action="store_true", help="print all stage counts as JSON on stdout")
+    build.add_argument("--build-id", action="append", default=[], metavar="[VOCABULARY=]ID",
+                       help="validate/activate without load in --stages: the build the load made, per "
+                       "vocabulary (a bare ID when the config names one)")
     build.set_defaults(func=cmd_build)
 
     complete = sub.add_parser("complete", help="completions of a text prefix in a served index",

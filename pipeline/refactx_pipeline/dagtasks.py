@@ -64,6 +64,16 @@ def branches(config: str) -> list[dict[str, str]]:
     ]
 
 
+def run_stage(stage: str, argv: Sequence[str]) -> dict[str, int] | None:
+    """A stage that needs no Spark, in the task's own process; returns what later tasks of the
+    branch are handed (XCom): for the load, the build it made per vocabulary."""
+    from refactx_pipeline.load import build_ids_of
+    from refactx_pipeline.pipeline import run_stage as run
+
+    counts = run(stage, argv)
+    return build_ids_of(counts) if stage == "load" else None
+
+
 def record_run(found: dict[str, Any], vocabularies: Sequence[str], dag_run_id: str) -> dict[str, Any]:
     """Record the run's counts in ``runs`` (see ``refactx_pipeline.runs``); returns its row."""
     from refactx_pipeline.embedded import pg_dsn

@@ -5,7 +5,8 @@ Per vocabulary: apply ``sql/schema.sql``; clean leftovers of killed loads; inser
 from the Parquet files, the files dealt over ``cfg.pg.load_workers`` connections,
 with the PGCOPY stream pre-encoded by numpy per Arrow batch; then the unique B-tree,
 ANALYZE, CHECK + ATTACH (``refactx_pipeline.pgcatalog.attach``); record counts and bytes, status
-``loaded``. The served index is never touched: activation is a separate step.
+``loaded``. The served index is never touched: activation is a separate step, and
+validate and activate are handed the build ids this stage returns (``build_ids_of``).
 A load killed half-way leaves an unattached table and a ``loading`` row whose lock is
 free; the next run fails and drops them. Re-running a load makes a new build.
 """
@@ -238,10 +239,17 @@ def _now(conn: psycopg.Connection):
 
 
 def load_all(cfg: Config, dsn: str) -> dict[str, Any]:
-    """Load every configured vocabulary and write ``load/counts.json``."""
-    result = {"vocabularies": {v.name: load_vocabulary(cfg, dsn, v) for v in cfg.tokenize.vocabularies}}
+    """Load every configured vocabulary and write ``load/counts.json``; ``build_ids`` in the
+    result names the new build of each vocabulary (what validate and activate are given)."""
+    loaded = {v.name: load_vocabulary(cfg, dsn, v) for v in cfg.tokenize.vocabularies}
+    result = {"vocabularies": loaded, "build_ids": {v: c["build_id"] for v, c in loaded.items()}}
     write_counts(cfg, STAGE, result)
     return result
+
+
+def build_ids_of(counts: dict[str, Any]) -> dict[str, int]:
+    """The builds a load made (its returned counts), per vocabulary."""
+    return {vocab: int(build_id) for vocab, build_id in counts["build_ids"].items()}
 
 
 def run(spark, cfg: Config, dsn: str) -> dict:

@@ -17,7 +17,7 @@ import logging
 import re
 import uuid
 from functools import lru_cache
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import psycopg
 from psycopg.rows import dict_row
@@ -54,14 +54,35 @@ def statements(name: str, schema: str, **names: Any) -> list[sql.Composed]:
     return [sql.SQL(s).format(**subst) for s in _statements_text(name)]
 
 
-def loaded_builds(cfg) -> dict[str, dict[str, Any]]:
-    """The builds the last load stage wrote, per vocabulary (``load/counts.json``)."""
-    from refactx_pipeline.common import read_counts
-
-    loaded = read_counts(cfg, "load").get("vocabularies", {})
-    if not loaded:
-        raise LoadError("load/counts.json names no builds: run the load stage first")
-    return loaded
+def stage_builds(conn: psycopg.Connection, cfg, build_ids: Mapping[str, int], *, stage: str,
+                 statuses: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The catalog rows of the builds a validate or activate run was handed (vocabulary ->
+    build id), each checked to be what this run's config says: a build of the vocabulary's
+    index name, loaded from this source and dump date, not dropped, in one of ``statuses``.
+    Anything else is a ``LoadError`` that says which build, what it is, and what was expected."""
+    builds: dict[str, dict[str, Any]] = {}
+    for vocab, build_id in build_ids.items():
+        build = get_build(conn, cfg.pg.schema, build_id)
+        name = cfg.index_name(vocab)
+        where = f"stage {stage}: build {build_id} (given for vocabulary {vocab})"
+        if build is None:
+            raise LoadError(f"{where} does not exist in {cfg.pg.schema}.builds")
+        if build["name"] != name:
+            raise LoadError(f"{where} is a build of index {build['name']!r}, not of {name!r}")
+        if (build["source"], build["dump_date"]) != (cfg.paths.source, cfg.paths.dump_date):
+            raise LoadError(f"{where} was loaded from {build['source']} dump {build['dump_date']}, "
+                            f"this run builds {cfg.paths.source} dump {cfg.paths.dump_date}")
+        if build["dropped_at"] is not None:
+            raise LoadError(f"{where} was dropped at {build['dropped_at']:%Y-%m-%d %H:%M:%S %Z}")
+        if build["status"] not in statuses:
+            why = f" ({build['message']})" if build["message"] else ""
+            hint = {"loading": "its load has not finished", "loaded": "validate it first",
+                    "active": "it serves already", "retired": "it has served already"}.get(
+                build["status"], "load a new build")
+            raise LoadError(f"{where} of index {name!r} is {build['status']}{why}; {stage} takes a "
+                            f"{' or '.join(statuses)} build: {hint}")
+        builds[vocab] = build
+    return builds
 
 
 def table_name(build_id: int) -> str:

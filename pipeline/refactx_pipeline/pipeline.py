@@ -7,7 +7,11 @@ stages in one Spark application (``run_pipeline``); the Airflow DAG runs each on
 the stage list and the selection rule from here, so they cannot drift.
 
 A stage module's ``run`` is ``run(spark, cfg)``, or ``run(spark, cfg, dsn)`` for a database
-stage; ``spark`` is None for a stage that does not need it.
+stage, or ``run(spark, cfg, dsn, build_ids)`` for a stage that works on the builds a load made
+(validate, activate: ``Stage.takes_builds``); ``spark`` is None for a stage that does not need
+it. ``build_ids`` maps each configured vocabulary to its build: ``run_pipeline`` hands on what
+its load returned, a stage run on its own takes ``--build-id`` (the DAG renders the load task's
+XCom into it).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from refactx_index.errors import ConfigError
 
@@ -35,15 +39,25 @@ class Stage:
     description: str
     needs_spark: bool = True
     needs_database: bool = False
+    # works on the builds a load made: run(spark, cfg, dsn, build_ids), ids given explicitly
+    takes_builds: bool = False
 
-    def run(self, cfg: Config, *, spark=None, dsn: str | None = None) -> dict[str, Any]:
-        """Run the stage once; its counts are also in ``<stage dir>/counts.json``."""
+    def run(self, cfg: Config, *, spark=None, dsn: str | None = None,
+            build_ids: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """Run the stage once; its counts are also in ``<stage dir>/counts.json``.
+
+        ``build_ids`` (vocabulary -> build id, what the load returned) is required by a stage
+        that ``takes_builds`` and refused by any other."""
         if self.needs_spark and spark is None:
             raise ConfigError(f"stage {self.name} needs a Spark session")
+        if build_ids and not self.takes_builds:
+            raise ConfigError(f"stage {self.name} takes no build id (only {', '.join(BUILD_STAGES)} do)")
         run = importlib.import_module(self.module).run
         if self.needs_database:
             if not dsn:
                 raise ConfigError(f"stage {self.name} needs a PostgreSQL DSN")
+            if self.takes_builds:
+                return run(spark if self.needs_spark else None, cfg, dsn, require_build_ids(self.name, cfg, build_ids))
             return run(spark if self.needs_spark else None, cfg, dsn)
         return run(spark, cfg)
 
@@ -62,11 +76,12 @@ STAGES: tuple[Stage, ...] = (
     Stage("load", "refactx_pipeline.load", "COPY prefix rows into a new PostgreSQL partition",
           needs_spark=False, needs_database=True),
     Stage("validate", "refactx_pipeline.validate", "Validate loaded builds before activation",
-          needs_database=True),
+          needs_database=True, takes_builds=True),
     Stage("activate", "refactx_pipeline.activate", "Activate validated builds and apply retention",
-          needs_spark=False, needs_database=True),
+          needs_spark=False, needs_database=True, takes_builds=True),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
+BUILD_STAGES = tuple(stage.name for stage in STAGES if stage.takes_builds)
 # the stages that work per vocabulary: the Airflow DAG runs them once per vocabulary, each run
 # restricted to it; the stages before them run once for all vocabularies
 PER_VOCABULARY_STAGES = ("tokenize", "prefix_rows", "load", "validate", "activate")
@@ -101,23 +116,66 @@ def select_stages(cfg: Config, only: Iterable[str] | None = None) -> list[str]:
     return [s for s in STAGE_NAMES if s in wanted and s not in skipped]
 
 
+def parse_build_ids(values: Iterable[str], cfg: Config) -> dict[str, int]:
+    """``--build-id`` values: ``ID`` (the config names one vocabulary) or ``VOCABULARY=ID``,
+    repeated or comma-separated, into vocabulary -> build id."""
+    names = [v.name for v in cfg.tokenize.vocabularies]
+    ids: dict[str, int] = {}
+    for item in (part.strip() for value in values for part in value.split(",")):
+        if not item:
+            continue
+        vocab, sep, number = item.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise ConfigError(f"--build-id {item}: the config names {len(names)} vocabularies "
+                                  f"({', '.join(names)}); give VOCABULARY=ID for each")
+            vocab = names[0]
+        try:
+            ids[vocab.strip()] = int(number)
+        except ValueError:
+            raise ConfigError(f"--build-id {item!r}: expected ID or VOCABULARY=ID, ID an integer") from None
+    return ids
+
+
+def require_build_ids(stage_name: str, cfg: Config, build_ids: Mapping[str, int] | None) -> dict[str, int]:
+    """The build of every configured vocabulary, and of no other, or a ``ConfigError`` saying
+    what is missing (whether each build is the right one is the stage's check, in the catalog)."""
+    names = [v.name for v in cfg.tokenize.vocabularies]
+    given = dict(build_ids or {})
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise ConfigError(
+            f"stage {stage_name} works on the builds a load made, and was given none for "
+            f"{', '.join(missing)}: run it after load in the same run, or pass --build-id "
+            f"VOCABULARY=ID (the load's counts name the ids; refactx-index builds lists them)")
+    extra = sorted(set(given) - set(names))
+    if extra:
+        raise ConfigError(f"stage {stage_name}: --build-id names {', '.join(extra)}, not among the "
+                          f"configured vocabularies ({', '.join(names)})")
+    return {n: int(given[n]) for n in names}
+
+
 def run_pipeline(
     spark,
     cfg: Config,
     stages: Sequence[str] | None = None,
     on_stage: Callable[[str, StageResult | None], None] | None = None,
     dsn: str | None = None,
+    build_ids: Mapping[str, int] | None = None,
 ) -> list[StageResult]:
     """Run ``stages`` (default: all enabled) and return their counts.
 
     ``on_stage(stage, None)`` is called before a stage and ``on_stage(stage, result)`` after
     it (the CLI's progress display). The database stages use ``dsn``, else ``pg.dsn``, else
-    one embedded PostgreSQL started for all of them.
+    one embedded PostgreSQL started for all of them. Validate and activate work on the builds
+    the load of this call made, else on ``build_ids`` (vocabulary -> build id).
     """
     from refactx_pipeline.embedded import pg_dsn
+    from refactx_pipeline.load import build_ids_of
 
     selected = [stage(name) for name in select_stages(cfg, stages)]
     results: list[StageResult] = []
+    builds = dict(build_ids or {})
     with contextlib.ExitStack() as stack:
         if dsn is None and any(s.needs_database for s in selected):
             dsn = stack.enter_context(pg_dsn(cfg))
@@ -125,7 +183,10 @@ def run_pipeline(
             if on_stage:
                 on_stage(current.name, None)
             started = time.monotonic()
-            counts = current.run(cfg, spark=spark if current.needs_spark else None, dsn=dsn)
+            counts = current.run(cfg, spark=spark if current.needs_spark else None, dsn=dsn,
+                                 build_ids=builds if current.takes_builds else None)
+            if current.name == "load":
+                builds = build_ids_of(counts)  # what validate and activate then work on
             result = StageResult(current.name, time.monotonic() - started, counts)
             log.info("stage %s done in %.1fs", current.name, result.seconds)
             results.append(result)
@@ -137,18 +198,31 @@ def run_pipeline(
 ALL_STAGES = "all"  # run_stage_main's name for every enabled stage in one application
 
 
-def run_stage_main(name: str, argv: Sequence[str] | None = None) -> int:
-    """The whole ``main()`` of one stage run on its own (``spark-submit`` from the DAG), or of
-    every enabled stage in one Spark application (``name`` ``all``): parse the config, start
-    Spark and the database only when needed, run, log counts."""
+def stage_parser(name: str) -> argparse.ArgumentParser:
+    """The arguments of ``submit.py <name>``: the config, and ``--build-id`` for a stage that
+    works on the builds of a load (validate, activate)."""
+    selected = None if name == ALL_STAGES else stage(name)
+    description = "Every enabled stage, in order" if selected is None else selected.description
+    parser = add_config_arguments(argparse.ArgumentParser(prog=f"refactx stage {name}", description=description))
+    if selected is not None and selected.takes_builds:
+        parser.add_argument("--build-id", action="append", default=[], metavar="[VOCABULARY=]ID",
+                            help="the build the load stage made, per vocabulary (required; repeatable or "
+                            "comma-separated; a bare ID when the config names one vocabulary)")
+    return parser
+
+
+def run_stage(name: str, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """One stage run on its own, or every enabled stage (``name`` ``all``), from its command
+    line: parse it, start Spark and the database only when needed, run; returns the counts."""
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.embedded import pg_dsn
 
     selected = [stage(s) for s in STAGE_NAMES] if name == ALL_STAGES else [stage(name)]
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    description = "Every enabled stage, in order" if name == ALL_STAGES else selected[0].description
-    parser = add_config_arguments(argparse.ArgumentParser(prog=f"refactx stage {name}", description=description))
-    cfg = config_from_args(parser.parse_args(argv))
+    args = stage_parser(name).parse_args(argv)
+    cfg = config_from_args(args)
+    build_ids = parse_build_ids(args.build_id, cfg) if hasattr(args, "build_id") else None
+    if name != ALL_STAGES and selected[0].takes_builds:
+        require_build_ids(name, cfg, build_ids)  # before Spark starts
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         spark = spark_session(cfg, f"refactx:{name}") if any(s.needs_spark for s in selected) else None
@@ -158,6 +232,16 @@ def run_stage_main(name: str, argv: Sequence[str] | None = None) -> int:
         if name == ALL_STAGES:
             counts = {r.stage: r.counts for r in run_pipeline(spark, cfg, dsn=dsn)}
         else:
-            counts = selected[0].run(cfg, spark=spark if selected[0].needs_spark else None, dsn=dsn)
+            counts = selected[0].run(cfg, spark=spark if selected[0].needs_spark else None, dsn=dsn,
+                                     build_ids=build_ids)
     log.info("%s done in %.1fs: %s", name, time.monotonic() - started, json.dumps(counts, default=str))
+    return counts
+
+
+def run_stage_main(name: str, argv: Sequence[str] | None = None) -> int:
+    """The whole ``main()`` of one stage run on its own (``spark-submit`` from the DAG), or of
+    every enabled stage in one Spark application (``name`` ``all``): ``run_stage`` with
+    logging set up."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run_stage(name, argv)
     return 0

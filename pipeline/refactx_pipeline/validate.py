@@ -18,7 +18,7 @@ raises ``ValidationFailed``; success sets ``validated``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import psycopg
@@ -34,6 +34,7 @@ from refactx_index.errors import FormatError, LoadError, ValidationFailed
 log = logging.getLogger(__name__)
 
 FETCH_ROWS = 10000
+VALIDATES = ("loaded", "validated")  # a validated build again: a retried task
 
 
 class _Invalid(Exception):
@@ -158,7 +159,7 @@ def validate_build(
     build = pgcatalog.get_build(conn, schema, build_id)
     if build is None or build["dropped_at"] is not None:
         raise LoadError(f"build {build_id} does not exist or was dropped")
-    if build["status"] not in ("loaded", "validated", "failed"):
+    if build["status"] not in VALIDATES:
         raise LoadError(f"build {build_id} has status {build['status']!r}; validate a loaded build")
     table = build["table_name"]
     try:
@@ -192,12 +193,13 @@ def sample_facts(spark, cfg: Config, vocab_name: str, n: int, total: int | None)
     return [list(r[0]) for r in valid.select("token_ids").orderBy(F.rand(17)).limit(n).collect()]
 
 
-def validate_all(spark, cfg: Config, dsn: str) -> dict[str, Any]:
-    """Validate the builds named in ``load/counts.json``."""
-    loaded = pgcatalog.loaded_builds(cfg)
+def validate_all(spark, cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> dict[str, Any]:
+    """Validate the builds a load made (``build_ids``: vocabulary -> build id), each against
+    this run's Parquet of its vocabulary."""
     result: dict[str, Any] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for vocab, info in loaded.items():
+        builds = pgcatalog.stage_builds(conn, cfg, build_ids, stage="validate", statuses=VALIDATES)
+        for vocab, info in builds.items():
             tree_counts = read_counts(cfg, "prefix_rows", f"{vocab}/counts.json")
             rows_dir = cfg.stage_dir("prefix_rows") / vocab / "rows"
             sample = sample_facts(spark, cfg, vocab, cfg.pg.validate_sample, tree_counts.get("facts"))
@@ -211,6 +213,7 @@ def validate_all(spark, cfg: Config, dsn: str) -> dict[str, Any]:
     return result
 
 
-def run(spark, cfg: Config, dsn: str) -> dict:
-    """The stage: Spark samples facts from the Parquet, ``dsn`` holds the loaded builds."""
-    return validate_all(spark, cfg, dsn)
+def run(spark, cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> dict:
+    """The stage: Spark samples facts from the Parquet, ``dsn`` holds the builds ``build_ids``
+    names (vocabulary -> build id, what the load returned)."""
+    return validate_all(spark, cfg, dsn, build_ids)
