@@ -18,6 +18,9 @@ run history: ``runs.py``)::
 - Spark stages run through ``SparkSubmitOperator`` (``refactx_pipeline/submit.py <stage>``);
   the stages that need no Spark (load, activate) run as Python tasks. Airflow owns retries:
   Spark's own application re-attempts are off.
+- Every stage gets the DAG run's id (``--run-id``): the first claims the dump date's work
+  directory for this run, and a run of the same dump date beside it is refused before it
+  writes (``refactx_pipeline/runs.py``); ``record_run`` releases it.
 - The load task returns the build it made (XCom); the branch's validate and activate are
   handed it (``--build-id <vocabulary>=<id>``), so they work on that build and no other.
 - ``record_run``: the run's counts into the catalog's ``runs`` table (``refactx-index builds``);
@@ -80,7 +83,7 @@ def schedule() -> str | None:
 
 
 def stage_args(stage: str, branch: bool) -> list[str]:
-    """The stage's arguments: the run's config file and dump, in a branch its
+    """The stage's arguments: the run's config file, dump and run id, in a branch its
     vocabulary, and for validate and activate the build the branch's load made (``--set``
     comes last in Config.load, so it wins over the file and the environment)."""
     args = [
@@ -88,6 +91,7 @@ def stage_args(stage: str, branch: bool) -> list[str]:
         "--config", f"{{{{ {FOUND}['config'] }}}}",
         "--set", f"paths.dump_date={{{{ {FOUND}['dump_date'] }}}}",
         "--set", f"input.dumps={{{{ {FOUND}['dumps'] | join(',') }}}}",
+        "--run-id", "{{ run_id }}",
     ]
     if branch:
         args += [
@@ -195,7 +199,9 @@ with DAG(
     schedule=schedule(),
     start_date=pendulum.datetime(2025, 1, 1, tz="UTC"),
     catchup=False,
-    max_active_runs=1,  # two builds of one dump date would overwrite each other's stages
+    # one run at a time: two runs of one dump date would share its stage directories (a build of
+    # it from elsewhere is refused at its first stage: refactx_pipeline/runs.py)
+    max_active_runs=1,
     default_args={
         "retries": int(os.environ.get("REFACTX_TASK_RETRIES", "1")),
         "retry_delay": timedelta(minutes=5),

@@ -116,6 +116,7 @@ def test_dump_sensor_and_one_branch_per_vocabulary(pg_dsn, tmp_path):
     assert "new_state=failed" not in log, log[-5000:]
     build = tmp_path / "build" / "wikidata"
     assert sorted(p.name for p in build.iterdir()) == [FIRST]
+    assert not (build / FIRST / "run.json").exists()  # the run's claim, released by record_run
     for stage in ("parse", "labels", "verbalize"):
         assert (build / FIRST / stage / "counts.json").exists(), stage
     assert not (build / FIRST / "sitelinks").exists()  # no Wikipedia dumps configured

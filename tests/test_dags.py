@@ -270,7 +270,7 @@ def test_branches_restrict_the_config_to_their_vocabulary(dagbag):
 
 def test_validate_and_activate_are_handed_their_branch_s_build(dagbag):
     """The load task's XCom (its build per vocabulary) becomes the --build-id of the same
-    branch's validate and activate, parsed by the stages' own parser."""
+    branch's validate and activate, parsed by the stages' own parser; every stage gets the run id."""
     from refactx_pipeline.config import config_from_args
     from refactx_pipeline.pipeline import parse_build_ids, stage_parser
 
@@ -284,9 +284,10 @@ def test_validate_and_activate_are_handed_their_branch_s_build(dagbag):
             argv = command(dag.get_task(f"vocabulary.{stage}"), xcoms, index)
             argv = argv[argv.index(stage) + 1:]
             args = stage_parser(stage).parse_args(argv)
+            assert args.run_id == RUN_ID
             assert parse_build_ids(args.build_id, config_from_args(args)) == {name: build_id}
         args = stage_parser("load").parse_args(command(dag.get_task("vocabulary.load"), xcoms, index)[2:])
-        assert not hasattr(args, "build_id")
+        assert args.run_id == RUN_ID and not hasattr(args, "build_id")
 
 
 def test_sitelinks_runs_only_when_the_config_names_wikipedia_dumps(tmp_path):
@@ -337,7 +338,7 @@ def test_entry_point_reaches_every_stage(stage, tmp_path):
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "--config" in result.stdout and "--set" in result.stdout
+    assert "--config" in result.stdout and "--set" in result.stdout and "--run-id" in result.stdout
     assert ("--build-id" in result.stdout) == (stage in ("validate", "activate"))
 
 

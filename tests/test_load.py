@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -382,3 +385,49 @@ def test_build_id_arguments():
     with pytest.raises(ConfigError, match="an integer"):
         parse_build_ids(["a=seven"], one)
 
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_a_second_run_of_a_dump_date_is_refused_before_it_writes(spark, cfg, tmp_path):
+    """Two runs of one dump date share its work directory: the first claims it, the second
+    (in this process, or a stage of it through the spark-submit entry point) is refused with
+    a message naming the holder, and the first run's outputs are untouched (issue 11)."""
+    from refactx_pipeline import prefix_rows
+    from refactx_pipeline.pipeline import run_pipeline
+    from refactx_pipeline.runs import RunConflict, claim_path, claim_work_dir, release_work_dir
+
+    cfg = make_cfg(cfg)
+    scheduled = "scheduled__2026-01-05T00:00:00+00:00"
+    assert claim_work_dir(cfg, scheduled)["run_id"] == scheduled  # the DAG run's first stage
+    write_tokens(spark, cfg, FACTS)
+    prefix_rows.run(spark, cfg)
+    first = _files(cfg.stage_dir("prefix_rows"))
+
+    with pytest.raises(RunConflict, match=f"in use by run '{re.escape(scheduled)}'.*overwrite each other's "
+                       "stage outputs.*record_run"):
+        run_pipeline(spark, cfg, ["prefix_rows"])
+    submit = subprocess.run(  # the installed entry point spark-submit runs, as the DAG's task would
+        [sys.executable, importlib.util.find_spec("refactx_pipeline.submit").origin, "prefix_rows",
+         "--set", f"paths.build_root={cfg.paths.build_root}", "--set", f"tokenize.vocabularies={VOCAB}=",
+         "--run-id", "manual__2026-01-05T10:00:00+00:00"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert submit.returncode != 0 and "RunConflict" in submit.stderr and scheduled in submit.stderr, submit.stderr[-3000:]
+    assert _files(cfg.stage_dir("prefix_rows")) == first  # nothing of the first run was overwritten
+
+    assert claim_work_dir(cfg, scheduled)["run_id"] == scheduled  # the same run's later stages go on
+    assert release_work_dir(cfg, scheduled) and not claim_path(cfg).exists()  # its record_run
+
+    # a run of this process claims for itself and releases when it ends, however it ends
+    seen = []
+    run_pipeline(spark, cfg, ["prefix_rows"],
+                 on_stage=lambda s, r: seen.append(json.loads(claim_path(cfg).read_text())))
+    assert {c["pid"] for c in seen} == {os.getpid()} and not claim_path(cfg).exists()
+
+    # a process's claim whose process died is taken over
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    claim_path(cfg).write_text(json.dumps({"run_id": "process-x", "pid": dead.pid, "host": socket.gethostname(),
+                                           "since": "2026-01-05T00:00:00+00:00"}))
+    assert claim_work_dir(cfg, None)["pid"] == os.getpid()

@@ -75,13 +75,17 @@ def run_stage(stage: str, argv: Sequence[str]) -> dict[str, int] | None:
 
 
 def record_run(found: dict[str, Any], vocabularies: Sequence[str], dag_run_id: str) -> dict[str, Any]:
-    """Record the run's counts in ``runs`` (see ``refactx_pipeline.runs``); returns its row."""
+    """Record the run's counts in ``runs`` (see ``refactx_pipeline.runs``) and release the
+    dump date's work directory, which the run's stages claimed; returns the run's row."""
     from refactx_pipeline.embedded import pg_dsn
-    from refactx_pipeline.runs import record_run as insert_run, run_counts
+    from refactx_pipeline.runs import record_run as insert_run, release_work_dir, run_counts
 
     cfg = Config.load(found["config"]).updated({"paths.dump_date": found["dump_date"]})
-    counts = run_counts(cfg, vocabularies)
-    with pg_dsn(cfg) as dsn:
-        row = insert_run(dsn, cfg, dag_run_id, counts)
+    try:
+        counts = run_counts(cfg, vocabularies)
+        with pg_dsn(cfg) as dsn:
+            row = insert_run(dsn, cfg, dag_run_id, counts)
+    finally:
+        release_work_dir(cfg, dag_run_id)
     log.info("run recorded: %s", row)
     return row

@@ -11,7 +11,8 @@ stage, or ``run(spark, cfg, dsn, build_ids)`` for a stage that works on the buil
 (validate, activate: ``Stage.takes_builds``); ``spark`` is None for a stage that does not need
 it. ``build_ids`` maps each configured vocabulary to its build: ``run_pipeline`` hands on what
 its load returned, a stage run on its own takes ``--build-id`` (the DAG renders the load task's
-XCom into it).
+XCom into it). Every run first claims its work directory (``refactx_pipeline.runs``): a second
+run of the same dump date is refused before it writes anything.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ def run_pipeline(
     on_stage: Callable[[str, StageResult | None], None] | None = None,
     dsn: str | None = None,
     build_ids: Mapping[str, int] | None = None,
+    run_id: str | None = None,
 ) -> list[StageResult]:
     """Run ``stages`` (default: all enabled) and return their counts.
 
@@ -169,14 +171,20 @@ def run_pipeline(
     it (the CLI's progress display). The database stages use ``dsn``, else ``pg.dsn``, else
     one embedded PostgreSQL started for all of them. Validate and activate work on the builds
     the load of this call made, else on ``build_ids`` (vocabulary -> build id).
+
+    The run claims its work directory first (``runs.claim_work_dir``; ``run_id`` None: for
+    this process, released at the end): a run of the same dump date already under way makes
+    this one fail before it writes anything.
     """
     from refactx_pipeline.embedded import pg_dsn
     from refactx_pipeline.load import build_ids_of
+    from refactx_pipeline.runs import work_dir_claim
 
     selected = [stage(name) for name in select_stages(cfg, stages)]
     results: list[StageResult] = []
     builds = dict(build_ids or {})
     with contextlib.ExitStack() as stack:
+        stack.enter_context(work_dir_claim(cfg, run_id))
         if dsn is None and any(s.needs_database for s in selected):
             dsn = stack.enter_context(pg_dsn(cfg))
         for current in selected:
@@ -199,11 +207,14 @@ ALL_STAGES = "all"  # run_stage_main's name for every enabled stage in one appli
 
 
 def stage_parser(name: str) -> argparse.ArgumentParser:
-    """The arguments of ``submit.py <name>``: the config, and ``--build-id`` for a stage that
-    works on the builds of a load (validate, activate)."""
+    """The arguments of ``submit.py <name>``: the config, ``--run-id``, and ``--build-id`` for
+    a stage that works on the builds of a load (validate, activate)."""
     selected = None if name == ALL_STAGES else stage(name)
     description = "Every enabled stage, in order" if selected is None else selected.description
     parser = add_config_arguments(argparse.ArgumentParser(prog=f"refactx stage {name}", description=description))
+    parser.add_argument("--run-id", help="the run this stage belongs to (the DAG passes its run id): the "
+                        "run's first stage claims the dump date's work directory for it, its other stages "
+                        "find it theirs, another run is refused (default: a claim for this process only)")
     if selected is not None and selected.takes_builds:
         parser.add_argument("--build-id", action="append", default=[], metavar="[VOCABULARY=]ID",
                             help="the build the load stage made, per vocabulary (required; repeatable or "
@@ -213,9 +224,11 @@ def stage_parser(name: str) -> argparse.ArgumentParser:
 
 def run_stage(name: str, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """One stage run on its own, or every enabled stage (``name`` ``all``), from its command
-    line: parse it, start Spark and the database only when needed, run; returns the counts."""
+    line: parse it, claim the work directory, start Spark and the database only when needed,
+    run; returns the counts."""
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.embedded import pg_dsn
+    from refactx_pipeline.runs import work_dir_claim
 
     selected = [stage(s) for s in STAGE_NAMES] if name == ALL_STAGES else [stage(name)]
     args = stage_parser(name).parse_args(argv)
@@ -225,12 +238,14 @@ def run_stage(name: str, argv: Sequence[str] | None = None) -> dict[str, Any]:
         require_build_ids(name, cfg, build_ids)  # before Spark starts
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
+        if name != ALL_STAGES:  # run_pipeline claims for itself
+            stack.enter_context(work_dir_claim(cfg, args.run_id))
         spark = spark_session(cfg, f"refactx:{name}") if any(s.needs_spark for s in selected) else None
         if spark is not None:
             stack.callback(spark.stop)
         dsn = stack.enter_context(pg_dsn(cfg)) if any(s.needs_database for s in selected) else None
         if name == ALL_STAGES:
-            counts = {r.stage: r.counts for r in run_pipeline(spark, cfg, dsn=dsn)}
+            counts = {r.stage: r.counts for r in run_pipeline(spark, cfg, dsn=dsn, run_id=args.run_id)}
         else:
             counts = selected[0].run(cfg, spark=spark if selected[0].needs_spark else None, dsn=dsn,
                                      build_ids=build_ids)
