@@ -1,6 +1,6 @@
 """Benchmark: prefix rows + PostgreSQL load on synthetic facts with realistic shared prefixes.
 
-Prints, per (D, T): rows, rows per fact, Parquet node bytes, PostgreSQL table + index bytes
+Prints, per (T, B): rows, rows per fact, Parquet node bytes, PostgreSQL table + index bytes
 per fact (pg_table_size + pg_indexes_size = pg_total_relation_size), and COPY rows/s of the
 pre-encoded path beside a one-``write_row``-per-row COPY of the same rows in the same run.
 
@@ -141,7 +141,9 @@ def run_configs(args, configs: list[tuple[int, int]], work: Path, dsn: str) -> N
 
         results = []
         for threshold, max_tokens in configs:
-            cfg = cfg.updated({"tree.subtree_threshold": threshold, "tree.max_subtree_tokens": max_tokens})
+            # one index name per configuration: builds are loaded side by side, never activated
+            cfg = cfg.updated({"tree.subtree_threshold": threshold, "tree.max_subtree_tokens": max_tokens,
+                               "pg.index_name": f"{{source}}-{{vocabulary}}-t{threshold}-b{max_tokens}"})
             t = time.monotonic()
             tree = prefix_rows.run(spark, cfg)["vocabularies"][VOCAB]
             spark_s = time.monotonic() - t

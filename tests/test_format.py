@@ -112,3 +112,35 @@ def test_a_flipped_bit_anywhere_is_caught_by_the_checksum(compress):
             bad[position] ^= 1 << bit
             with pytest.raises(FormatError):
                 decode_fragment(bytes(bad))
+
+
+@settings(max_examples=200, deadline=None)
+@given(facts=st.sets(st.lists(st.sampled_from([0, 1, 2, 70_000, 2**32 - 1]), min_size=1, max_size=8)
+                     .map(tuple), min_size=1, max_size=40).map(sorted),
+       cuts=st.lists(st.tuples(st.booleans(), st.integers(0, 8)), min_size=40, max_size=40))
+def test_subtree_runs_encode_like_one_subtree_per_row(facts, cuts):
+    """The prefix rows job's vectorized encoder gives each row encode_subtree's bytes."""
+    from refactx_index.format import encode_subtree_runs
+
+    n = np.array([len(f) for f in facts])
+    mat = np.full((len(facts), int(n.max())), -1, dtype=np.int64)
+    for i, f in enumerate(facts):
+        mat[i, : len(f)] = f
+    lcp = np.zeros(len(facts), dtype=np.int64)
+    for i in range(1, len(facts)):
+        a, b = facts[i - 1], facts[i]
+        while lcp[i] < min(len(a), len(b)) and a[lcp[i]] == b[lcp[i]]:
+            lcp[i] += 1
+    # rows: runs of neighbours sharing their first ``depth`` tokens
+    lo, hi, depth = [], [], []
+    i = 0
+    while i < len(facts):
+        extend, d = cuts[i]
+        d = min(d, int(n[i]))
+        j = i + 1
+        while extend and j < len(facts) and lcp[j] >= d:
+            j += 1
+        lo.append(i), hi.append(j), depth.append(d)
+        i = j
+    got = encode_subtree_runs(mat, n, lcp, np.array(lo), np.array(hi), np.array(depth))
+    assert got == [encode_subtree([facts[x][d:] for x in range(a, b)]) for a, b, d in zip(lo, hi, depth)]

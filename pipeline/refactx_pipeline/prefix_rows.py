@@ -124,7 +124,9 @@ def reject_reason() -> Column:
     return (
         F.when(ids.isNull(), F.lit("null token_ids"))
         .when(F.size(ids) == 0, F.lit("empty token sequence"))
-        .when(F.exists(ids, lambda t: t.isNull() | (t < 0)), F.lit("negative or null token id"))
+        # built-ins, not a lambda per element: this runs over every fact
+        .when((F.size(F.array_compact(ids)) < F.size(ids)) | (F.array_min(ids) < 0),
+              F.lit("negative or null token id"))
     )
 
 
@@ -178,6 +180,13 @@ class _Partition:
     def key(self, fact: int, length: int) -> bytes:
         return fmt.encode_prefix(self.mat[fact, :length])
 
+    def keys(self, facts: np.ndarray, length: int) -> list[bytes]:
+        """``key`` of many facts at one length (ids are non-negative int32: big-endian
+        uint32 bytes are ``format.encode_prefix``'s)."""
+        buf = self.mat[facts, :length].astype(">u4").tobytes()
+        step = 4 * length
+        return [buf[i : i + step] for i in range(0, len(buf), step)] if step else [b""] * len(facts)
+
     def edge_runs(self) -> list[tuple[bytes, int, int]]:
         """(key, facts, tokens below) of every prefix of the first and of the last fact,
         counted in this partition (a prefix of both covers the whole partition)."""
@@ -229,6 +238,9 @@ def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return np.cumsum(out)
 
 
+_SUBTREE_CHUNK = 32_768
+
+
 class _ShareWriter:
     """Collects step 3's output rows (whole rows, or shares of a row spanning partitions)."""
 
@@ -251,15 +263,29 @@ class _ShareWriter:
         c["child_leaves"].append(child_leaves)
         c["suffixes"].append(suffixes)
 
-    def subtree(self, part: _Partition, lo: int, hi: int, depth: int, crossing: bool) -> None:
-        key = part.key(lo, depth)
+    def subtree_share(self, part: _Partition, lo: int, hi: int, depth: int) -> None:
         starts, stops = part.start[lo:hi] + depth, part.stop[lo:hi]
-        if crossing:
-            suffixes = [part.values[a:b].tolist() for a, b in zip(starts.tolist(), stops.tolist())]
-            self._add(key, None, depth, hi - lo, SUBTREE_SHARE, bool(part.n[lo] == depth), suffixes=suffixes)
-        else:
-            node = fmt.encode_subtree_ranges(part.values, starts, stops)
-            self._add(key, node, depth, hi - lo, WHOLE, False)
+        suffixes = [part.values[a:b].tolist() for a, b in zip(starts.tolist(), stops.tolist())]
+        self._add(part.key(lo, depth), None, depth, hi - lo, SUBTREE_SHARE, bool(part.n[lo] == depth),
+                  suffixes=suffixes)
+
+    def subtrees(self, part: _Partition, lo: np.ndarray, hi: np.ndarray, depth: int) -> None:
+        """Whole subtree rows, encoded together (``format.encode_subtree_runs``) in chunks
+        of at most ``_SUBTREE_CHUNK`` facts: the encoder's matrices stay small."""
+        if lo.size == 0:
+            return
+        facts = np.cumsum(hi - lo)
+        start = 0
+        while start < lo.size:
+            base = facts[start - 1] if start else 0
+            stop = max(start + 1, int(np.searchsorted(facts, base + _SUBTREE_CHUNK, side="right")))
+            chunk_lo, chunk_hi = lo[start:stop], hi[start:stop]
+            nodes = fmt.encode_subtree_runs(part.mat, part.n, part.lcp, chunk_lo, chunk_hi,
+                                            np.full(chunk_lo.size, depth))
+            keys = part.keys(chunk_lo, depth)
+            for key, a, b, node in zip(keys, chunk_lo.tolist(), chunk_hi.tolist(), nodes):
+                self._add(key, node, depth, b - a, WHOLE, False)
+            start = stop
 
     def expanded(self, part: _Partition, lo: int, depth: int, leaves: int, ends: bool,
                  child_tokens: np.ndarray, child_leaves: np.ndarray, crossing: bool) -> None:
@@ -301,9 +327,11 @@ def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int
                 crossing[j] = parts > 1
                 big[j] = g_leaves > threshold or g_tokens > max_tokens
             ends = part.n[rs] == depth
-            for j in np.flatnonzero(~big).tolist():  # subtree rows
-                lo, hi = int(rs[j]), int(re[j])
-                out.subtree(part, lo, hi, depth, bool(crossing[j]))
+            small = ~big
+            for j in np.flatnonzero(small & crossing).tolist():  # shares of subtree rows
+                out.subtree_share(part, int(rs[j]), int(re[j]), depth)
+            whole = small & ~crossing
+            out.subtrees(part, rs[whole], re[whole], depth)
             # the next level: children of expanded runs
             prs, pre = rs[big], re[big]
             pends = ends[big]
