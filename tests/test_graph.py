@@ -81,6 +81,10 @@ def write_hostile_graph(tmp_path, fmt: str) -> Config:
         pq.write_table(pa.table({"id": cols[0], "label": cols[1], "description": cols[2]}), tmp_path / "labels.parquet")
         cols = list(zip(*PREDICATES))
         pq.write_table(pa.table({"id": cols[0], "label": cols[1]}), tmp_path / "predicates.parquet")
+    elif fmt == "turtle":
+        (tmp_path / "graph.ttl").write_text("\ufeff" + TURTLE, encoding="utf-8")
+        settings.update({"graph.triples": [str(tmp_path / "graph.ttl")], "graph.namespace": "http://ex.test/"})
+        return Config().updated(settings)
     else:
         ext = "nt"
         lines = []
@@ -106,13 +110,47 @@ def write_hostile_graph(tmp_path, fmt: str) -> Config:
     return Config().updated(settings)
 
 
+# the GOOD and HOSTILE rows in Turtle: prefixes, `;` and `,` lists, a long string with a line
+# break and quotes, a raw tab, a blank node subject ([]), labels in two languages
+TURTLE = """@prefix ex: <http://ex.test/> .
+@prefix xsd: <http://www.w3.org/2001/XMLSchema#> .
+@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .
+@prefix schema: <http://schema.org/> .
+
+ex:CO1 ex:owns ex:CO2 ;
+    ex:incorporated_on "1999-05-01"^^xsd:date ;
+    ex:motto "We lend, you grow\tdaily" .
+ex:CO2 ex:motto \"\"\"line one
+line "two\\"\"\"\" .
+
+ex:CO3 ex:owns ex:CO1 .                    # CO3 has no label
+ex:CO1 ex:frobnicates ex:CO2 ;             # no predicate label
+    ex:motto "   "^^xsd:string ;           # blank once cleaned
+    ex:owns ex:CO2 .                       # said before
+[] ex:owns ex:CO2 .                        # a blank node
+ex:CO2 ex:share "abc"^^ex:weird .
+
+ex:CO1 rdfs:label "Acme Bank"@en, "Acme Bank (fr)"@fr ; schema:description "bank in Oslo"@en .
+ex:CO2 rdfs:label "Beta, Holdings"@en, "Beta, Holdings (fr)"@fr .
+ex:CO9 rdfs:label ""@en, " (fr)"@fr ; schema:description "no label"@en .
+ex:owns rdfs:label "owns" .
+ex:incorporated_on rdfs:label "incorporated on" .
+ex:motto rdfs:label "motto" .
+"""
+
+
 def _expected_rejects(fmt: str) -> dict[str, int]:
     expected = {reason: 1 for *_, reason in HOSTILE}
-    expected["malformed_row"] = 1 if fmt != "parquet" else 0  # a row of 5 fields, a line cut short
+    # a row of 5 fields, a line cut short (Parquet has no such row; Turtle: a file that does
+    # not parse is an error, below)
+    expected["malformed_row"] = 1 if fmt not in ("parquet", "turtle") else 0
     return {k: v for k, v in expected.items() if v}
 
 
-@pytest.mark.parametrize("fmt", ["csv", "tsv", "parquet", "ntriples"])
+FORMATS = ["csv", "tsv", "parquet", "ntriples", "turtle"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_each_format_counts_hostile_rows_and_keeps_the_good_ones(tmp_path, fmt):
     from refactx_pipeline.graph import load_graph
     from refactx_pipeline.graph_index import graph_facts
@@ -125,13 +163,129 @@ def test_each_format_counts_hostile_rows_and_keeps_the_good_ones(tmp_path, fmt):
     assert counts["triples_in"] == counts["triples"] + counts["rejected"]
     assert counts["label_rows_by_outcome"]["empty_label"] == 1  # CO9
     assert {(s.subject, s.predicate, s.object) for s in graph.statements} == {r[:3] for r in GOOD}
-    if fmt == "ntriples":
+    if fmt in ("ntriples", "turtle"):
         assert counts["skipped_by_reason"]["other_language"] == 3
     facts, _ = graph_facts(graph, cfg.verbalize)
     assert set(facts) == EXPECTED_FACTS
     # every rejected row is kept with its reason, as read
     assert sorted(r for _, _, r in graph.rejects) == sorted(
         r for r, n in _expected_rejects(fmt).items() for _ in range(n))
+
+
+def _spark_graph(spark, cfg):
+    """What the Spark stage wrote: (counts, statements, labels, descriptions, reject reasons)
+    in the in-process build's terms."""
+    from refactx_pipeline import graph_stage
+    from refactx_pipeline.graph import ENTITY_PREFIX
+
+    counts = graph_stage.run(spark, cfg)
+    assert counts.pop("format") == cfg.graph.format
+    e = len(ENTITY_PREFIX)
+    parse = cfg.stage_dir("parse")
+    statements = {(r.subject[e:], r.property, r.object_kind, r.object_item[e:] if r.object_item else r.object_value)
+                  for r in spark.read.parquet(str(parse / "statements")).collect()}
+    labels = {r.entity[e:]: (r.label, r.label_source) for r in spark.read.parquet(str(cfg.stage_dir("labels") / "labels")).collect()}
+    descriptions = {r.entity[e:]: r.value for r in spark.read.parquet(str(parse / "terms")).collect()}
+    properties = {r.property: r.label for r in spark.read.parquet(str(parse / "properties")).collect()}
+    reasons = sorted(r.reason for r in spark.read.parquet(str(cfg.stage_dir("graph") / "rejects")).collect())
+    return counts, statements, labels, descriptions, properties, reasons
+
+
+def assert_same_graph(spark, cfg):
+    """The Spark stage and the in-process rules agree on everything they keep and count."""
+    from refactx_pipeline.graph import load_graph
+
+    graph = load_graph(cfg)
+    counts, statements, labels, descriptions, properties, reasons = _spark_graph(spark, cfg)
+    assert counts == graph.counts
+    assert statements == {(s.subject, s.predicate, s.kind, s.object) for s in graph.statements}
+    assert labels == graph.labels
+    assert descriptions == graph.descriptions
+    assert properties == {p: graph.predicate_labels[p] for p in {s.predicate for s in graph.statements}}
+    assert reasons == sorted(r for _, _, r in graph.rejects)
+    return graph
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_spark_stage_reads_each_format_as_the_in_process_build_does(spark, tmp_path, fmt):
+    cfg = write_hostile_graph(tmp_path, fmt)
+    graph = assert_same_graph(spark, cfg)
+    assert graph.counts["rejected_by_reason"] == _expected_rejects(fmt)
+
+
+def _csv_twin_of_turtle(tmp_path, extra_ttl: str = "") -> tuple[Config, Config]:
+    """The financial example as CSV, and the same graph written as Turtle."""
+    from refactx_pipeline.finance_example import write_example, write_turtle
+
+    config = write_example(tmp_path / "csv", companies=40, people=30)
+    csv_cfg = Config.load(config, env={})
+    ttl = write_turtle(tmp_path / "graph.ttl", companies=40, people=30)
+    if extra_ttl:
+        with open(ttl, "a", encoding="utf-8") as fh:
+            fh.write(extra_ttl)
+    ttl_cfg = csv_cfg.updated({"graph.format": "turtle", "graph.triples": [str(ttl)], "graph.labels": "",
+                               "graph.predicate_labels": "", "graph.namespace": "urn:finance:",
+                               "paths.build_root": str(tmp_path / "ttl-build")})
+    return csv_cfg, ttl_cfg
+
+
+def test_turtle_and_csv_forms_of_one_graph_give_the_same_facts(tmp_path):
+    from refactx_pipeline.graph import load_graph
+    from refactx_pipeline.graph_index import graph_facts
+
+    csv_cfg, ttl_cfg = _csv_twin_of_turtle(tmp_path)
+    from_csv, from_ttl = load_graph(csv_cfg), load_graph(ttl_cfg)
+    assert sorted(from_ttl.statements, key=repr) == sorted(from_csv.statements, key=repr)
+    assert from_ttl.labels == from_csv.labels
+    assert from_ttl.counts["rejected_by_reason"] == from_csv.counts["rejected_by_reason"]
+    assert graph_facts(from_ttl, ttl_cfg.verbalize)[0] == graph_facts(from_csv, csv_cfg.verbalize)[0]
+
+
+def test_a_turtle_file_that_does_not_parse_is_an_error_naming_it(tmp_path):
+    from refactx_pipeline.graph import load_graph
+
+    cfg = write_hostile_graph(tmp_path, "turtle")
+    with open(tmp_path / "graph.ttl", "a", encoding="utf-8") as fh:
+        fh.write("ex:CO1 ex:owns .\n")
+    line = TURTLE.count("\n") + 1
+    with pytest.raises(ConfigError, match=rf"graph.ttl: not valid Turtle: at line {line}: Bad syntax"):
+        load_graph(cfg)
+
+
+@pytest.mark.spark
+def test_spark_stage_stops_on_a_turtle_file_that_does_not_parse(spark, tmp_path):
+    from refactx_pipeline import graph_stage
+
+    cfg = write_hostile_graph(tmp_path, "turtle")
+    with open(tmp_path / "graph.ttl", "a", encoding="utf-8") as fh:
+        fh.write('ex:CO1 ex:motto "unterminated .\n')
+    with pytest.raises(ConfigError, match="graph.ttl: not valid Turtle"):
+        graph_stage.run(spark, cfg)
+
+
+@pytest.mark.spark
+def test_backslash_escapes_globs_and_an_export_dir_in_both_builds(spark, tmp_path):
+    """A CSV export quoting with backslash escapes, its triples split into part files found by
+    a glob, paths relative to graph.export_dir; latin-1 text."""
+    export = tmp_path / "exports" / "20260105"
+    export.mkdir(parents=True)
+    rows = [("CO1", "motto", 'say \\"hi\\", twice', "string"), ("CO1", "owns", "CO2", ""),
+            ("CO2", "motto", "Caf\u00e9", "string")]
+    for i, row in enumerate(rows):
+        (export / f"part-{i:05d}.csv").write_bytes(
+            ("subject,predicate,object,datatype\n" + ",".join(
+                f'"{v}"' if "," in v or '"' in v else v for v in row) + "\n").encode("latin-1"))
+    (export / "labels.csv").write_bytes("id,label\nCO1,Acme\nCO2,Caf\u00e9 Co\n".encode("latin-1"))
+    (export / "predicates.csv").write_text("id,label\nmotto,motto\nowns,owns\n", encoding="latin-1")
+    cfg = Config().updated({
+        "graph.format": "csv", "graph.triples": ["part-*.csv"], "graph.labels": "labels.csv",
+        "graph.predicate_labels": "predicates.csv", "graph.escape_char": "\\", "graph.encoding": "latin-1",
+        "graph.export_dir": str(export), "paths.build_root": str(tmp_path / "build"),
+    })
+    graph = assert_same_graph(spark, cfg)
+    assert {s.object for s in graph.statements} == {'say "hi", twice', "CO2", "Caf\u00e9"}
+    assert graph.counts["rejected"] == 0
 
 
 def test_label_rule_qualifies_collisions_and_drops_what_stays_ambiguous():

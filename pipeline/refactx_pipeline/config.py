@@ -18,6 +18,7 @@ is passed to the stages that need it, not written into the config.
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextvars
 import json
 import os
@@ -159,22 +160,33 @@ class VerbalizeConfig(Section):
     _table = field_validator("inverse_labels", mode="before")(_json_table)
 
 
-GRAPH_FORMATS = Literal["", "csv", "tsv", "parquet", "ntriples"]
+GRAPH_FORMATS = Literal["", "csv", "tsv", "parquet", "ntriples", "turtle"]
 
 
 class GraphConfig(Section):
     """A team's own graph instead of the Wikidata dump (``refactx_pipeline.graph``): triples
-    with a labels table and a predicate labels table (CSV, TSV or Parquet), or N-Triples with
-    ``rdfs:label``/``schema:description``. ``format`` empty: no graph (the Wikidata stages run).
-    Inverse facts use ``verbalize.inverse`` and ``verbalize.inverse_labels`` keyed by predicate id."""
+    with a labels table and a predicate labels table (CSV, TSV or Parquet), or N-Triples or
+    Turtle with ``rdfs:label``/``schema:description``. ``format`` empty: no graph (the Wikidata
+    stages run). Inverse facts use ``verbalize.inverse`` and ``verbalize.inverse_labels`` keyed
+    by predicate id."""
 
     format: GRAPH_FORMATS = ""
-    triples: tuple[str, ...] = ()  # files (N-Triples: labels and descriptions may be in them too)
-    labels: str = ""  # id, label, optional description (CSV/TSV/Parquet; N-Triples: optional)
+    # files or glob patterns (N-Triples/Turtle: labels and descriptions may be in them too);
+    # relative ones are under export_dir when it is set
+    triples: tuple[str, ...] = ()
+    labels: str = ""  # id, label, optional description (CSV/TSV/Parquet; N-Triples/Turtle: optional)
     predicate_labels: str = ""  # id, label
     delimiter: str = ""  # empty: "," for csv, tab for tsv
     quote_char: str = '"'
-    encoding: str = "utf-8"  # a BOM is skipped in any UTF encoding
+    escape_char: str = '"'  # escapes a quote inside a quoted field: '"' doubles it (RFC 4180)
+    encoding: str = "utf-8"  # CSV/TSV (N-Triples and Turtle are UTF-8); a BOM is skipped
+    # the export being built: relative input paths are under it (the graph DAG sets it per run)
+    export_dir: str = ""
+    # the graph DAG's exports: dated folders (YYYYMMDD) under exports_root, each complete once
+    # it holds export_marker (empty: once every input file named by triples/labels/
+    # predicate_labels is there) -- refactx_pipeline/exports.py
+    exports_root: str = ""
+    export_marker: str = "_EXPORTED"
     subject_column: str = "subject"
     predicate_column: str = "predicate"
     object_column: str = "object"
@@ -193,10 +205,10 @@ class GraphConfig(Section):
 
     _split = field_validator("triples", "allow_predicates", "deny_predicates", mode="before")(_split_list)
 
-    @field_validator("delimiter", "quote_char")
+    @field_validator("delimiter", "quote_char", "escape_char")
     @classmethod
     def _one_character(cls, value: str, info) -> str:
-        if len(value) > 1 or (info.field_name == "quote_char" and len(value) != 1):
+        if len(value) > 1 or (info.field_name != "delimiter" and len(value) != 1):
             raise ValueError(f"expected one character, got {value!r}")
         return value
 
@@ -218,10 +230,13 @@ class GraphConfig(Section):
         if not self.format:
             return self
         missing = [name for name in ("triples", "labels", "predicate_labels")
-                   if not getattr(self, name) and (self.format != "ntriples" or name == "triples")]
+                   if not getattr(self, name) and (self.format not in ("ntriples", "turtle") or name == "triples")]
         if missing:
             raise ValueError(f"graph.format is {self.format!r} but graph.{' and graph.'.join(missing)} "
                              "not set")
+        if self.format in ("ntriples", "turtle") and codecs.lookup(self.encoding).name != "utf-8":
+            raise ValueError(f"graph.encoding is {self.encoding!r} but {self.format} is UTF-8 text "
+                             "(graph.encoding applies to csv and tsv)")
         return self
 
 

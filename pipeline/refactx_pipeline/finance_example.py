@@ -160,6 +160,42 @@ def write_example(out_dir: str | Path, seed: int = 7, companies: int = COMPANIES
     return config
 
 
+def _turtle_literal(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
+
+
+TURTLE_NAMESPACE = "urn:finance:"
+_XSD = {"date": "xsd:date", "decimal": "xsd:decimal"}
+
+
+def write_turtle(path: str | Path, seed: int = 7, companies: int = COMPANIES, people: int = PEOPLE) -> Path:
+    """The same graph as one Turtle file (ids ``urn:finance:<id>``, so ``graph.namespace =
+    "urn:finance:"`` gives the CSV's ids back): each subject's triples in one block with ``;``
+    and ``,`` lists, labels as ``rdfs:label``, descriptions as ``schema:description``."""
+    triples, labels = generate(seed, companies, people)
+    by_subject: dict[str, dict[str, list[str]]] = {}
+    for s, p, o, datatype in triples:
+        obj = f"f:{o}" if not datatype else f"{_turtle_literal(o)}^^{_XSD[datatype]}"
+        by_subject.setdefault(s, {}).setdefault(f"f:{p}", []).append(obj)
+    for ident, label, description in labels:
+        entry = by_subject.setdefault(ident, {})
+        entry.setdefault("rdfs:label", []).append(_turtle_literal(label))
+        if description:
+            entry.setdefault("schema:description", []).append(_turtle_literal(description))
+    for ident, label in PREDICATES.items():
+        by_subject.setdefault(ident, {}).setdefault("rdfs:label", []).append(_turtle_literal(label))
+    lines = [f"@prefix f: <{TURTLE_NAMESPACE}> .", "@prefix xsd: <http://www.w3.org/2001/XMLSchema#> .",
+             "@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .", "@prefix schema: <http://schema.org/> .", ""]
+    for subject, predicates in by_subject.items():
+        body = " ;\n    ".join(f"{p} {', '.join(objects)}" for p, objects in predicates.items())
+        lines.append(f"f:{subject} {body} .")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m refactx_pipeline.finance_example", description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", help="where triples.csv, labels.csv, predicate_labels.csv and graph.toml go")

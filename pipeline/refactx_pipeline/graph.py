@@ -1,22 +1,25 @@
 """A team's own knowledge graph: its triples and labels read, checked and labelled once.
 
-Both builds of a corporate graph start here (the ``[graph]`` config section): the Spark
-stage ``graph`` (``graph_stage.py``) writes what this module returns as the parse and
-labels stages' datasets, and the in-process build (``graph_index.py``) verbalizes it
-directly. The rules therefore exist once:
+Both builds of a corporate graph follow these rules (the ``[graph]`` config section): the
+in-process build (``graph_index.py``) runs this module's Python, the Spark stage ``graph``
+(``graph_stage.py``) the same rules as DataFrame operations, and shares with it the parsers
+of N-Triples lines and Turtle files (:func:`ntriples_record`, :func:`turtle_records`);
+``tests/test_graph.py`` checks that both give the same statements, labels and counts.
 
 - **reading**: triples as CSV, TSV or Parquet (subject, predicate, object, optional
   datatype; an empty datatype makes the object an entity id), a labels table (id, label,
-  optional description) and a predicate labels table (id, label); or N-Triples whose
-  ``rdfs:label`` and ``schema:description`` lines give the labels. CSV follows RFC 4180 as
-  Python's ``csv`` reads it: quoted fields, doubled quotes, delimiters and line breaks
-  inside quotes; a byte order mark is skipped.
+  optional description) and a predicate labels table (id, label); or N-Triples or Turtle
+  whose ``rdfs:label`` and ``schema:description`` triples give the labels. CSV as Spark's
+  reader takes it with ``multiLine``: quoted fields, the quote escaped by ``graph.escape_char``
+  (doubled by default, RFC 4180), delimiters and line breaks inside quotes; a byte order mark
+  is skipped; blank lines are no rows. Input paths may be glob patterns, relative ones under
+  ``graph.export_dir`` when it is set (:func:`input_paths`).
 - **triples**, each kept or rejected with one reason, in this order: ``malformed_row``
   (wrong number of CSV fields, an N-Triples line that does not parse), ``malformed_id``
-  (subject, predicate or entity object not matching ``graph.id_pattern``),
+  (subject, predicate or entity object not matching ``graph.id_pattern``; a blank node),
   ``empty_value``, ``unknown_datatype``, ``denied_predicate``, ``not_in_allow_list``,
   ``unknown_predicate`` (no label in the predicate labels), ``duplicate`` (the same
-  subject, predicate, object and datatype again), then ``missing_label`` and
+  subject, predicate, object and kind again), then ``missing_label`` and
   ``ambiguous_label`` (the subject or entity object has no display label).
 - **labels**, the rule of the Wikidata labels stage for graphs without Wikipedia titles:
   an entity's label when no other entity mentioned by a kept triple shares it, else
@@ -25,7 +28,10 @@ directly. The rules therefore exist once:
   empty label is dropped (``missing_label``). Labels are cleaned like facts (whitespace
   runs to one space, trimmed).
 
-Every row read is counted: ``triples_in == triples + rejected``. Nothing here imports Spark.
+Ids and datatypes are trimmed of ASCII whitespace, and ``graph.id_pattern`` is matched with
+ASCII classes (``\\s``, ``\\d``, ``\\w``), whole: Python's ``re`` here and Java's regex in
+Spark agree on it. Every row read is counted: ``triples_in == triples + rejected``.
+Nothing here imports Spark.
 """
 
 from __future__ import annotations
@@ -34,12 +40,16 @@ import codecs
 import csv
 import datetime as _dt
 import decimal
+import glob
 import logging
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
+
+import numpy as np
 
 from refactx_index.errors import ConfigError
 
@@ -51,6 +61,7 @@ log = logging.getLogger(__name__)
 # the prefix of entity ids in the parse/labels datasets of a graph build: verbalize reads a
 # label of an id starting with "P" as a property label, and a graph's ids are free-form
 ENTITY_PREFIX = "E:"
+RDF_FORMATS = ("ntriples", "turtle")  # labels from rdfs:label / schema:description triples
 MAX_REJECT_LINE = 10_000
 
 XSD = "http://www.w3.org/2001/XMLSchema#"
@@ -76,7 +87,7 @@ TRIPLE_REASONS = ("malformed_row", "malformed_id", "empty_value", "unknown_datat
 def object_kind(datatype: str) -> str | None:
     """The STATEMENTS object kind of a datatype as written in a triples table or an N-Triples
     literal (``""``: an entity id, ``item``); None for a datatype no rule renders."""
-    name = datatype.strip()
+    name = strip_ascii(datatype)
     if name.startswith(XSD):
         name = name[len(XSD):]
     elif name.startswith(RDF):
@@ -136,25 +147,131 @@ class Graph:
 
 # ---------------------------------------------------------------- reading
 
+ASCII_SPACE = " \t\n\r\f\v"  # what Java's \s and Python's ASCII \s match; ids are trimmed of it
 
-def _open_text(path: Path, encoding: str):
+
+def strip_ascii(text: str) -> str:
+    return text.strip(ASCII_SPACE)
+
+
+def id_matcher(gcfg: GraphConfig):
+    """``fullmatch`` of ``graph.id_pattern`` with ASCII classes (as Java's regex in Spark)."""
+    return re.compile(gcfg.id_pattern, re.ASCII).fullmatch
+
+
+def has_scheme(path: str) -> bool:
+    """A URI (``hdfs://…``, ``s3a://…``, ``file:/…``) rather than a local path."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:/", path) is not None
+
+
+def _under_export(gcfg: GraphConfig, path: str) -> str:
+    if not gcfg.export_dir or has_scheme(path) or Path(path).is_absolute():
+        return path
+    if has_scheme(gcfg.export_dir):
+        return gcfg.export_dir.rstrip("/") + "/" + path
+    return str(Path(gcfg.export_dir) / path)
+
+
+def _expand(pattern: str, key: str, local_only: bool) -> list[str]:
+    """A local path, or the sorted files a glob pattern matches (ConfigError: none); a URI is
+    left to Spark (``local_only``: refused, the in-process build reads local files)."""
+    if has_scheme(pattern):
+        if local_only:
+            raise ConfigError(f"{key} {pattern!r}: the in-process build reads local files only")
+        return [pattern]
+    if glob.has_magic(pattern):
+        found = sorted(p for p in glob.glob(pattern) if Path(p).is_file())
+        if not found:
+            raise ConfigError(f"{key} {pattern!r} matches no file")
+        return found
+    if not Path(pattern).is_file():
+        raise ConfigError(f"graph input {pattern} is not a file ({key})")
+    return [pattern]
+
+
+@dataclass(frozen=True)
+class GraphInputs:
+    triples: tuple[str, ...]
+    labels: tuple[str, ...]  # empty for N-Triples/Turtle without a separate labels file
+    predicate_labels: tuple[str, ...]
+
+    def rdf_files(self) -> tuple[str, ...]:
+        """N-Triples/Turtle: every file, labels after triples (the order of 'first' terms)."""
+        return (*self.triples, *self.labels, *self.predicate_labels)
+
+
+def input_paths(gcfg: GraphConfig, local_only: bool = True) -> GraphInputs:
+    """The input files of ``gcfg``: relative paths under ``graph.export_dir`` when set, glob
+    patterns expanded (sorted), each checked to exist (a URI is Spark's to resolve)."""
+    def files(values: Sequence[str], key: str) -> tuple[str, ...]:
+        return tuple(f for v in values if v for f in _expand(_under_export(gcfg, v), key, local_only))
+
+    return GraphInputs(files(gcfg.triples, "graph.triples"), files([gcfg.labels], "graph.labels"),
+                       files([gcfg.predicate_labels], "graph.predicate_labels"))
+
+
+def _open_text(path: str, encoding: str):
     """A text stream of ``path`` in ``encoding``, its byte order mark skipped."""
     if codecs.lookup(encoding).name == "utf-8":
         encoding = "utf-8-sig"
     return open(path, encoding=encoding, newline="")
 
 
-def _cell(value: Any) -> str:
-    """A Parquet value as text: numbers as written, dates in ISO 8601, null as empty."""
+def java_double(value: float, single: bool = False) -> str:
+    """``value`` as Spark casts a double (a float: ``single``) to a string, Java's
+    ``Double.toString``: plain from 1e-3 up to 1e7, else ``d.dddE±n``; the shortest digits."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    number = decimal.Decimal(np.format_float_scientific(np.float32(value), unique=True) if single else repr(value))
+    sign, number = ("-" if number < 0 else ""), abs(number)
+    if decimal.Decimal("0.001") <= number < decimal.Decimal(10_000_000):
+        text = format(number.normalize(), "f")
+        return sign + (text if "." in text else text + ".0")
+    digits = number.as_tuple().digits
+    tail = "".join(map(str, digits[1:])).rstrip("0") or "0"
+    return f"{sign}{digits[0]}.{tail}E{number.adjusted()}"
+
+
+def parquet_text(value: Any, arrow_type: Any = None) -> str:
+    """A Parquet value as text the way the Spark stage casts it: integers and decimals as
+    written, doubles as Java writes them, dates ISO, timestamps ``YYYY-MM-DDTHH:MM:SS`` (UTC),
+    booleans ``true``/``false``, null empty."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (_dt.date, _dt.datetime)):
+        import pyarrow as pa
+
+        return java_double(value, single=arrow_type is not None and pa.types.is_float32(arrow_type))
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(_dt.timezone.utc)
+        return value.strftime("%Y-%m-%dT%H:%M:%S")
+    if isinstance(value, _dt.date):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
         return format(value, "f")
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
     return str(value)
+
+
+def csv_dialect(gcfg: GraphConfig) -> dict[str, Any]:
+    """Python ``csv`` arguments reading like Spark's CSV reader with this config."""
+    delimiter = gcfg.delimiter or ("\t" if gcfg.format == "tsv" else ",")
+    doubled = gcfg.escape_char == gcfg.quote_char
+    return {"delimiter": delimiter, "quotechar": gcfg.quote_char, "doublequote": doubled,
+            "escapechar": None if doubled else gcfg.escape_char, "strict": False}
+
+
+def clean_header(names: Sequence[str]) -> list[str]:
+    """Column names as written, a byte order mark and surrounding ASCII blanks removed."""
+    return [strip_ascii(name.lstrip("\ufeff")) for name in names]
 
 
 def read_table(path: str, gcfg: GraphConfig, required: Sequence[str], optional: Sequence[str] = (),
@@ -162,40 +279,37 @@ def read_table(path: str, gcfg: GraphConfig, required: Sequence[str], optional: 
     """``(raw row text, {column: value})`` per row of a CSV, TSV or Parquet table; the mapping
     is None for a row with the wrong number of fields. Columns named in ``required`` must be
     in the header (else a ConfigError naming the file); ``optional`` ones may be absent."""
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"graph input {path} is not a file")
     if gcfg.format == "parquet":
         import pyarrow.parquet as pq
 
-        table = pq.read_table(file)
+        table = pq.read_table(path)
         missing = [c for c in required if c not in table.column_names]
         if missing:
             raise ConfigError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {table.column_names})")
         names = [c for c in (*required, *optional) if c in table.column_names]
-        columns = {c: table.column(c).to_pylist() for c in names}
+        columns = {c: (table.column(c).to_pylist(), table.schema.field(c).type) for c in names}
         for i in range(table.num_rows):
-            row = {c: _cell(columns[c][i]) for c in names}
+            row = {c: parquet_text(values[i], kind) for c, (values, kind) in columns.items()}
             yield "\t".join(row.values()), row
         return
-    delimiter = gcfg.delimiter or ("\t" if gcfg.format == "tsv" else ",")
+    dialect = csv_dialect(gcfg)
     try:
-        with _open_text(file, gcfg.encoding) as fh:
-            reader = csv.reader(fh, delimiter=delimiter, quotechar=gcfg.quote_char, strict=False)
+        with _open_text(path, gcfg.encoding) as fh:
+            reader = csv.reader(fh, **dialect)
             header = next(reader, None)
             if header is None:
                 raise ConfigError(f"{path}: empty file (a header row is needed)")
-            header = [h.strip().lstrip("\ufeff") for h in header]
+            header = clean_header(header)
             missing = [c for c in required if c not in header]
             if missing:
                 raise ConfigError(f"{path}: no column {', '.join(map(repr, missing))} in the header {header} "
-                                  f"(delimiter {delimiter!r}; see graph.*_column)")
+                                  f"(delimiter {dialect['delimiter']!r}; see graph.*_column)")
             wanted = [(c, header.index(c)) for c in (*required, *optional) if c in header]
             for fields in reader:
-                text = delimiter.join(fields)
-                if not fields or (len(fields) == 1 and not fields[0].strip()):
-                    yield text, {}
-                elif len(fields) != len(header):
+                if not fields or (len(fields) == 1 and not strip_ascii(fields[0])):
+                    continue  # a blank line is no row (Spark's reader skips it too)
+                text = dialect["delimiter"].join(fields)
+                if len(fields) != len(header):
                     yield text, None
                 else:
                     yield text, {c: fields[i] for c, i in wanted}
@@ -206,40 +320,38 @@ def read_table(path: str, gcfg: GraphConfig, required: Sequence[str], optional: 
         raise ConfigError(f"{path}: unreadable as {gcfg.format.upper()}: {exc}") from None
 
 
-def _read_tables(gcfg: GraphConfig, raw: RawGraph) -> None:
+def _read_tables(gcfg: GraphConfig, inputs: GraphInputs, raw: RawGraph) -> None:
     cols = gcfg
-    for path in gcfg.triples:
+    for path in inputs.triples:
         source = Path(path).name
         for text, row in read_table(path, gcfg, (cols.subject_column, cols.predicate_column, cols.object_column),
                                     (cols.datatype_column,)):
-            if row == {}:
-                raw.skipped["blank_line"] += 1
-            elif row is None:
+            if row is None:
                 raw.rejects.append((source, text, "malformed_row"))
             else:
-                raw.triples.append(RawTriple(source, text, row[cols.subject_column].strip(),
-                                             row[cols.predicate_column].strip(), row[cols.object_column],
-                                             row.get(cols.datatype_column, "").strip()))
-    for text, row in read_table(gcfg.labels, gcfg, (cols.id_column, cols.label_column), (cols.description_column,)):
-        _add_label(raw, raw.labels, row, (row or {}).get(cols.label_column, ""),
-                   (row or {}).get(cols.description_column, ""), gcfg)
-    for text, row in read_table(gcfg.predicate_labels, gcfg, (cols.id_column, cols.label_column)):
-        _add_label(raw, raw.predicate_labels, row, (row or {}).get(cols.label_column, ""), None, gcfg)
+                raw.triples.append(RawTriple(source, text, strip_ascii(row[cols.subject_column]),
+                                             strip_ascii(row[cols.predicate_column]), row[cols.object_column],
+                                             strip_ascii(row.get(cols.datatype_column, ""))))
+    id_ok = id_matcher(gcfg)
+    for path in inputs.labels:
+        for text, row in read_table(path, gcfg, (cols.id_column, cols.label_column), (cols.description_column,)):
+            _add_label(raw, raw.labels, row, (row or {}).get(cols.label_column, ""),
+                       (row or {}).get(cols.description_column, ""), gcfg, id_ok)
+    for path in inputs.predicate_labels:
+        for text, row in read_table(path, gcfg, (cols.id_column, cols.label_column)):
+            _add_label(raw, raw.predicate_labels, row, (row or {}).get(cols.label_column, ""), None, gcfg, id_ok)
 
 
 def _add_label(raw: RawGraph, into: dict, row: dict | None, label: str, description: str | None,
-               gcfg: GraphConfig) -> None:
-    """One labels-table row: counted as kept, or by why it is not."""
-    if row == {}:
-        raw.label_rows["blank_line"] += 1
-        return
+               gcfg: GraphConfig, id_ok) -> None:
+    """One labels-table row: counted as kept, or by why it is not (``LABEL_OUTCOMES``)."""
     if row is None:
         raw.label_rows["malformed_row"] += 1
         return
-    ident = row[gcfg.id_column].strip()
+    ident = strip_ascii(row[gcfg.id_column])
     if ident in into:
         raw.label_rows["duplicate"] += 1
-    elif not re.fullmatch(gcfg.id_pattern, ident):
+    elif not id_ok(ident):
         raw.label_rows["malformed_id"] += 1
     elif not clean_text(label):
         raw.label_rows["empty_label"] += 1
@@ -248,10 +360,30 @@ def _add_label(raw: RawGraph, into: dict, row: dict | None, label: str, descript
         raw.label_rows["kept"] += 1
 
 
+# ---------------------------------------------------------------- N-Triples and Turtle
+
+
+class RdfRecord(NamedTuple):
+    """What one N-Triples line or one Turtle triple gives, in both builds.
+
+    ``kind``: ``triple`` (subject, predicate, object, datatype: "" for an entity object),
+    ``label`` / ``description`` (subject, object = the text, lang), ``reject`` or ``skip``
+    (``reason``), or ``error`` (a file that cannot be read: ``reason`` says why)."""
+
+    kind: str
+    reason: str = ""
+    subject: str = ""
+    predicate: str = ""
+    object: str = ""
+    datatype: str = ""
+    lang: str = ""
+    line: str = ""
+
+
 _IRI = r"<([^<>\"{}|^`\\\x00-\x20]*)>"
 _LITERAL = r'"((?:[^"\\\n\r]|\\.)*)"(?:@([A-Za-z]+(?:-[A-Za-z0-9]+)*)|\^\^' + _IRI + r")?"
 _NT_LINE = re.compile(r"^[ \t]*(?:" + _IRI + r"|(_:\S+))[ \t]+" + _IRI + r"[ \t]+(?:" + _IRI + r"|(_:\S+)|"
-                      + _LITERAL + r")[ \t]*\.[ \t]*$")
+                      + _LITERAL + r")[ \t]*\.[ \t]*(?:#.*)?$")
 _ESCAPE = re.compile(r"\\(?:([tbnrf\"'\\])|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8}))")
 _ESCAPES = {"t": "\t", "b": "\b", "n": "\n", "r": "\r", "f": "\f", '"': '"', "'": "'", "\\": "\\"}
 
@@ -266,56 +398,132 @@ def _unescape(text: str) -> str:
     return _ESCAPE.sub(one, text)
 
 
-def _read_ntriples(gcfg: GraphConfig, languages: Sequence[str], raw: RawGraph) -> None:
-    """Triples, ``rdfs:label`` and ``schema:description`` lines of every N-Triples file; a term
-    in a language of ``filter.languages`` (or untagged) is kept, the earliest language first."""
-    ns = gcfg.namespace
-    local = lambda iri: iri[len(ns):] if ns and iri.startswith(ns) else iri  # noqa: E731
+def _local(namespace: str, iri: str) -> str:
+    return iri[len(namespace):] if namespace and iri.startswith(namespace) else iri
+
+
+def _rdf_record(namespace: str, subject: str | None, predicate: str, obj: str | None, literal: str | None,
+                lang: str | None, datatype: str | None, line: str) -> RdfRecord:
+    """The record of one parsed triple (``subject``/``obj`` None: a blank node)."""
+    if subject is None or (obj is None and literal is None):  # a blank node has no id a label can name
+        return RdfRecord("reject", "malformed_id", line=line)
+    subject = _local(namespace, subject)
+    if predicate == RDFS_LABEL or predicate in SCHEMA_DESCRIPTION:
+        kind = "label" if predicate == RDFS_LABEL else "description"
+        if literal is None:
+            return RdfRecord("skip", f"{kind}_not_a_literal", line=line)
+        return RdfRecord(kind, subject=subject, object=literal, lang=(lang or "").lower(), line=line)
+    if literal is not None:
+        return RdfRecord("triple", subject=subject, predicate=_local(namespace, predicate), object=literal,
+                         datatype=datatype or "string", line=line)
+    return RdfRecord("triple", subject=subject, predicate=_local(namespace, predicate),
+                     object=_local(namespace, obj), line=line)
+
+
+def ntriples_record(line: str, namespace: str) -> RdfRecord:
+    """One N-Triples line (a leading byte order mark skipped) as a record."""
+    line = line.lstrip("\ufeff")
+    stripped = line.strip()
+    if not stripped or stripped.startswith("#"):
+        return RdfRecord("skip", "blank_or_comment", line=line)
+    m = _NT_LINE.match(line)
+    if m is None:
+        return RdfRecord("reject", "malformed_row", line=line)
+    s_iri, _s_bnode, pred, o_iri, _o_bnode, lit, lang, dtype = m.groups()
+    return _rdf_record(namespace, s_iri, pred, o_iri, None if lit is None else _unescape(lit), lang, dtype, line)
+
+
+def _nt_term(term: Any) -> str:
+    return term.n3() if hasattr(term, "n3") else str(term)
+
+
+def turtle_records(data: bytes, source: str, namespace: str) -> Iterator[RdfRecord]:
+    """The records of one Turtle file, every triple in the order written, duplicates too;
+    literals keep their lexical form. A file that does not parse gives one ``error`` record
+    (Turtle cannot be resumed after a syntax error): the build stops, naming the file."""
+    import rdflib
+    from rdflib.term import BNode, Literal
+
+    class _Collect(rdflib.Graph):  # the parser's sink: keeps every triple, in order
+        def __init__(self) -> None:
+            super().__init__()
+            self.read: list[tuple[Any, Any, Any]] = []
+
+        def add(self, triple):  # noqa: D401 - rdflib's sink interface
+            self.read.append(triple)
+            return self
+
+    sink = _Collect()
+    normalize = rdflib.NORMALIZE_LITERALS
+    rdflib.NORMALIZE_LITERALS = False  # "01.50"^^xsd:decimal stays 01.50, as in a CSV export
+    try:
+        sink.parse(data=data.decode("utf-8-sig"), format="turtle", publicID=namespace or None)
+    except UnicodeDecodeError as exc:
+        yield RdfRecord("error", f"{source}: not valid UTF-8 ({exc.reason} at byte {exc.start})")
+        return
+    except Exception as exc:  # rdflib's BadSyntax and the errors its term constructors raise
+        message = re.sub(r" of <[^>]*>", "", " ".join(str(exc).split(" at ^ in:")[0].split()))
+        yield RdfRecord("error", f"{source}: not valid Turtle: {message[:500]}")
+        return
+    finally:
+        rdflib.NORMALIZE_LITERALS = normalize
+    for s, p, o in sink.read:
+        line = f"{_nt_term(s)} {_nt_term(p)} {_nt_term(o)} ."
+        if isinstance(o, Literal):
+            datatype = str(o.datatype) if o.datatype is not None else None
+            yield _rdf_record(namespace, None if isinstance(s, BNode) else str(s), str(p), None, str(o),
+                              o.language, datatype, line)
+        else:
+            yield _rdf_record(namespace, None if isinstance(s, BNode) else str(s), str(p),
+                              None if isinstance(o, BNode) else str(o), None, None, None, line)
+
+
+def _file_records(path: str, fmt: str, namespace: str) -> Iterator[RdfRecord]:
+    if fmt == "turtle":
+        yield from turtle_records(Path(path).read_bytes(), Path(path).name, namespace)
+        return
+    try:
+        # universal newlines: lines end at \\n, \\r\\n or \\r, as Hadoop's line reader splits them
+        with open(path, encoding="utf-8-sig", newline=None) as fh:
+            for line in fh:
+                yield ntriples_record(line.rstrip("\n"), namespace)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 ({exc.reason}); N-Triples is UTF-8 text") from None
+
+
+def term_rank(lang: str, languages: Sequence[str]) -> int:
+    """0 for an untagged term, 1 + the index of its language in ``filter.languages``, -1 for
+    another language (skipped)."""
+    if not lang:
+        return 0
+    return languages.index(lang) + 1 if lang in languages else -1
+
+
+def _read_rdf(gcfg: GraphConfig, inputs: GraphInputs, languages: Sequence[str], raw: RawGraph) -> None:
+    """Triples, labels and descriptions of every N-Triples/Turtle file; of a subject's labels
+    (descriptions), the untagged one or the earliest language of ``filter.languages`` wins,
+    the first written among equals."""
+    languages = [lang.lower() for lang in languages]
     terms: dict[tuple[str, str], tuple[int, str]] = {}  # (id, label|description) -> (rank, value)
-    paths = [*gcfg.triples, *(p for p in (gcfg.labels, gcfg.predicate_labels) if p)]
-    for path in paths:
-        file = Path(path)
-        if not file.is_file():
-            raise ConfigError(f"graph input {path} is not a file")
-        source = file.name
-        try:
-            with _open_text(file, gcfg.encoding) as fh:
-                lines = fh.read().splitlines()
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not valid {gcfg.encoding} text ({exc.reason}); set graph.encoding") from None
-        for line in lines:
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#"):
-                raw.skipped["blank_or_comment"] += 1
-                continue
-            m = _NT_LINE.match(line)
-            if m is None:
-                raw.rejects.append((source, line, "malformed_row"))
-                continue
-            s_iri, s_bnode, pred, o_iri, o_bnode, lit, lang, dtype = m.groups()
-            if s_bnode is not None or o_bnode is not None:  # a blank node has no id a label can name
-                raw.rejects.append((source, line, "malformed_id"))
-                continue
-            subject = local(s_iri)
-            if pred == RDFS_LABEL or pred in SCHEMA_DESCRIPTION:
-                kind = "label" if pred == RDFS_LABEL else "description"
-                if lit is None:
-                    raw.skipped[f"{kind}_not_a_literal"] += 1
-                    continue
-                rank = 0 if not lang else (
-                    languages.index(lang.lower()) + 1 if lang.lower() in languages else -1)
+    for path in inputs.rdf_files():
+        source = Path(path).name
+        for rec in _file_records(path, gcfg.format, gcfg.namespace):
+            if rec.kind == "error":
+                raise ConfigError(rec.reason)
+            if rec.kind == "skip":
+                raw.skipped[rec.reason] += 1
+            elif rec.kind == "reject":
+                raw.rejects.append((source, rec.line, rec.reason))
+            elif rec.kind == "triple":
+                raw.triples.append(RawTriple(source, rec.line, rec.subject, rec.predicate, rec.object, rec.datatype))
+            else:
+                rank = term_rank(rec.lang, languages)
                 if rank < 0:
                     raw.skipped["other_language"] += 1
                     continue
-                key = (subject, kind)
+                key = (rec.subject, rec.kind)
                 if key not in terms or rank < terms[key][0]:
-                    terms[key] = (rank, _unescape(lit))
-                continue
-            if lit is not None:
-                obj, datatype = _unescape(lit), dtype or "string"
-            else:
-                obj, datatype = local(o_iri), ""
-            raw.triples.append(RawTriple(source, line, subject, local(pred), obj, datatype))
+                    terms[key] = (rank, rec.object)
     predicates = {t.predicate for t in raw.triples}
     for (ident, kind), (_, value) in sorted(terms.items()):
         if kind != "label":
@@ -334,11 +542,12 @@ def read_graph(cfg: Config) -> RawGraph:
     gcfg = cfg.graph
     if not gcfg.format:
         raise ConfigError("graph.format is empty: no graph to read (set graph.format and graph.triples)")
+    inputs = input_paths(gcfg)
     raw = RawGraph()
-    if gcfg.format == "ntriples":
-        _read_ntriples(gcfg, cfg.filter.languages, raw)
+    if gcfg.format in RDF_FORMATS:
+        _read_rdf(gcfg, inputs, cfg.filter.languages, raw)
     else:
-        _read_tables(gcfg, raw)
+        _read_tables(gcfg, inputs, raw)
     return raw
 
 
@@ -378,7 +587,7 @@ def display_labels(entities: Sequence[str], labels: dict[str, tuple[str, str]]
 def resolve_graph(raw: RawGraph, gcfg: GraphConfig) -> Graph:
     """Apply the rules of the module docstring to ``raw``: statements kept, every other row
     counted by its reason."""
-    id_ok = re.compile(gcfg.id_pattern).fullmatch
+    id_ok = id_matcher(gcfg)
     deny, allow = set(gcfg.deny_predicates), set(gcfg.allow_predicates)
     predicate_labels = {p: clean_text(label) for p, label in raw.predicate_labels.items()}
     rejects = list(raw.rejects)
@@ -393,7 +602,7 @@ def resolve_graph(raw: RawGraph, gcfg: GraphConfig) -> Graph:
             reason = "empty_value"
         elif kind is None:
             reason = "unknown_datatype"
-        elif kind == "item" and not id_ok(t.object.strip()):
+        elif kind == "item" and not id_ok(strip_ascii(t.object)):
             reason = "malformed_id"
         elif t.predicate in deny:
             reason = "denied_predicate"
@@ -402,7 +611,7 @@ def resolve_graph(raw: RawGraph, gcfg: GraphConfig) -> Graph:
         elif not predicate_labels.get(t.predicate):
             reason = "unknown_predicate"
         else:
-            obj = t.object.strip() if kind == "item" else t.object
+            obj = strip_ascii(t.object) if kind == "item" else t.object
             key = (t.subject, t.predicate, kind, obj)
             if key in seen:
                 reason = "duplicate"
