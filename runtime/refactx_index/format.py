@@ -298,11 +298,13 @@ def encode_subtree_runs(
         raise ValueError("token ids must lie in [0, 2**32)")
     bounds = np.searchsorted(node_row, np.arange(rows + 1))
     # field widths per row, as encode_fragment picks them (a row's nodes: its own + [a, b))
-    starts = np.minimum(bounds[:-1], max(fi.size - 1, 0))
-    has_nodes = bounds[1:] > bounds[:-1]
-    top_token = np.where(has_nodes, np.maximum.reduceat(tokens, starts), 0) if fi.size else np.zeros(rows, np.int64)
-    top_count = np.maximum(root_count, np.where(has_nodes, np.maximum.reduceat(child_count, starts), 0)
-                           if fi.size else 0)
+    # (reduceat over the rows that have nodes: their node ranges tile the arrays)
+    top_token = np.zeros(rows, dtype=np.int64)
+    top_count = root_count.astype(np.int64)
+    filled = np.flatnonzero(bounds[1:] > bounds[:-1])
+    if filled.size:
+        top_token[filled] = np.maximum.reduceat(tokens, bounds[filled])
+        top_count[filled] = np.maximum(top_count[filled], np.maximum.reduceat(child_count, bounds[filled]))
     out = []
     for r in range(rows):
         a, b = int(bounds[r]), int(bounds[r + 1])
@@ -459,7 +461,27 @@ def decode_fragment(data: bytes | memoryview) -> Fragment:
     leaves = ends.astype(np.int64)
     leaves[external] += ext_leaves
     parent = np.repeat(np.arange(n), child_count)  # parent of nodes 1..n-1
-    # BFS levels are contiguous; accumulate leaves from the deepest level up
+    if n <= _SMALL_FRAGMENT_NODES:
+        # a subtree row: one plain pass from the last node back (BFS puts children after
+        # their parent), cheaper than numpy's per-level calls on a few hundred nodes
+        # (it cannot be deeper than MAX_FRAGMENT_LEVELS: it has fewer nodes)
+        counts, parents = leaves.tolist(), parent.tolist()
+        for i in range(n - 1, 0, -1):
+            counts[parents[i - 1]] += counts[i]
+        leaves = np.array(counts, dtype=np.int64)
+    else:
+        _accumulate_by_level(leaves, parent, child_start, child_count, n)
+    if np.any(leaves < 1):
+        raise FormatError("fragment has a node with no fact below it")
+    return Fragment(tokens, child_start, child_count, ends, external, leaves)
+
+
+_SMALL_FRAGMENT_NODES = 512  # measured: the plain pass wins below ~600 nodes
+
+
+def _accumulate_by_level(leaves: np.ndarray, parent: np.ndarray, child_start: np.ndarray,
+                         child_count: np.ndarray, n: int) -> None:
+    """Add every node's leaves into its ancestors', a BFS level at a time (deepest first)."""
     bounds = [(0, 1)]
     while True:
         if len(bounds) > MAX_FRAGMENT_LEVELS:
@@ -472,9 +494,6 @@ def decode_fragment(data: bytes | memoryview) -> Fragment:
         bounds.append((ns, ne))
     for s, e in reversed(bounds[1:]):
         np.add.at(leaves, parent[s - 1 : e - 1], leaves[s:e])
-    if np.any(leaves < 1):
-        raise FormatError("fragment has a node with no fact below it")
-    return Fragment(tokens, child_start, child_count, ends, external, leaves)
 
 
 def iter_suffixes(frag: Fragment, node: int = 0) -> Iterable[tuple[tuple[int, ...], bool]]:
