@@ -62,7 +62,7 @@ def main() -> None:
           f"torch threads {torch.get_num_threads()}")
     results = []
     with fresh_database(args.dsn, "refactx_bench_generation") as dsn:
-        load_tree(dsn, "sample", seqs, threshold=64, vocab_size=len(tok))
+        load_tree(dsn, "sample", seqs, threshold=256, max_subtree_tokens=8192, vocab_size=len(tok))
         with open_index(dsn, "sample") as index:
             for batch in (1, 4):
                 enc = tok(prompts[:batch], return_tensors="pt", padding=True, add_special_tokens=False)

@@ -4,8 +4,8 @@ against a lookup of the whole prefix from the root at every step (the baseline),
 Facts: ``--facts`` (default 1,000,000) Wikidata-like facts, ``<Label (description)>
 <property> <value> .`` with long-tailed subjects, a Zipf mix of properties and hot
 objects, dates and quantities; about 31 Qwen2.5 tokens each. They are tokenized with
-Qwen2.5 (../shared), built into rows by the reference cut rule (``build_rows``, B=4096,
-T=64) and loaded into a fresh PostgreSQL database.
+Qwen2.5 (../shared), built into rows by the reference cut rule (``build_rows``, by default
+T=256, B=8192) and loaded into a fresh PostgreSQL database.
 
 Walk: ``--walks`` (default 300) facts, each step choosing a child with probability
 proportional to its leaf count, until a fact ends; default cache (256 MB), opened cold.
@@ -91,8 +91,8 @@ def main() -> None:
     parser.add_argument("--walks", type=int, default=300)
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="a server where a scratch database may be created and dropped")
-    parser.add_argument("--threshold", type=int, default=64, help="tree.subtree_threshold (T)")
-    parser.add_argument("--max-tokens", type=int, default=4096, help="tree.max_subtree_tokens (B)")
+    parser.add_argument("--threshold", type=int, default=256, help="tree.subtree_threshold (T)")
+    parser.add_argument("--max-tokens", type=int, default=8192, help="tree.max_subtree_tokens (B)")
     parser.add_argument("--prefetch-leaves", type=int, default=None,
                         help="the cursor's prefetch_leaves (default: the runtime's PREFETCH_LEAVES)")
     parser.add_argument("--json", help="write the figures here too")

@@ -291,8 +291,10 @@ class TokenizeConfig(Section):
 class TreeConfig(Section):
     # a prefix with at most T facts below it, and at most B tokens after it in those facts,
     # stores its whole subtree in one row; any other is expanded (docs/tree.md)
-    subtree_threshold: int = Field(64, ge=1)  # T
-    max_subtree_tokens: int = Field(4096, ge=1)  # B
+    # defaults by measurement (docs/scale.md): 256 facts and 8192 tokens give realistic facts
+    # about 22 bytes each (64: 37) and a generation's walk a third of the rows to decode
+    subtree_threshold: int = Field(256, ge=1)  # T
+    max_subtree_tokens: int = Field(8192, ge=1)  # B
     # the prefix rows job sorts facts into range partitions of at most this many (one per task)
     facts_per_partition: int = Field(200_000, ge=1)
 

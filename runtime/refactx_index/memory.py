@@ -43,8 +43,8 @@ _RECORD = struct.Struct("<II")
 DEFAULT_CACHE_BYTES = 64 << 20
 
 
-DEFAULT_SUBTREE_THRESHOLD = 64
-DEFAULT_MAX_SUBTREE_TOKENS = 4096
+DEFAULT_SUBTREE_THRESHOLD = 256  # the pipeline's defaults (tree.subtree_threshold, tree.max_subtree_tokens)
+DEFAULT_MAX_SUBTREE_TOKENS = 8192
 
 
 def build_rows(
