@@ -11,7 +11,9 @@ with the inverse labels (``owned by``, ``controlled by``, ``has subsidiary``,
 qualifies them with their description. The word lists are package data
 (``examples/financial-words.json``).
 
-    python -m refactx_pipeline.finance_example OUT_DIR [--seed 7]
+    python -m refactx_pipeline.finance_example OUT_DIR [--seed 7] [--turtle]
+
+``--turtle`` also writes the same graph as Turtle (``graph.ttl``, ``graph-turtle.toml``).
 """
 
 from __future__ import annotations
@@ -200,9 +202,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m refactx_pipeline.finance_example", description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", help="where triples.csv, labels.csv, predicate_labels.csv and graph.toml go")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--turtle", action="store_true",
+                        help="also write the same graph as graph.ttl and its config graph-turtle.toml")
     args = parser.parse_args(argv)
     config = write_example(args.out_dir, args.seed)
     sys.stdout.write(f"{config}\n")
+    if args.turtle:
+        ttl = write_turtle(config.parent / "graph.ttl", args.seed)
+        text = config.read_text(encoding="utf-8")
+        graph = text[text.index("[graph]"):text.index("[verbalize]")]
+        turtle = config.with_name("graph-turtle.toml")
+        turtle.write_text(text.replace(graph, "[graph]\n" 'format = "turtle"\n'
+                                       f"triples = [{json.dumps(str(ttl))}]\n"
+                                       f'namespace = "{TURTLE_NAMESPACE}"\n\n'), encoding="utf-8")
+        sys.stdout.write(f"{turtle}\n")
     return 0
 
 
