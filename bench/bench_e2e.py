@@ -1,0 +1,392 @@
+"""Dump -> active index, end to end, measured per stage; with the baselines in the same run.
+
+Input: a realistic generated dump (``refactx_pipeline.dumpgen``: truthy N-Triples plus the
+enwiki page/page_props SQL dumps, distributions from ../shared's extracts; docs/scale.md),
+written once into ``--work`` and reused when it is already there. Then, for each ``--cores``
+value, the whole pipeline (parse ... activate, one vocabulary) in Spark ``local[c]`` against
+a PostgreSQL server, each in a fresh build directory and database schema. Printed and
+written as JSON (``--out``), plus a plot of time per stage (PNG, when matplotlib is
+installed):
+
+* per stage: wall seconds, CPU seconds (the driver, its JVM and every Python worker),
+  peak memory of the Python driver, of the JVM (Spark's driver and executors: one process
+  in local mode) and of the Python workers together, rows in and out, distinct facts per
+  second per core;
+* the index: bytes per fact (table + B-tree), rows per fact, largest and p99 row;
+* baselines, same input, same process: plain bz2 decompression of the dump (one core),
+  and the plain ``tokenizers`` batch encoder on the verbalized fact texts (``c`` threads);
+  the ratios the issue sets targets for: tokenize / encoder, and tokenize + prefix rows +
+  load / encoder.
+* the hot prefix (``--skew``: one label prefix with at least that many facts below it):
+  lookup latency of its node, cold and warm.
+
+Run it alone on a quiet machine (2 cores: anything else running distorts every figure):
+
+    .venv/bin/python bench/bench_e2e.py --lines 12000000 --cores 1,2 --skew 1000000 \\
+        --dsn postgresql://postgres@127.0.0.1:5432/postgres --out bench/out/e2e.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHARED = ROOT.parent / "shared"
+PER_FACT_STAGES = ("tokenize", "prefix_rows", "load")
+
+
+class ProcessTreeSampler:
+    """Peak RSS of the JVM and of the Python workers, sampled every ``interval_s``, and the
+    CPU seconds of this process and all its descendants."""
+
+    def __init__(self, interval_s: float = 0.25) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._me = psutil.Process()
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.peak_jvm = 0
+        self.peak_workers = 0
+        self.peak_driver = 0
+        self._cpu_seen: dict[int, float] = {}
+
+    def _tree(self) -> list[Any]:
+        try:
+            return [self._me, *self._me.children(recursive=True)]
+        except self._psutil.Error:
+            return [self._me]
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the tree so far (exited workers keep what was last seen of them)."""
+        for proc in self._tree():
+            try:
+                t = proc.cpu_times()
+                self._cpu_seen[proc.pid] = t.user + t.system
+            except self._psutil.Error:
+                pass
+        return sum(self._cpu_seen.values())
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._interval):
+            jvm = workers = 0
+            try:
+                self.peak_driver = max(self.peak_driver, self._me.memory_info().rss)
+            except self._psutil.Error:
+                pass
+            for proc in self._tree()[1:]:
+                try:
+                    name = proc.name()
+                    rss = proc.memory_info().rss
+                except self._psutil.Error:
+                    continue
+                if name == "java":
+                    jvm += rss
+                elif name.startswith("python"):
+                    workers += rss
+            self.peak_jvm = max(self.peak_jvm, jvm)
+            self.peak_workers = max(self.peak_workers, workers)
+            self.cpu_seconds()
+
+    def reset_peaks(self) -> None:
+        self.peak_jvm = self.peak_workers = self.peak_driver = 0
+
+    def __enter__(self) -> "ProcessTreeSampler":
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+
+def generate_dump(work: Path, lines: int, seed: int, skew: int) -> Path:
+    """The generated dump's folder (reused when its manifest says the same arguments)."""
+    from refactx_pipeline import dumpgen
+
+    out = work / f"dump-{lines}-{seed}-{skew}"
+    manifest = out / "manifest.json"
+    if manifest.exists():
+        return out
+    started = time.monotonic()
+    dumpgen.generate(out, lines=lines, seed=seed, skew_facts=skew)
+    print(f"dump generated in {time.monotonic() - started:.0f} s: {out}", flush=True)
+    return out
+
+
+def dump_config(dump: Path, build_root: Path, cores: int, vocab: str):
+    from refactx_pipeline.config import Config, VocabularyConfig
+
+    manifest = json.loads((dump / "manifest.json").read_text())
+    return Config().updated({
+        "paths.build_root": str(build_root),
+        "paths.dump_date": f"bench{cores}",
+        "input.dumps": [str(dump / manifest["truthy"])],
+        "input.enwiki_page": str(dump / manifest["page"]),
+        "input.enwiki_page_props": str(dump / manifest["page_props"]),
+        "tokenize.vocabularies": [VocabularyConfig(name=vocab, path=str(SHARED / "tokenizers" / vocab))],
+        "spark.master": f"local[{cores}]",
+        "spark.driver_memory": "6g",
+        "spark.shuffle_partitions": max(8, 4 * cores),
+        "spark.conf": {"spark.ui.showConsoleProgress": "false"},
+    })
+
+
+def bz2_baseline(path: Path) -> dict[str, float]:
+    """Plain decompression of the dump, one core: bytes and lines per second."""
+    started = time.monotonic()
+    cpu = time.process_time()
+    size = lines = 0
+    with bz2.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            size += len(chunk)
+            lines += chunk.count(b"\n")
+    wall = time.monotonic() - started
+    return {"wall_s": wall, "cpu_s": time.process_time() - cpu, "mb_per_s": size / wall / 1e6,
+            "lines_per_s": lines / wall, "lines": lines}
+
+
+def encoder_baseline(cfg, threads: int) -> dict[str, float]:
+    """The plain ``tokenizers`` batch encoder on the verbalized fact texts, ``threads`` threads."""
+    import pyarrow.dataset as ds
+
+    texts = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(
+        columns=["text"]).column("text").to_pylist()
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(Path(cfg.tokenize.vocabularies[0].path) / "tokenizer.json"))
+    prefix = cfg.tokenize.fact_prefix
+    started = time.monotonic()
+    for i in range(0, len(texts), 100_000):
+        tok.encode_batch([prefix + t for t in texts[i:i + 100_000]], add_special_tokens=False)
+    wall = time.monotonic() - started
+    return {"wall_s": wall, "facts": len(texts), "facts_per_s": len(texts) / wall, "threads": threads}
+
+
+def hot_prefix_latency(dsn: str, cfg, index_name: str, hot_text: str) -> dict[str, Any]:
+    """Cold and warm lookup latency of the node of ``hot_text`` (the skewed prefix)."""
+    from refactx_index.pg import open_index
+    from refactx_index.vocab import open_tokenizer
+
+    tok = open_tokenizer(cfg.tokenize.vocabularies[0].path)
+    ids = tok.encode(cfg.tokenize.fact_prefix + hot_text, add_special_tokens=False).ids
+    with open_index(dsn, index_name, schema=cfg.pg.schema, follow=False) as index:
+        # the deepest prefix of the hot text that is still a node of the tree
+        k = len(ids)
+        while k and index.next_tokens(ids[:k]).empty:
+            k -= 1
+        cold = []
+        for _ in range(20):
+            index.cache.clear()
+            t0 = time.perf_counter()
+            answer = index.next_tokens(ids[:k])
+            cold.append(time.perf_counter() - t0)
+        warm = []
+        for _ in range(200):
+            t0 = time.perf_counter()
+            index.next_tokens(ids[:k])
+            warm.append(time.perf_counter() - t0)
+    cold.sort()
+    warm.sort()
+    return {"prefix_tokens": k, "facts_below": int(answer.total_leaves), "children": int(answer.tokens.size),
+            "cold_ms_median": cold[len(cold) // 2] * 1e3, "cold_ms_max": cold[-1] * 1e3,
+            "warm_us_median": warm[len(warm) // 2] * 1e6}
+
+
+def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler) -> dict:
+    from refactx_pipeline.common import spark_session
+    from refactx_pipeline.pipeline import run_pipeline
+
+    cfg = dump_config(dump, work / f"build-local{cores}", cores, vocab)
+    cfg = cfg.updated({"pg.schema": f"bench_e2e_{cores}"})
+    stages: dict[str, dict[str, Any]] = {}
+    marks: dict[str, tuple[float, float]] = {}
+
+    def on_stage(name: str, result) -> None:
+        if result is None:
+            sampler.reset_peaks()
+            marks[name] = (time.monotonic(), sampler.cpu_seconds())
+            print(f"  [{cores} cores] {name} ...", flush=True)
+            return
+        started, cpu = marks[name]
+        stages[name] = {"wall_s": time.monotonic() - started, "cpu_s": sampler.cpu_seconds() - cpu,
+                        "peak_jvm_mb": sampler.peak_jvm / 2**20, "peak_workers_mb": sampler.peak_workers / 2**20,
+                        "peak_driver_py_mb": sampler.peak_driver / 2**20,
+                        "counts": result.counts}
+        print(f"  [{cores} cores] {name}: {stages[name]['wall_s']:.1f} s wall, {stages[name]['cpu_s']:.1f} s CPU",
+              flush=True)
+
+    spark = spark_session(cfg, f"bench_e2e_local{cores}")
+    try:
+        run_pipeline(spark, cfg, on_stage=on_stage, dsn=dsn)
+    finally:
+        spark.stop()
+    return {"cfg": cfg, "stages": stages}
+
+
+def summarize(build: dict, cores: int) -> dict[str, Any]:
+    stages = build["stages"]
+    tree = stages["prefix_rows"]["counts"]["vocabularies"]
+    (vocab_counts,) = tree.values()
+    facts = vocab_counts["distinct_facts"]
+    load = next(iter(stages["load"]["counts"]["vocabularies"].values()))
+    out: dict[str, Any] = {"cores": cores, "distinct_facts": facts, "stages": {}}
+    for name, s in stages.items():
+        out["stages"][name] = {
+            "wall_s": round(s["wall_s"], 2), "cpu_s": round(s["cpu_s"], 2),
+            "peak_jvm_mb": round(s["peak_jvm_mb"]), "peak_workers_mb": round(s["peak_workers_mb"]),
+            "peak_driver_py_mb": round(s["peak_driver_py_mb"]),
+            "facts_per_s_per_core": round(facts / s["wall_s"] / cores) if s["wall_s"] else None,
+            "rows_in_out": rows_in_out(name, s["counts"]),
+        }
+    out["index"] = {
+        "bytes_per_fact": (load["table_bytes"] + load["index_bytes"]) / facts,
+        "table_bytes_per_fact": load["table_bytes"] / facts,
+        "index_bytes_per_fact": load["index_bytes"] / facts,
+        "rows_per_fact": vocab_counts["rows"] / facts,
+        "largest_row_bytes": vocab_counts["largest_row_bytes"],
+        "p99_row_bytes": vocab_counts["p99_row_bytes"],
+        "deepest_row": vocab_counts["max_depth"],
+    }
+    out["total_wall_s"] = round(sum(s["wall_s"] for s in stages.values()), 1)
+    out["tokenize_prefix_load_s"] = sum(stages[n]["wall_s"] for n in PER_FACT_STAGES)
+    return out
+
+
+def rows_in_out(stage: str, counts: dict[str, Any]) -> dict[str, Any]:
+    """The few counts that say how much went in and out of a stage."""
+    keep = ("lines", "statements", "kept", "rejected", "facts", "rows", "distinct_facts", "quarantined",
+            "labels", "items", "entities", "encoded", "copied_rows")
+    flat: dict[str, Any] = {}
+    for key, value in counts.items():
+        if key in keep and isinstance(value, (int, float)):
+            flat[key] = value
+    for per_vocab in (counts.get("vocabularies") or {}).values():
+        if isinstance(per_vocab, dict):
+            for key in keep:
+                if isinstance(per_vocab.get(key), (int, float)):
+                    flat[key] = per_vocab[key]
+    return flat
+
+
+def plot(results: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logging.warning("matplotlib is not installed: no plot (pip install matplotlib)")
+        return False
+    runs = results["runs"]
+    names = list(runs[0]["stages"])
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    left = [0.0] * len(runs)
+    labels = [f"local[{r['cores']}]" for r in runs]
+    for name in names:
+        widths = [r["stages"].get(name, {}).get("wall_s", 0) for r in runs]
+        ax.barh(labels, widths, left=left, label=name)
+        left = [a + b for a, b in zip(left, widths)]
+    facts = runs[0]["distinct_facts"]
+    base = results["baselines"]
+    ax.set_xlabel("wall seconds")
+    ax.set_title(f"dump -> active index, {facts:,} facts ({base['bz2']['lines']:,} dump lines); "
+                 f"bz2 alone {base['bz2']['wall_s']:.0f} s")
+    ax.legend(ncol=5, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=12_000_000, help="dump lines to generate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skew", type=int, default=1_000_000,
+                        help="facts below one hot label prefix (0: none)")
+    parser.add_argument("--cores", default="1,2", help="comma-separated local[N] runs")
+    parser.add_argument("--vocab", default="qwen2.5", help="a tokenizer under ../shared/tokenizers")
+    parser.add_argument("--work", default=str(ROOT / "build" / "bench_e2e"), help="dump and build folder")
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
+                        help="a server where a scratch database may be created and dropped")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "e2e.json"))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    from tests.pgtree import fresh_database
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    dump = generate_dump(work, args.lines, args.seed, args.skew)
+    manifest = json.loads((dump / "manifest.json").read_text())
+    results: dict[str, Any] = {"lines": args.lines, "seed": args.seed, "skew": args.skew,
+                               "vocab": args.vocab, "cpu_count": os.cpu_count(), "runs": [], "baselines": {}}
+    print("baseline: bz2 decompression ...", flush=True)
+    results["baselines"]["bz2"] = bz2_baseline(dump / manifest["truthy"])
+    with fresh_database(args.dsn, "refactx_bench_e2e") as dsn, ProcessTreeSampler() as sampler:
+        for cores in [int(c) for c in args.cores.split(",")]:
+            build = run_build(dump, work, cores, args.vocab, dsn, sampler)
+            summary = summarize(build, cores)
+            encoder = encoder_baseline(build["cfg"], cores)
+            summary["encoder"] = encoder
+            facts = summary["distinct_facts"]
+            tokenize_s = build["stages"]["tokenize"]["wall_s"]
+            summary["ratios"] = {
+                "tokenize_vs_encoder": (facts / tokenize_s) / encoder["facts_per_s"],
+                "tokenize_prefix_load_vs_encoder": (facts / summary["tokenize_prefix_load_s"])
+                / encoder["facts_per_s"],
+            }
+            if args.skew and manifest.get("hot_label"):
+                cfg = build["cfg"]
+                summary["hot_prefix"] = hot_prefix_latency(
+                    dsn, cfg, cfg.index_name(args.vocab), "<" + manifest["hot_label"])
+            results["runs"].append(summary)
+            print(json.dumps({k: v for k, v in summary.items() if k != "stages"}, indent=2), flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str))
+    print_table(results)
+    if plot(results, out.with_suffix(".png")):
+        print(f"plot: {out.with_suffix('.png')}")
+    print(f"figures: {out}")
+
+
+def print_table(results: dict[str, Any]) -> None:
+    for run in results["runs"]:
+        print(f"\nlocal[{run['cores']}]: {run['distinct_facts']:,} distinct facts, {run['total_wall_s']} s in all")
+        print(f"{'stage':<12}{'wall s':>8}{'CPU s':>8}{'JVM MB':>8}{'py MB':>8}{'facts/s/core':>14}")
+        for name, s in run["stages"].items():
+            print(f"{name:<12}{s['wall_s']:>8.1f}{s['cpu_s']:>8.1f}{s['peak_jvm_mb']:>8}{s['peak_workers_mb']:>8}"
+                  f"{s['facts_per_s_per_core'] or 0:>14,}")
+        idx = run["index"]
+        print(f"index: {idx['bytes_per_fact']:.1f} B/fact (table {idx['table_bytes_per_fact']:.1f} + "
+              f"B-tree {idx['index_bytes_per_fact']:.1f}), {idx['rows_per_fact']:.3f} rows/fact, "
+              f"largest row {idx['largest_row_bytes']:,} B, p99 {idx['p99_row_bytes']:,} B")
+        r = run["ratios"]
+        print(f"encoder alone: {run['encoder']['facts_per_s']:,.0f} facts/s on {run['cores']} threads; "
+              f"tokenize {r['tokenize_vs_encoder']:.2f}x of it, tokenize+prefix rows+load "
+              f"{r['tokenize_prefix_load_vs_encoder']:.2f}x")
+        if "hot_prefix" in run:
+            print(f"hot prefix: {run['hot_prefix']}")
+    b = results["baselines"]["bz2"]
+    print(f"\nbz2 alone: {b['wall_s']:.1f} s, {b['mb_per_s']:.0f} MB/s, {b['lines_per_s']:,.0f} lines/s (one core)")
+
+
+if __name__ == "__main__":
+    main()
