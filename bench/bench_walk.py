@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -117,9 +118,18 @@ def main() -> None:
     results: dict[str, dict] = {}
     with fresh_database(args.dsn, "refactx_bench_walk") as dsn:
         started = time.perf_counter()
-        load_tree(dsn, "walk", seqs, threshold=args.threshold, max_subtree_tokens=args.max_tokens,
-                  vocab_size=151_665)
+        build_id = load_tree(dsn, "walk", seqs, threshold=args.threshold, max_subtree_tokens=args.max_tokens,
+                             vocab_size=151_665)
         print(f"rows built and loaded in {time.perf_counter() - started:.0f} s", flush=True)
+        with psycopg.connect(dsn) as conn:
+            relation = f"refactx.tree_b{build_id}"
+            table, index_bytes = conn.execute("SELECT pg_table_size(%s::regclass), pg_indexes_size(%s::regclass)",
+                                              (relation, relation)).fetchone()
+            (rows,) = conn.execute(f"SELECT count(*) FROM {relation}").fetchone()
+        size = {"table_bytes_per_fact": table / len(seqs), "index_bytes_per_fact": index_bytes / len(seqs),
+                "rows_per_fact": float(rows) / len(seqs)}
+        print(f"index: {(table + index_bytes) / len(seqs):.1f} bytes/fact (table {size['table_bytes_per_fact']:.1f} "
+              f"+ B-tree {size['index_bytes_per_fact']:.1f}), {size['rows_per_fact']:.3f} rows/fact", flush=True)
         # the walks: token choices drawn once, replayed identically by every method
         with open_index(dsn, "walk") as index:
             walks = []
@@ -174,7 +184,7 @@ def main() -> None:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"facts": len(seqs), "mean_tokens": mean_len, "threshold": args.threshold,
-                                               "max_subtree_tokens": args.max_tokens, **results}, indent=2))
+                                               "max_subtree_tokens": args.max_tokens, "size": size, **results}, indent=2))
 
 
 if __name__ == "__main__":
