@@ -288,6 +288,48 @@ def test_backslash_escapes_globs_and_an_export_dir_in_both_builds(spark, tmp_pat
     assert graph.counts["rejected"] == 0
 
 
+@pytest.mark.spark
+def test_typed_parquet_columns_read_alike_in_both_builds(spark, tmp_path):
+    """Parquet objects that are not text (doubles, floats, decimals, dates, timestamps,
+    integers, booleans; one triples file per type) become the same literal text in both."""
+    import datetime as dt
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {
+        "double": (pa.float64(), [1.5, 1e20, 12345678.9, 0.001, -2.5e-7], "decimal"),
+        "float": (pa.float32(), [1.1, 16777216.0, 3.25], "decimal"),
+        "decimal": (pa.decimal128(10, 3), [decimal.Decimal("12.500"), decimal.Decimal("-0.001")], "decimal"),
+        "int": (pa.int64(), [7, -42, 10**12], "integer"),
+        "date": (pa.date32(), [dt.date(1999, 5, 1), dt.date(2024, 2, 29)], "date"),
+        "timestamp": (pa.timestamp("us", tz="UTC"), [dt.datetime(2001, 2, 3, 4, 5, 6, tzinfo=dt.timezone.utc)],
+                      "datetime"),
+        "naive": (pa.timestamp("ms"), [dt.datetime(2002, 3, 4, 5, 6, 7, 890000)], "datetime"),
+        "bool": (pa.bool_(), [True, False], "string"),
+    }
+    for name, (kind, values, datatype) in columns.items():
+        n = len(values)
+        pq.write_table(pa.table({
+            "subject": ["CO1"] * n, "predicate": [f"p_{name}"] * n, "object": pa.array(values, type=kind),
+            "datatype": [datatype] * n}), tmp_path / f"triples-{name}.parquet")
+    pq.write_table(pa.table({"id": ["CO1"], "label": ["Acme"]}), tmp_path / "labels.parquet")
+    pq.write_table(pa.table({"id": [f"p_{n}" for n in columns], "label": list(columns)}),
+                   tmp_path / "predicates.parquet")
+    cfg = Config().updated({
+        "graph.format": "parquet", "graph.triples": [str(tmp_path / "triples-*.parquet")],
+        "graph.labels": str(tmp_path / "labels.parquet"), "graph.predicate_labels": str(tmp_path / "predicates.parquet"),
+        "paths.build_root": str(tmp_path / "build"),
+    })
+    graph = assert_same_graph(spark, cfg)
+    objects = {(s.predicate, s.object) for s in graph.statements}
+    assert {("p_double", "1.0E20"), ("p_double", "1.23456789E7"), ("p_float", "1.1"), ("p_float", "1.6777216E7"),
+            ("p_decimal", "12.500"), ("p_date", "2024-02-29"), ("p_timestamp", "2001-02-03T04:05:06"),
+            ("p_naive", "2002-03-04T05:06:07"), ("p_bool", "true"), ("p_int", "1000000000000")} <= objects
+    assert graph.counts["rejected"] == 0
+
+
 def test_label_rule_qualifies_collisions_and_drops_what_stays_ambiguous():
     from refactx_pipeline.graph import display_labels
 

@@ -1,8 +1,8 @@
 """The in-process build of a small graph: ``[graph]`` inputs -> an in-memory index file.
 
 No Spark, no database: the graph is read and checked by ``refactx_pipeline.graph`` (the
-rules the Spark stage ``graph`` uses), verbalized by ``refactx_pipeline.render`` (the
-Python twins of the verbalize stage's expressions), tokenized by
+rules the Spark stage ``graph`` applies as DataFrame operations), verbalized by
+``refactx_pipeline.render`` (the Python twins of the verbalize stage's expressions), tokenized by
 ``refactx_index.vocab.encode_facts`` (what the tokenize stage calls) and cut into rows by
 ``refactx_index.memory.build_rows`` (the reference the prefix_rows job agrees with). The
 same graph and config give the same facts and token sequences as the Spark pipeline

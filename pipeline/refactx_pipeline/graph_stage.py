@@ -356,8 +356,6 @@ class _Graph:
     def _apply(self, raw: DataFrame, predicate_labels: DataFrame) -> None:
         g = self.gcfg
         pattern = g.id_pattern
-        raw = self._keep(raw)
-        self.raw = raw
         kind = object_kind(F.col("datatype"))
         item_object = strip_ascii(F.col("object"))
         plabels = F.broadcast(predicate_labels.select("predicate", clean_text(F.col("label")).alias("plabel")))
@@ -378,7 +376,7 @@ class _Graph:
         first = F.row_number().over(_first_in_order(F.col("reason").isNull(), "subject", "predicate", "kind", "obj"))
         t = t.withColumn("reason", F.when(F.col("reason").isNull() & (first > 1), "duplicate")
                          .otherwise(F.col("reason")))
-        t = self._keep(t)
+        t = self.checked = self._keep(t)
         candidates = t.where(F.col("reason").isNull())
 
         # the label rule over the entities the candidates mention (graph.display_labels)
@@ -406,27 +404,33 @@ class _Graph:
         resolved = (candidates.join(subject_status, "subject", "left").join(object_status, "obj", "left")
                     .withColumn("reason", F.coalesce(F.col("drop_s"), F.when(F.col("kind") == "item",
                                                                                  F.col("drop_o")))))
-        resolved = self._keep(resolved)
+        resolved = self.resolved = self._keep(resolved)
         self.statements = resolved.where(F.col("reason").isNull()).select(
             "subject", "predicate", "kind", "obj", "plabel")
         self.rejects = (t.where(F.col("reason").isNotNull()).select("source", "line", "reason")
                         .unionByName(resolved.where(F.col("reason").isNotNull()).select("source", "line", "reason")))
 
     def counts(self) -> dict[str, Any]:
-        """``graph.resolve_graph``'s counts, in its order."""
-        by_reason = {r.reason: r["count"] for r in self.rejects.groupBy("reason").count().collect()}
-        triples_in = self.raw.count()
-        triples = self.statements.count()
+        """``graph.resolve_graph``'s counts, in its order (a few small jobs over persisted frames)."""
+        before = {r.reason: r["n"] for r in self.checked.groupBy("reason").agg(F.count(F.lit(1)).alias("n")).collect()}
+        after = {r.reason: (r["n"], r["p"]) for r in self.resolved.groupBy("reason").agg(
+            F.count(F.lit(1)).alias("n"), F.countDistinct("predicate").alias("p")).collect()}
+        by_reason = {**{k: v for k, v in before.items() if k}, **{k: n for k, (n, _) in after.items() if k}}
+        triples_in = sum(before.values())
+        triples, predicates = after.get(None, (0, 0))
         rejected = sum(by_reason.values())
         if triples_in != triples + rejected:  # a rule lost a row: a bug, not bad input
             raise RuntimeError(f"read {triples_in} triples but kept {triples} and rejected {rejected}")
-        skipped = ({r.reason: r["count"] for r in self.skipped.groupBy("reason").count().collect()}
+        skipped = ({r.reason: r["n"] for r in self.skipped.groupBy("reason").agg(F.count(F.lit(1)).alias("n")).collect()}
                    if self.skipped is not None else {})
-        outcomes = {r.outcome: r["count"] for r in self.label_outcomes.groupBy("outcome").count().collect()}
-        kept = self.entities.where(F.col("dropped").isNull())
-        sources = {r.label_source: r["count"] for r in kept.groupBy("label_source").count().collect()}
-        dropped = {r.dropped: r["count"] for r in
-                   self.entities.where(F.col("dropped").isNotNull()).groupBy("dropped").count().collect()}
+        outcomes = {r.outcome: r["n"] for r in
+                    self.label_outcomes.groupBy("outcome").agg(F.count(F.lit(1)).alias("n")).collect()}
+        entities = self.entities.groupBy("dropped", "label_source").agg(F.count(F.lit(1)).alias("n")).collect()
+        sources = {r.label_source: r["n"] for r in entities if r.dropped is None}
+        dropped: dict[str, int] = {}
+        for r in entities:
+            if r.dropped is not None:
+                dropped[r.dropped] = dropped.get(r.dropped, 0) + r["n"]
         return {
             "triples_in": triples_in,
             "triples": triples,
@@ -434,8 +438,8 @@ class _Graph:
             "rejected_by_reason": {r: by_reason[r] for r in TRIPLE_REASONS if by_reason.get(r)},
             "skipped_by_reason": dict(sorted(skipped.items())),
             "label_rows_by_outcome": dict(sorted(outcomes.items())),
-            "predicates": self.statements.select("predicate").distinct().count(),
-            "entities": kept.count(),
+            "predicates": predicates,
+            "entities": sum(sources.values()),
             "labels_by_source": dict(sorted(sources.items())),
             "entities_dropped_by_reason": dict(sorted(dropped.items())),
         }
