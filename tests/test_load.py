@@ -22,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from refactx_index import format as fmt
 from refactx_pipeline.config import VocabularyConfig
-from refactx_index.errors import LoadError, ValidationFailed
+from refactx_index.errors import FormatError, LoadError, ValidationFailed
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg]
 
@@ -431,3 +431,185 @@ def test_a_second_run_of_a_dump_date_is_refused_before_it_writes(spark, cfg, tmp
     claim_path(cfg).write_text(json.dumps({"run_id": "process-x", "pid": dead.pid, "host": socket.gethostname(),
                                            "since": "2026-01-05T00:00:00+00:00"}))
     assert claim_work_dir(cfg, None)["pid"] == os.getpid()
+
+
+# --------------------------------------------------------------------------- validation in Spark
+
+
+def rows_for_cut(facts, cut) -> dict[bytes, bytes]:
+    """The rows of ``facts`` whose row prefixes are the root and ``cut`` -- any nodes of the
+    trie, at any depths (whatever cut rule chose them): each row's fragment is the trie below
+    its prefix, every node that is a row of its own flagged external with its leaf count."""
+    facts = sorted({tuple(f) for f in facts})
+    ends_at, cut = set(facts), {tuple(c) for c in cut}
+    rows = {}
+    for top in [(), *sorted(cut)]:
+        tokens, counts, ends, external, ext_leaves = [], [], [], [], []
+        queue, i = [top], 0
+        while i < len(queue):
+            node, i = queue[i], i + 1
+            below = [f for f in facts if f[:len(node)] == node]
+            if node != top and node in cut:
+                counts.append(0), ends.append(False), external.append(True), ext_leaves.append(len(below))
+                continue
+            kids = sorted({f[len(node)] for f in below if len(f) > len(node)})
+            counts.append(len(kids)), ends.append(node in ends_at), external.append(False)
+            queue.extend(node + (t,) for t in kids)
+            tokens.extend(kids)
+        rows[fmt.encode_prefix(top)] = fmt.encode_fragment(tokens, counts, ends, external, ext_leaves)
+    return rows
+
+
+def write_rows(path: Path, rows: dict[bytes, bytes], depth=None, leaves=None) -> Path:
+    """A prefix rows dataset (schema ROWS) of ``rows``; ``depth``/``leaves`` override columns per key."""
+    depth, leaves = depth or {}, leaves or {}
+
+    def leaves_of(node: bytes) -> int:
+        try:
+            return int(fmt.decode_fragment(node).leaves[0])
+        except FormatError:
+            return 1  # a corrupt row's column: whatever the job wrote
+
+    keys = sorted(rows)
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({
+        "prefix": pa.array(keys, pa.binary()),
+        "node": pa.array([rows[k] for k in keys], pa.binary()),
+        "depth": pa.array([depth.get(k, len(k) // 4) for k in keys], pa.int32()),
+        "leaves": pa.array([leaves.get(k, leaves_of(rows[k])) for k in keys], pa.int64()),
+    }), path / "part-00000.parquet")
+    return path
+
+
+def random_tree(seed: int):
+    rng = np.random.default_rng(seed)
+    facts = {tuple(int(t) for t in rng.integers(0, 4, rng.integers(1, 7))) for _ in range(120)}
+    prefixes = sorted({f[:k] for f in facts for k in range(1, len(f) + 1)})
+    cut = [p for p in prefixes if rng.random() < 0.35]
+    return facts, cut
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_spark_checks_accept_any_cut(spark, tmp_path, seed):
+    """The checks follow the format, not a cut rule: external nodes at any levels of a row."""
+    from refactx_pipeline.validate import check_parquet
+
+    facts, cut = random_tree(seed)
+    rows = rows_for_cut(facts, cut)
+    levels = {len(fmt.decode_prefix(k)) - len(fmt.decode_prefix(p)) for p, node in rows.items()
+              for k in [fmt.encode_prefix(c) for c in cut] if k.startswith(p) and k != p}
+    assert max(levels) > 1  # some rows hold external nodes below their first level
+    summary = check_parquet(spark, write_rows(tmp_path / "rows", rows), max_tokens=16)
+    assert summary["rows"] == len(rows) == len(cut) + 1
+    assert summary["root_leaves"] == len(facts)
+    assert summary["max_depth"] == max(len(c) for c in cut)
+    assert summary["bytes"] == sum(len(k) + len(v) for k, v in rows.items())
+
+
+def test_spark_checks_name_each_fault(spark, tmp_path):
+    """Every kind of fault of the Parquet rows is found, counted and named with an example."""
+    from refactx_pipeline.validate import _Invalid, check_parquet
+
+    facts, cut = random_tree(7)
+    rows = rows_for_cut(facts, cut)
+    deep = max(cut, key=len)
+    deep_key = fmt.encode_prefix(deep)
+    parent = max([c for c in cut if c != deep and deep[:len(c)] == c] + [()], key=len)  # its parent row
+
+    def fails(name, rows, match, **columns):
+        with pytest.raises(_Invalid, match=match):
+            check_parquet(spark, write_rows(tmp_path / name, rows, **columns), max_tokens=16)
+
+    flipped = bytearray(rows[deep_key])
+    flipped[-1] ^= 0x01
+    fails("flipped", {**rows, deep_key: bytes(flipped)}, rf"1 rows fail their own checks \(for example row "
+          rf"{re.escape(str(list(deep)))}: does not decode: fragment checksum mismatch")
+    fails("missing", {k: v for k, v in rows.items() if k != deep_key},
+          rf"1 external nodes have no row \(for example {re.escape(str(list(deep)))}, external in row")
+    suffixes = [f[len(deep):] for f in facts if f[:len(deep)] == deep]  # the deepest row: no external nodes
+    fails("mismatch", {**rows, deep_key: fmt.encode_subtree(suffixes + [(9,)])},
+          r"1 rows disagree with their parent's leaf count \(sum\(child_leaves\) \+ ends != leaves\) "
+          rf"\(for example row {re.escape(str(list(deep)))}: {len(suffixes) + 1} leaves, its parent row "
+          rf"{re.escape(str(list(parent)))}.* says {len(suffixes)}\)")
+    fails("orphan", {**rows, fmt.encode_prefix((9, 9)): fmt.encode_subtree([[1]])},
+          r"1 rows are no row's external node .*\(for example \[9, 9\]\)")
+    fails("depth", rows, "its depth column says 0", depth={deep_key: 0})
+    fails("leaves", rows, "its leaves column says 1000", leaves={deep_key: 1000})
+    fails("own", {**rows, deep_key: fmt.encode_fragment([], [0], [False], [True], [1])}, "flagged external|leaf count")
+    fails("noroot", {k: v for k, v in rows.items() if k}, "no root row")
+
+
+def rewrite_rows(rows_dir: Path, change) -> str:
+    """Replace a prefix rows dataset by what ``change(table)`` returns (one file), as a faulty
+    job would write it; returns the reason validation should give."""
+    table, reason = change(pq.read_table(rows_dir))
+    for f in rows_dir.iterdir():
+        f.unlink()
+    pq.write_table(table, rows_dir / "part-00000.parquet")
+    return reason
+
+
+def _deepest_row(table: pa.Table) -> tuple[int, str]:
+    """The deepest row (whichever cut chose the rows, an external node of some row) and its key
+    as validation names it."""
+    prefixes = table.column("prefix").to_pylist()
+    i = max(range(len(prefixes)), key=lambda r: (len(prefixes[r]), prefixes[r]))
+    return i, re.escape(str(fmt.decode_prefix(prefixes[i]).tolist()))
+
+
+def _flip_a_byte(table: pa.Table):
+    i, key = _deepest_row(table)
+    nodes = table.column("node").to_pylist()
+    node = bytearray(nodes[i])
+    node[len(node) // 2] ^= 0x10
+    nodes[i] = bytes(node)
+    return (table.set_column(1, "node", pa.array(nodes, pa.binary())),
+            rf"row {key}: does not decode: fragment checksum mismatch")
+
+
+def _drop_a_child_row(table: pa.Table):
+    i, key = _deepest_row(table)
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[i] = False
+    return table.filter(pa.array(keep)), rf"1 external nodes have no row \(for example {key}, external in row \["
+
+
+def _miscount_a_row(table: pa.Table):
+    """The deepest row holding one fact more than its parent's external node says (its own
+    columns consistent)."""
+    i, key = _deepest_row(table)
+    nodes, leaves = table.column("node").to_pylist(), table.column("leaves").to_pylist()
+    suffixes = [path for path, external in fmt.iter_suffixes(fmt.decode_fragment(nodes[i])) if not external]
+    nodes[i], leaves[i] = fmt.encode_subtree(suffixes + [(99999,)]), len(suffixes) + 1
+    return (table.set_column(1, "node", pa.array(nodes, pa.binary())).set_column(3, "leaves", pa.array(leaves, pa.int64())),
+            rf"row {key}: {len(suffixes) + 1} leaves, its parent row \[.*\] says {len(suffixes)}")
+
+
+@pytest.mark.parametrize("corrupt", [_flip_a_byte, _drop_a_child_row, _miscount_a_row],
+                         ids=["flipped-byte", "missing-child-row", "leaf-count-mismatch"])
+def test_validation_fails_on_faulty_parquet_rows(spark, cfg, pg_dsn, corrupt):
+    """Prefix rows written wrong (and loaded as written: PostgreSQL agrees with the Parquet) fail
+    the Spark checks: the build is failed with the reason, the served build is unchanged."""
+    from refactx_pipeline import load, prefix_rows, validate
+
+    cfg = make_cfg(cfg)
+    schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
+    first = build(spark, cfg, pg_dsn)
+    write_tokens(spark, cfg, FACTS + [[9, 9, 9]])
+    prefix_rows.run(spark, cfg)
+    reason = rewrite_rows(cfg.stage_dir("prefix_rows") / VOCAB / "rows", corrupt)
+    build_ids = load.run(None, cfg, pg_dsn)["build_ids"]
+    with pytest.raises(ValidationFailed, match=reason):
+        validate.run(spark, cfg, pg_dsn, build_ids)
+    b = builds(pg_dsn, schema)[build_ids[VOCAB]]
+    assert b["status"] == "failed" and "the prefix rows Parquet" in b["message"]
+    active, root = read_active(pg_dsn, schema, name)
+    assert active == first and root.leaves[0] == len(FACTS)
+
+
+def test_validation_reports_its_spark_and_database_time(spark, cfg, pg_dsn):
+    cfg = make_cfg(cfg)
+    build(spark, cfg, pg_dsn)
+    counts = json.loads((cfg.stage_dir("validate") / "counts.json").read_text())["vocabularies"][VOCAB]
+    assert counts["rows"] > 1 and counts["walked"] == len(FACTS) and counts["root_leaves"] == len(FACTS)
+    assert counts["spark_seconds"] > 0 and counts["pg_seconds"] > 0
