@@ -335,7 +335,7 @@ def test_validate_and_activate_work_on_the_build_they_are_given_and_no_other(spa
     says so, and changes nothing."""
     from refactx_pipeline import activate as activate_job
     from refactx_pipeline import validate
-    from refactx_pipeline.pipeline import stage
+    from refactx_pipeline.pipeline import run_pipeline, stage
     from refactx_index.errors import ConfigError
 
     cfg = make_cfg(cfg)
@@ -350,6 +350,8 @@ def test_validate_and_activate_work_on_the_build_they_are_given_and_no_other(spa
             stage(name).run(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: loaded, "other": loaded})
     with pytest.raises(ConfigError, match="takes no build id"):
         stage("load").run(cfg, dsn=pg_dsn, build_ids={VOCAB: loaded})
+    with pytest.raises(ConfigError, match="stage validate works on the builds a load made"):
+        run_pipeline(None, cfg, ["validate", "activate"])  # refused before anything starts
     with pytest.raises(LoadError, match=r"build 999 \(given for vocabulary toy\) does not exist"):
         validate.run(spark, cfg, pg_dsn, {VOCAB: 999})
     other_index = cfg.updated({"pg.index_name": "other-{vocabulary}"})

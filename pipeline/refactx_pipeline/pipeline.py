@@ -183,6 +183,10 @@ def run_pipeline(
     selected = [stage(name) for name in select_stages(cfg, stages)]
     results: list[StageResult] = []
     builds = dict(build_ids or {})
+    if not any(s.name == "load" for s in selected):  # no load to make them: given, or refused now
+        for current in selected:
+            if current.takes_builds:
+                require_build_ids(current.name, cfg, builds)
     with contextlib.ExitStack() as stack:
         stack.enter_context(work_dir_claim(cfg, run_id))
         if dsn is None and any(s.needs_database for s in selected):
