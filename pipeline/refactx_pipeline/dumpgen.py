@@ -30,8 +30,9 @@ many facts lie below that one prefix (issue 14's skew benchmark).
 Determinism: the same ``seed``, ``lines``, ``skew_facts``, ``line_mix`` and
 ``chunk_lines`` give byte-identical files, whatever the number of worker processes: a
 plan of every item (class, id, counts) is computed from the seed alone, then each chunk
-of items is rendered from its own random stream (``SeedSequence([seed, chunk])``) and
-compressed on its own. Pure numpy and the standard library; no Spark.
+of items is rendered from its own random stream (``SeedSequence([seed, 1, chunk])``) and
+compressed on its own (the manifest names the compressor: the same one gives the same
+bytes). Pure numpy and the standard library; no Spark.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ GIANTS_PER_MILLION_LINES = 1.0  # articles forced to 1500-4000 citations (at lea
 # literals, almost all ids). The class mix below gives about: ExternalId 38%,
 # WikibaseItem 36%, String 12%, Time 6%, Monolingualtext 3%, Quantity 3%, coordinates,
 # URLs and media under 1% each (``measure()`` on a generated dump prints the real figure).
-NORMALIZED_SHARE = 0.35  # external-id statements with a direct-normalized IRI line too (2024 file: 32/93)
+NORMALIZED_SHARE = 0.27  # external-id statements with a direct-normalized line too (2018 head 0.35, 2024 file 0.14; pooled 0.27)
 
 # English label and description lengths (characters), sample500 items: labels median 9,
 # p90 19; descriptions median 35, p90 62. Articles (the 2024 file) are longer: titles of
@@ -136,7 +137,7 @@ NO_VALUE_SHARE = 0.001  # items with an rdf:type .../prop/novalue/P... line
 LINE_MIXES = {
     #         metadata lines per item, mean other languages with a label, share of those with a description
     "dense": (1, 0.4, 0.5),
-    "real": (10, 7.0, 0.8),
+    "real": (10, 9.0, 0.8),
 }
 
 # ====================================================================== vocabulary
@@ -633,28 +634,27 @@ def _join(words: np.ndarray, counts: np.ndarray) -> list[str]:
     return [" ".join(r[:c]) for r, c in zip(rows, counts.tolist())]
 
 
-def _strs(values: np.ndarray) -> np.ndarray:
-    return np.array(list(map(str, values.tolist())), dtype=object)
-
-
 def _objects(values: Iterable[str]) -> np.ndarray:
     out = np.empty(len(values) if hasattr(values, "__len__") else 0, dtype=object)
     out[:] = list(values)
     return out
 
 
-_HEX_ESCAPE = re.compile(r"\\u([0-9a-f]{4})")
+_HEX_ESCAPE = re.compile(r"\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|\\u([0-9a-f]{4})")
 
 
 def nt_literal(texts: Sequence[str]) -> np.ndarray:
-    """N-Triples literal bodies in quotes, non-ASCII as ``\\uXXXX`` (upper-case hex, as the
-    dumps write them; non-BMP characters as surrogate pairs, which the parser joins)."""
+    """N-Triples literals in quotes, non-ASCII escaped as the dumps write it: ``\\u00E9``
+    (upper-case hex), ``\\U0001F1EE`` beyond the BMP."""
     return _objects(['"' + t + '"' if t.isascii() and t.isprintable() and '"' not in t and "\\" not in t
                      else _HEX_ESCAPE.sub(_upper_hex, json.dumps(t)) for t in texts])
 
 
 def _upper_hex(m: re.Match) -> str:
-    return "\\u" + m.group(1).upper()
+    if m.group(3):
+        return "\\u" + m.group(3).upper()
+    code = 0x10000 + ((int(m.group(1), 16) - 0xD800) << 10) + (int(m.group(2), 16) - 0xDC00)
+    return f"\\U{code:08X}"
 
 
 def sql_quote(text: str) -> str:
@@ -970,6 +970,7 @@ class Vocabulary:
         self.core_by_qid = {c.qid: c for c in CORE_ITEMS}
         self._zipf: dict[int, np.ndarray] = {}
         self.ext_norm_fraction = _ext_norm_fraction(self)
+        self.title_cdf = _zipf_cdf(len(SCIENCE), 0.6)  # title words: a flatter Zipf than names
 
     def zipf(self, n: int) -> np.ndarray:
         if n not in self._zipf:
@@ -1191,7 +1192,7 @@ class ChunkRenderer:
     def _title(self, n: int, starts: bool = True) -> list[str]:
         rng = self.rng
         k = np.clip(np.round(rng.lognormal(2.0, 0.35, n)).astype(np.int64), 3, 24)
-        words = np.array(SCIENCE, dtype=object)[_pick_cdf(rng, self.v.zipf(len(SCIENCE)), n * 24).reshape(n, 24)]
+        words = np.array(SCIENCE, dtype=object)[_pick_cdf(rng, self.v.title_cdf, n * 24).reshape(n, 24)]
         body = _join(words, k)
         if not starts:
             return [b[:1].upper() + b[1:] for b in body]
@@ -1589,6 +1590,9 @@ def _translate(text: str, lang: str) -> str:
     if lang in ("ru", "uk"):
         return text.lower().translate(_TRANSLIT)
     h = sum(map(ord, text))
+    if lang == "zh" and h % 7 == 0:  # now and then a character beyond the BMP (CJK extension B)
+        return chr(0x20000 + h % 4000) + "".join(chr(base + (h * (i + 3) + ord(ch)) % 80)
+                                                 for i, ch in enumerate(text[:6]) if ch != " ")
     return "".join(chr(base + (h * (i + 3) + ord(ch)) % 80) for i, ch in enumerate(text[:12]) if ch != " ")
 
 
@@ -1596,6 +1600,8 @@ def _alias(label: str, k: int) -> str:
     words = label.split()
     if len(words) > 2 and k == 0:
         return " ".join(w[0] for w in words if w[:1].isalpha()).upper()
+    if k == 1 and len(label) % 5 == 0:  # an emoji now and then, as in real aliases (flags...)
+        return label + " \U0001F3F3\uFE0F"
     return (label.lower() if k % 2 == 0 else label.upper()) or "alias"
 
 
@@ -1855,16 +1861,18 @@ def write_sql_dumps(out_dir: Path, plan: Plan, v: Vocabulary, sitelinks: dict[st
     n_articles = len(titles)
 
     # other pages: unconnected articles, redirects, talk and project pages
-    n_unconnected = int(round(n_articles * UNCONNECTED_ARTICLE_SHARE))
-    n_redirect = int(round(n_articles * REDIRECTS_PER_ARTICLE))
-    n_talk = int(round(n_articles * TALK_PAGES_PER_ARTICLE))
-    n_project = int(round(n_articles * PROJECT_PAGES_PER_ARTICLE))
+    n_main = sum(1 for ns in namespaces if ns == 0)  # the ratios are per main-namespace article
+    n_unconnected = int(round(n_main * UNCONNECTED_ARTICLE_SHARE))
+    n_redirect = int(round(n_main * REDIRECTS_PER_ARTICLE))
+    n_talk = int(round(n_main * TALK_PAGES_PER_ARTICLE))
+    n_project = int(round(n_main * PROJECT_PAGES_PER_ARTICLE))
     extra_titles = [f"{t} ({k})" for t, k in zip(
         _join(np.array(SCIENCE, dtype=object)[rng.integers(0, len(SCIENCE), (n_unconnected, 3))],
               np.full(n_unconnected, 3)), range(n_unconnected))]
-    redirect_src = rng.integers(0, max(n_articles, 1), n_redirect).tolist()
+    main = [i for i, ns in enumerate(namespaces) if ns == 0] or [0]
+    redirect_src = [main[i] for i in rng.choice(len(main), min(n_redirect, len(main)), replace=False).tolist()]
     redirect_titles = [f"{titles[i].lower() if k % 2 else titles[i].upper()}" for k, i in enumerate(redirect_src)]
-    talk_src = rng.integers(0, max(n_articles, 1), n_talk).tolist()
+    talk_src = [main[i] for i in rng.choice(len(main), min(n_talk, len(main)), replace=False).tolist()]
 
     pages: list[tuple[int, str, int, bool]] = []  # (ns, title, article index or -1, redirect)
     pages += [(ns, t, i, False) for i, (ns, t, gone) in enumerate(zip(namespaces, titles, is_lost)) if not gone]
@@ -2156,7 +2164,9 @@ def measure_nt(paths: Sequence[Path], property_types: dict[str, str] | None = No
     """Shape of truthy N-Triples files: statements per item, datatypes, term lengths, hot
     objects and label prefixes. Datatypes come from propertyType lines when the files have
     them; else from the object's shape, a plain literal being an external id when its
-    property's English label says ID or identifier (``property_labels``)."""
+    property has direct-normalized lines, or its English label (``property_labels``) says
+    ID or identifier, or it has no label there (a property newer than the labels: nearly
+    all new properties are external ids)."""
     E = "http://www.wikidata.org/entity/"
     per_item: collections.Counter[str] = collections.Counter()
     dtypes: collections.Counter[str] = collections.Counter()
@@ -2169,6 +2179,8 @@ def measure_nt(paths: Sequence[Path], property_types: dict[str, str] | None = No
     item_langs: dict[str, set] = collections.defaultdict(set)
     plain_by_prop: collections.Counter[str] = collections.Counter()
     lines = normalized = 0
+    normalized_props: set[str] = set()
+    declared_counts: collections.Counter[str] = collections.Counter()
     statements = []
     for path in paths:
         with _open_text(Path(path)) as fh:
@@ -2183,6 +2195,10 @@ def measure_nt(paths: Sequence[Path], property_types: dict[str, str] | None = No
                     continue
                 if p.startswith(NORMALIZED):
                     normalized += 1
+                    normalized_props.add(p[len(NORMALIZED):])
+                    continue
+                if p in (WIKIBASE + "identifiers", WIKIBASE + "statements"):
+                    declared_counts[p.rsplit("#", 1)[1]] += int(re.sub(r"\D", "", o.split("^^")[0]) or 0)
                     continue
                 subject = s[len(E) + 1:-1] if s.startswith("<" + E) else ""
                 lit = re.match(r'^"(.*)"(@([A-Za-z-]+)|\^\^<([^>]*)>)?$', o)
@@ -2227,8 +2243,10 @@ def measure_nt(paths: Sequence[Path], property_types: dict[str, str] | None = No
         if shape == "plain":
             if pid in declared:
                 shape = declared[pid]
+            elif pid in normalized_props or pid not in plabels or id_label.search(plabels[pid]):
+                shape = "ExternalId"
             else:
-                shape = "ExternalId" if id_label.search(plabels.get(pid, "")) else "String"
+                shape = "String"
         elif pid in declared and shape not in ("unknown value",):
             shape = declared[pid]
         dtypes[shape] += 1
@@ -2249,6 +2267,9 @@ def measure_nt(paths: Sequence[Path], property_types: dict[str, str] | None = No
         "datatype_share": {k: round(v / total, 4) for k, v in dtypes.most_common()},
         "datatype_counts": dict(dtypes.most_common()),
         "normalized_lines_per_external_id": round(normalized / max(dtypes.get("ExternalId", 0), 1), 3),
+        # the items' own counts (2024 metadata lines wikiba:identifiers / wikiba:statements)
+        "declared_identifier_share": (round(declared_counts["identifiers"] / declared_counts["statements"], 3)
+                                      if declared_counts["statements"] else None),
         "label_chars": _quantiles(np.array([len(t) for t in item_labels])),
         "description_chars": _quantiles(np.array([len(t) for t in item_descs])),
         "languages_per_item": _quantiles(terms),
