@@ -99,18 +99,18 @@ CITES_PARETO_ALPHA = 1.25  # P(n > x) ~ x^-alpha: at 40M articles, thousands cit
 CITES_MAX = 5000
 LONG_CITE_LIST = 200  # longer lists of cited works are drawn without repeats
 CITING_SHARE = 0.4  # articles with any "cites work" statement (WikiCite covers part of them)
-GIANTS_PER_MILLION_LINES = 1.0  # articles forced to 1500-4000 citations (at least one per dump)
+GIANTS_PER_MILLION_LINES = 1.0  # articles given 1,000-4,000 citations (at least one per dump)
 
-# datatype share of the statements in the 2024 file (Q42 alone: 234 external ids of 307
-# statements, its wikiba:identifiers count) and the 2018 head (countries: 24% plain
-# literals, almost all ids). The class mix below gives about: ExternalId 38%,
-# WikibaseItem 36%, String 12%, Time 6%, Monolingualtext 3%, Quantity 3%, coordinates,
-# URLs and media under 1% each (``measure()`` on a generated dump prints the real figure).
-NORMALIZED_SHARE = 0.27  # external-id statements with a direct-normalized line too (2018 head 0.35, 2024 file 0.14; pooled 0.27)
+# Datatypes: external ids are 51% of the 2024 file's statements (the items' own
+# wikiba:identifiers counts: 54%; Q42 alone 234 of 307), 17% of the 2018 head's (9
+# countries: item-valued 45%, quantities 18%). The class mix below gives about ExternalId
+# 42%, WikibaseItem 35%, String 12%, Time 4%, Monolingualtext 3%, Quantity 2%; coordinates,
+# URLs and media under 1% each (``--measure --dump`` prints it for a generated dump).
+NORMALIZED_SHARE = 0.27  # external ids with a direct-normalized line too (2018 head 0.35, 2024 file 0.14)
 
-# English label and description lengths (characters), sample500 items: labels median 9,
-# p90 19; descriptions median 35, p90 62. Articles (the 2024 file) are longer: titles of
-# 30-120 characters. The generated ones come from word lists and are measured the same way.
+# English label and description lengths (characters), sample500 items: labels median 8,
+# p90 18; descriptions median 38, p90 75. Articles (the 2024 file) are longer: titles of
+# 20-46 characters there, 30-130 here. The generated ones come from word lists.
 
 # Sitelink coverage. The enwiki page head (2015): of 8,370 main-namespace pages, 2,001 are
 # redirects; page_props gives 8,968 wikibase_item rows. Whole Wikidata: ~6.8M English
@@ -133,7 +133,7 @@ NO_VALUE_SHARE = 0.001  # items with an rdf:type .../prop/novalue/P... line
 # Line mixes. "real": the 2024 per-entity metadata (9 Special:EntityData lines + rdf:type)
 # and terms in many languages: about 0.12 facts per line, like the full dump (7.5 billion
 # lines, 890 million facts: issue 14). "dense" (the default): rdf:type only and few other
-# languages, so 12M lines carry about 5M facts.
+# languages, about 0.33 facts per line (13M lines with a 1M-fact hot prefix: ~5M facts).
 LINE_MIXES = {
     #         metadata lines per item, mean other languages with a label, share of those with a description
     "dense": (1, 0.4, 0.5),
@@ -1017,6 +1017,8 @@ class ChunkRenderer:
         self.pub_month = self.rng.integers(1, 13, self.n)
         self.pub_day = self.rng.integers(1, 29, self.n)
         self.country = self._core("country", self.n)
+        self.p31 = np.zeros(self.n, dtype=np.int64)  # the class its texts chose (0: drawn from the pool)
+        self.constellation = self._core("constellation", self.n)
         self.st = Statements()
 
     # ---------------------------------------------------------------- objects
@@ -1041,10 +1043,11 @@ class ChunkRenderer:
         kind, _, arg = spec.partition(":")
         if kind == "core":
             if arg.startswith("class:"):
-                pool = arg
-                qids = self._core(pool, n)
+                qids = np.where(self.p31[items] > 0, self.p31[items], self._core(arg, n))
             elif arg == "country":
                 qids = self.country[items]
+            elif arg == "constellation":
+                qids = self.constellation[items]
             else:
                 qids = self._core(arg, n)
             return dict(obj=_iri(qids), dtype="WikibaseItem", core=qids)
@@ -1256,6 +1259,7 @@ class ChunkRenderer:
         unchar = rng.random(n) < 0.3
         org = self._core("organism", n)
         org_label = [self.v.core_by_qid[int(q)].label for q in org.tolist()]
+        self.p31[at] = np.where(unchar, 8054, 7187)
         labels = ["uncharacterized protein" if u else s for s, u in zip(sym, unchar.tolist())]
         descs = [f"microbial protein found in {o}" if u else f"protein-coding gene in the species {o}"
                  for o, u in zip(org_label, unchar.tolist())]
@@ -1266,11 +1270,12 @@ class ChunkRenderer:
         cat = _pick_cdf(rng, _zipf_cdf(len(CATALOGS), 0.8), n).tolist()
         num = rng.integers(1, 10**6, n).tolist()
         labels = [f"{CATALOGS[c]}{'' if CATALOGS[c].endswith('J') else ' '}{v}" for c, v in zip(cat, num)]
-        con = self._core("constellation", n)
+        con = self.constellation[at]
         kinds = ("star", "galaxy", "asteroid")
-        k = rng.integers(0, 3, n).tolist()
+        k = _weighted(rng, (5, 3, 2), n)
+        self.p31[at] = np.array([523, 318, 3863])[k]
         descs = [f"{kinds[i]} in the constellation {self.v.core_by_qid[int(q)].label}" if i < 2 else "asteroid"
-                 for i, q in zip(k, con.tolist())]
+                 for i, q in zip(k.tolist(), con.tolist())]
         return labels, descs
 
     def _text_place(self, at, n):
@@ -1282,6 +1287,7 @@ class ChunkRenderer:
         country = [self.v.core_by_qid[int(q)].label for q in self.country[at].tolist()]
         kinds = ("village", "human settlement", "city", "commune", "town")
         k = _pick_cdf(rng, _zipf_cdf(len(kinds), 1.0), n).tolist()
+        self.p31[at] = np.array([532, 486972, 515, 486972, 486972])[k]
         return labels, [f"{kinds[i]} in {c}" for i, c in zip(k, country)]
 
     def _text_work(self, at, n):
@@ -1292,6 +1298,7 @@ class ChunkRenderer:
         f = rng.integers(0, len(FAMILY), n).tolist()
         kinds = ("film", "album", "painting", "novel")
         k = rng.integers(0, 4, n).tolist()
+        self.p31[at] = np.array([11424, 482994, 3305213, 7725634])[k]
         descs = [f"{y} {kinds[i]} by {GIVEN[a]} {FAMILY[b]}" if i != 1 else f"album by {GIVEN[a]} {FAMILY[b]}"
                  for y, i, a, b in zip(self.pub_year[at].tolist(), k, g, f)]
         return labels, descs
@@ -1311,18 +1318,24 @@ class ChunkRenderer:
         fam = _pick_cdf(rng, self.v.zipf(len(FAMILY)), n).tolist()
         giv = rng.integers(0, len(GIVEN), n).tolist()
         body = self._title(n, starts=False)
-        labels, descs = [], []
+        labels, descs, p31 = [], [], []
         for s, f, g, b, c in zip(style, fam, giv, body, self.country[at].tolist()):
             if s < 0.25:
-                labels.append(FAMILY[f]); descs.append("family name")
+                labels.append(FAMILY[f]); descs.append("family name"); p31.append(101352)
             elif s < 0.4:
-                labels.append(GIVEN[g]); descs.append("male given name")
+                labels.append(GIVEN[g]); descs.append("male given name"); p31.append(12308941)
             elif s < 0.6:
                 labels.append(f"{FAMILY[f]} Street"); descs.append(f"street in {self.v.core_by_qid[c].label}")
+                p31.append(79007)
+            elif s < 0.7:
+                words = b.split()[:2]
+                labels.append(" ".join(words).title() + " Building")
+                descs.append(f"building in {self.v.core_by_qid[c].label}"); p31.append(41176)
             else:
                 words = b.split()[:2 + f % 3]
                 labels.append(" ".join(words).title())
-                descs.append(f"organization in {self.v.core_by_qid[c].label}")
+                descs.append(f"organization in {self.v.core_by_qid[c].label}"); p31.append(43229)
+        self.p31[at] = p31
         return labels, descs
 
     # ---------------------------------------------------------------- statements
@@ -1343,6 +1356,7 @@ class ChunkRenderer:
             if len(owners) and c.props:
                 seqs = seq0 + _ranks(np.repeat(np.arange(len(at)), nb))
                 which = _weighted(rng, [w for _, w, _ in c.props], len(owners))
+                which = _single_valued_once(owners, which, c)
                 for j, (pid, _, spec) in enumerate(c.props):
                     sel = which == j
                     if not sel.any():
@@ -1545,6 +1559,26 @@ class ChunkRenderer:
             "sitelink_descs": self.desc[sitelinked].tolist(),
         }
         return data, info
+
+
+# properties an item has at most one value of (a second draw becomes a long-tail statement)
+SINGLE_VALUED = frozenset({21, 569, 570, 577, 571, 625, 1082, 2044, 2046, 6257, 6258, 1215, 478, 433, 304,
+                           281, 225, 105, 1476, 356, 698, 932, 10283, 4011, 8608, 6366, 59, 236, 373})
+
+
+def _single_valued_once(owners: np.ndarray, which: np.ndarray, c: ItemClass) -> np.ndarray:
+    """``which`` (a property index per body slot of ``owners``) with every repeat of a
+    single-valued property of an item moved to the class's long tail."""
+    tail = [j for j, (pid, _, spec) in enumerate(c.props) if pid == 0]
+    single = np.array([pid in SINGLE_VALUED for pid, _, _ in c.props])
+    if not tail or not single.any():
+        return which
+    order = np.lexsort((which, owners))
+    o, w = owners[order], which[order]
+    again = np.r_[False, (o[1:] == o[:-1]) & (w[1:] == w[:-1])] & single[w]
+    which = which.copy()
+    which[order[again]] = tail[0]
+    return which
 
 
 def _repeats(st: dict[str, np.ndarray]) -> np.ndarray:
@@ -2375,7 +2409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                "  python -m refactx_pipeline.dumpgen build/dump-skew --lines 12000000 --skew-facts 1000000\n"
                "  python -m refactx_pipeline.dumpgen --measure --shared ../shared/data\n"
                "  python -m refactx_pipeline.dumpgen --measure --dump build/dump-1m\n"
-               "Same seed, lines, skew, line mix and chunk size: identical bytes (any --workers).",
+               "Same seed, lines, skew, line mix, chunk size and compressor: identical bytes (any --workers).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", nargs="?", help="output folder (created; files in it are replaced)")
     parser.add_argument("--lines", type=int, default=1_000_000,
@@ -2385,7 +2419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"add articles labelled '{HOT_LABEL} ...' until at least this many facts lie "
                              "below that one label prefix (default 0: none)")
     parser.add_argument("--line-mix", choices=sorted(LINE_MIXES), default="dense",
-                        help="dense (default): few skipped lines, ~0.4 facts per line; real: the full dump's "
+                        help="dense (default): few skipped lines, ~0.33 facts per line; real: the full dump's "
                              "per-entity metadata and many languages, ~0.12 facts per line")
     parser.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES,
                         help=f"lines per bz2 stream and task (default {DEFAULT_CHUNK_LINES:,}; part of the seed)")
