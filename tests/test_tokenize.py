@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import pytest
 from pyspark.sql import functions as F
@@ -20,6 +21,7 @@ from refactx_index.vocab import (
     decode_continuation,
     encode_facts,
     open_vocabulary,
+    tokenizer_for_ascii,
 )
 from tests.conftest import VOCABULARIES, tokenizer_dir
 
@@ -96,6 +98,56 @@ def test_phi3_ids_carry_no_dummy_prefix_token(vocabs):
     alone = tok.encode(" <a> <b> <c> .", add_special_tokens=False).ids
     ids = encode_facts(tok, ["<a> <b> <c> ."], vocab.forbidden_ids).ids(0)
     assert tok.id_to_token(alone[0]) == "▁" and alone[1:] == ids
+
+
+# ASCII and not: NFC would change "e\u0301" (so such facts must keep the normalizer),
+# added tokens, whitespace runs, a fact that fuses with the trigger
+MIXED_TEXTS = FACT_TEXTS + [
+    "<Cafe\u0301> <label> <Café> .", "<tool_call> <|im_start|>x", "", "  ", ":)", "a\u00a0b", "\ufb01 ligature",
+    "<Q1> <description> <line\nbreak\t tab> .",
+]
+
+
+@pytest.mark.parametrize("name", VOCABULARIES)
+def test_ascii_fast_path_gives_the_same_ids(vocabs, name):
+    """tokenize skips an NFC normalizer for ASCII facts: the ids are those of the full tokenizer."""
+    vocab = vocabs[name]
+    tok = vocab.tokenizer()
+    fast = tokenizer_for_ascii(tok)
+    assert (fast is not None) == (name == "qwen2.5")  # only Qwen2.5 has a normal-form normalizer
+    if fast is None:
+        return
+    assert fast.normalizer is None and tok.normalizer is not None and fast.encode_special_tokens
+    for prefix, suffix in ((" ", ""), ("", "."), (" - ", "\n")):
+        texts = MIXED_TEXTS * 3  # batches mixing ASCII and non-ASCII facts, in order
+        plain = encode_facts(tok, texts, vocab.forbidden_ids, prefix, suffix)
+        both = encode_facts(tok, texts, vocab.forbidden_ids, prefix, suffix, ascii_tokenizer=fast)
+        for field in ("offsets", "values", "status"):
+            assert getattr(plain, field).tolist() == getattr(both, field).tolist(), (prefix, field)
+        ascii_only = [t for t in texts if t.isascii()]
+        assert (encode_facts(tok, ascii_only, (), prefix, suffix, ascii_tokenizer=fast).values.tolist()
+                == encode_facts(tok, ascii_only, (), prefix, suffix).values.tolist())
+
+
+def test_worker_preload(spark):
+    """jemalloc goes to the tokenize workers unless spark.executorEnv.LD_PRELOAD chose."""
+    found = next((p for p in T.WORKER_PRELOAD if os.path.isfile(p)), None)
+    environment = spark.sparkContext.environment
+    assert "LD_PRELOAD" not in environment
+    assert T.worker_preload(spark) == found
+    environment["LD_PRELOAD"] = ""
+    try:
+        assert T.worker_preload(spark) is None
+    finally:
+        del environment["LD_PRELOAD"]
+
+
+def test_counts_param():
+    param = T.CountsParam()
+    total = param.zero({})
+    for task in ({"0:written": 2, "0:max": 7}, {"0:written": 3, "0:max": 5, "1:tokens": 4}):
+        total = param.addInPlace(total, task)
+    assert total == {"0:written": 5, "0:max": 7, "1:tokens": 4}
 
 
 def test_reuse_mismatch():
@@ -213,3 +265,40 @@ def test_incremental_build_encodes_only_new_facts(spark, cfg, tmp_path):
     cfg = cfg.updated({"tokenize.reuse_from": str(cfg.stage_dir("tokenize"))})
     with pytest.raises(ConfigError, match="own tokenize directory"):
         T.run(spark, cfg)
+
+
+def test_reuse_applies_a_changed_limit_and_a_vocabulary_may_store_nothing(spark, cfg):
+    """Reused ids over a lowered max_tokens become rejects, as in a full build; a
+    vocabulary whose every fact is rejected gets an empty tokens dataset."""
+    cfg = cfg.updated({
+        "tokenize.vocabularies": [VocabularyConfig(name="qwen2.5", path=str(tokenizer_dir("qwen2.5")))],
+        "tokenize.max_tokens": 48,
+        "paths.dump_date": "2024-01",
+    })
+    write_facts(spark, cfg, FACT_TEXTS)
+    T.run(spark, cfg)
+    previous = str(cfg.stage_dir("tokenize"))
+
+    lowered = cfg.updated({"tokenize.max_tokens": 20, "paths.dump_date": "2024-02-full"})  # 3 of 9 fit
+    by_id = write_facts(spark, lowered, FACT_TEXTS)
+    full = T.run(spark, lowered)
+    incremental_cfg = lowered.updated({"paths.dump_date": "2024-02", "tokenize.reuse_from": previous})
+    write_facts(spark, incremental_cfg, FACT_TEXTS)
+    incremental = T.run(spark, incremental_cfg)
+    full_entry, entry = full["vocabularies"]["qwen2.5"], incremental["vocabularies"]["qwen2.5"]
+    assert read_tokens(spark, incremental_cfg, "qwen2.5") == read_tokens(spark, lowered, "qwen2.5")
+    assert entry["encoded"] == 0 and entry["reused"] == len(by_id) and full_entry["reused"] == 0
+    assert 0 < entry["rejected"]["over_max_tokens"] == full_entry["rejected"]["over_max_tokens"] < len(by_id)
+    for key in ("facts_written", "tokens", "max_tokens_per_fact", "rejected"):
+        assert entry[key] == full_entry[key], key
+    assert entry["max_tokens_per_fact"] <= 20
+    rejects = spark.read.parquet(str(incremental_cfg.stage_dir("tokenize") / "rejects")).collect()
+    assert {r["reason"] for r in rejects} == {"over_max_tokens"} and all(r["n_tokens"] > 20 for r in rejects)
+
+    nothing = cfg.updated({"tokenize.max_tokens": 4, "paths.dump_date": "2024-03"})
+    write_facts(spark, nothing, FACT_TEXTS)
+    counts = T.run(spark, nothing)["vocabularies"]["qwen2.5"]
+    assert counts["facts_written"] == counts["tokens"] == counts["max_tokens_per_fact"] == 0
+    assert counts["rejected"] == {"over_max_tokens": len(FACT_TEXTS)}
+    tokens = spark.read.parquet(str(nothing.stage_dir("tokenize") / "qwen2.5" / "tokens"))
+    assert tokens.count() == 0 and tokens.columns == TOKENS.fieldNames()

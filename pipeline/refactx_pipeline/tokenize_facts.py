@@ -16,6 +16,16 @@ build's.
 Outputs, per vocabulary ``<name>``: ``tokenize/<name>/tokens`` (schema TOKENS) and
 ``tokenize/<name>/meta.json``; for all: ``tokenize/rejects`` (schema
 TOKEN_REJECTS below) and ``tokenize/counts.json``.
+
+Cost (docs/scale.md, "Tokenize"): the data is read, encoded and written once. The
+Python workers decide each fact's outcome (stored, or the reject reason) and count
+it (an accumulator, added once per task); the one write splits the rows by
+(vocabulary, outcome), and a vocabulary's stored rows are then its ``tokens``
+directory, moved into place, not rewritten; only the few rejects are read back. The
+workers run with jemalloc preloaded where the machine has it (the Rust encoder
+spends about half its time in glibc's malloc), and vocabularies whose normalizer
+leaves ASCII text unchanged (Qwen2.5's NFC) skip it for ASCII facts
+(``refactx_index.vocab.tokenizer_for_ascii``); neither changes an id.
 """
 
 from __future__ import annotations
@@ -28,7 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.accumulators import AccumulatorParam
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
@@ -36,7 +47,6 @@ from refactx_pipeline.config import Config, TokenizeConfig
 from refactx_index.errors import ConfigError
 from refactx_index.vocab import (
     CONTEXT,
-    ENCODED_OK,
     ENCODED_REJECT_REASON,
     Vocabulary,
     open_vocabulary,
@@ -52,14 +62,56 @@ STAGE = "tokenize"
 ENCODING = f"context:{CONTEXT}|no-special|v1"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
-# what the single encoding pass yields, all vocabularies together
+# A fact's outcome for one vocabulary: stored, or the reject reason it is counted under
+STORED = "ok"
+OVER_MAX_TOKENS = "over_max_tokens"
+UNKNOWN_STATUS = "unknown_status"
+OUTCOMES = (STORED, OVER_MAX_TOKENS, *ENCODED_REJECT_REASON.values(), UNKNOWN_STATUS)
+
+# what the single encoding pass yields, all vocabularies together (encode_all)
 ENCODED = StructType(
     [
         StructField("vocabulary", StringType(), False),
+        StructField("outcome", StringType(), False),  # one of OUTCOMES
         StructField("fact_id", LongType(), False),
         StructField("token_ids", TOKENS["token_ids"].dataType, False),
-        StructField("status", IntegerType(), False),  # refactx_index.vocab.ENCODED_*
     ]
+)
+# how the staging directory is read back: files hold (fact_id, token_ids), the
+# directories name vocabulary and outcome
+_STAGED = StructType([*TOKENS.fields, ENCODED["vocabulary"], ENCODED["outcome"]])
+
+# Per-vocabulary counters of the encoding pass, keyed "<vocabulary index>:<name>":
+# written, tokens, max (the longest stored fact), encoded, encoded_ok (no refusal of
+# the encoder's own), and one per reject reason (OUTCOMES[1:]).
+_COUNTERS = ("written", "tokens", "max", "encoded", "encoded_ok", *OUTCOMES[1:])
+
+
+class CountsParam(AccumulatorParam):
+    """Merges counter dicts: ``max`` keys by maximum, the others by sum.
+
+    The workers add their task's counters once, at the end of the task. Spark merges
+    the updates of a result stage's task once, whatever retries or speculative
+    copies ran, so the counts are those of the data written.
+    """
+
+    def zero(self, value: dict[str, int]) -> dict[str, int]:
+        return {}
+
+    def addInPlace(self, value1: dict[str, int], value2: dict[str, int]) -> dict[str, int]:
+        for key, value in value2.items():
+            value1[key] = max(value1.get(key, 0), value) if key.endswith(":max") else value1.get(key, 0) + value
+        return value1
+
+# Shared libraries preloaded into the tokenize stage's Python workers when the driver
+# has one (the first found): the Rust encoder allocates per token, and with jemalloc it
+# runs about 1.8 times as fast as with glibc's malloc. Choose yourself with
+# spark.executorEnv.LD_PRELOAD (an empty value preloads nothing).
+WORKER_PRELOAD = (
+    "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+    "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+    "/usr/lib64/libjemalloc.so.2",
+    "/usr/lib/libjemalloc.so.2",
 )
 
 # tokenize/rejects
@@ -123,50 +175,106 @@ def reuse_mismatch(old_meta: dict[str, Any], new_meta: dict[str, Any]) -> str | 
     return None
 
 
-def _encode_partition(specs: Sequence[EncoderSpec], fact_prefix: str, fact_suffix: str):
-    """The mapInArrow function: (fact_id, text, need_0..need_k) batches -> ENCODED batches."""
+def _encode_partition(
+    specs: Sequence[EncoderSpec], fact_prefix: str, fact_suffix: str, max_tokens: int | None, counts: Any
+):
+    """The mapInArrow function: (fact_id, text, need_0..need_k) batches -> ENCODED batches.
+
+    Per batch and vocabulary: one ``encode_facts`` call (one Rust batch encode), then
+    numpy and Arrow array work only; the outcome of each fact is decided here, and
+    counted into the accumulator ``counts`` (CountsParam) once per task.
+    """
 
     def encode(batches: Iterator[Any]) -> Iterator[Any]:
         import numpy as np
         import pyarrow as pa
 
-        from refactx_index.vocab import cached_tokenizer_from_bytes, encode_facts
+        from refactx_index.vocab import (
+            ENCODED_OK,
+            ENCODED_REJECT_REASON,
+            cached_ascii_tokenizer_from_bytes,
+            cached_tokenizer_from_bytes,
+            encode_facts,
+        )
 
         # Spark runs one task per core: the Rust encoder must not start its own threads too
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         tokenizers = [cached_tokenizer_from_bytes(s.tokenizer_bytes, s.sha256) for s in specs]
+        ascii_tokenizers = [cached_ascii_tokenizer_from_bytes(s.tokenizer_bytes, s.sha256) for s in specs]
+        outcome_labels = pa.array(OUTCOMES, type=pa.string())
+        # ENCODED_* status -> index in OUTCOMES
+        by_status = np.full(max([ENCODED_OK, *ENCODED_REJECT_REASON]) + 1, OUTCOMES.index(UNKNOWN_STATUS), np.int32)
+        by_status[ENCODED_OK] = OUTCOMES.index(STORED)
+        for status, reason in ENCODED_REJECT_REASON.items():
+            by_status[status] = OUTCOMES.index(reason)
+        over = OUTCOMES.index(OVER_MAX_TOKENS)
+        schema = pa.schema(
+            [
+                pa.field("vocabulary", pa.string(), False),
+                pa.field("outcome", pa.string(), False),
+                pa.field("fact_id", pa.int64(), False),
+                pa.field("token_ids", pa.list_(pa.field("element", pa.int32(), False)), False),
+            ]
+        )
+        task: dict[str, int] = {}
         for batch in batches:
-            fact_ids = batch.column("fact_id")
-            texts = batch.column("text").to_pylist()
+            fact_ids, texts = batch.column("fact_id"), batch.column("text")
+            every_text: list[str] | None = None
             for i, spec in enumerate(specs):
                 need = batch.column(f"need_{i}").to_numpy(zero_copy_only=False)
-                rows = np.flatnonzero(need)
-                if len(rows) == 0:
-                    continue
+                if need.all():
+                    if every_text is None:
+                        every_text = texts.to_pylist()
+                    mine, ids = every_text, fact_ids
+                else:
+                    rows = pa.array(np.flatnonzero(need))
+                    if len(rows) == 0:
+                        continue
+                    mine, ids = texts.take(rows).to_pylist(), fact_ids.take(rows)
                 encoded = encode_facts(
-                    tokenizers[i], [texts[r] for r in rows], spec.forbidden_ids, fact_prefix, fact_suffix
+                    tokenizers[i], mine, spec.forbidden_ids, fact_prefix, fact_suffix,
+                    ascii_tokenizer=ascii_tokenizers[i],
                 )
-                token_ids = pa.ListArray.from_arrays(
-                    pa.array(encoded.offsets.astype(np.int32)), pa.array(encoded.values, type=pa.int32())
-                )
+                status = encoded.status.astype(np.int64)
+                known = (status >= 0) & (status < len(by_status))
+                outcome = np.where(known, by_status[np.where(known, status, 0)], OUTCOMES.index(UNKNOWN_STATUS))
+                lengths = np.diff(encoded.offsets)
+                if max_tokens is not None:
+                    outcome[(encoded.status == ENCODED_OK) & (lengths > max_tokens)] = over
+                n = len(mine)
+                tally = np.bincount(outcome, minlength=len(OUTCOMES))
+                stored = outcome == 0
+                for name, value in (
+                    ("written", tally[0]),
+                    ("tokens", lengths[stored].sum()),
+                    ("encoded", n),
+                    ("encoded_ok", np.count_nonzero(encoded.status == ENCODED_OK)),
+                    *zip(OUTCOMES[1:], tally[1:]),
+                ):
+                    task[f"{i}:{name}"] = task.get(f"{i}:{name}", 0) + int(value)
+                if stored.any():
+                    task[f"{i}:max"] = max(task.get(f"{i}:max", 0), int(lengths[stored].max()))
                 yield pa.RecordBatch.from_arrays(
                     [
-                        pa.array([spec.name] * len(rows), type=pa.string()),
-                        fact_ids.take(pa.array(rows)),
-                        token_ids,
-                        pa.array(encoded.status.astype(np.int32)),
+                        pa.repeat(pa.scalar(spec.name, pa.string()), n),
+                        outcome_labels.take(pa.array(outcome)),
+                        ids,
+                        pa.ListArray.from_arrays(
+                            pa.array(encoded.offsets.astype(np.int32)), pa.array(encoded.values, type=pa.int32())
+                        ),
                     ],
-                    schema=pa.schema(
-                        [
-                            pa.field("vocabulary", pa.string(), False),
-                            pa.field("fact_id", pa.int64(), False),
-                            pa.field("token_ids", pa.list_(pa.field("element", pa.int32(), False)), False),
-                            pa.field("status", pa.int32(), False),
-                        ]
-                    ),
+                    schema=schema,
                 )
+        counts.add(task)
 
     return encode
+
+
+def worker_preload(spark: SparkSession) -> str | None:
+    """The library the tokenize workers get as LD_PRELOAD (None: leave the environment as it is)."""
+    if "LD_PRELOAD" in spark.sparkContext.environment:  # spark.executorEnv.LD_PRELOAD decides
+        return None
+    return next((path for path in WORKER_PRELOAD if os.path.isfile(path)), None)
 
 
 def encode_all(
@@ -175,11 +283,16 @@ def encode_all(
     fact_prefix: str,
     fact_suffix: str,
     reusable: Sequence[DataFrame | None] = (),
+    max_tokens: int | None = None,
+    counts: Any = None,
 ) -> DataFrame:
-    """One pass over ``facts`` (fact_id, text) for every vocabulary (schema ENCODED).
+    """The encoded rows of every vocabulary (schema ENCODED) from one pass over ``facts`` (fact_id, text).
 
     ``reusable[i]`` (fact_id, ...) lists the facts vocabulary ``i`` need not encode.
-    Facts no vocabulary needs are not sent to Python at all.
+    Facts no vocabulary needs are not sent to Python at all. A fact over
+    ``max_tokens`` (None: no limit) has the outcome ``over_max_tokens``. ``counts``
+    (an accumulator of CountsParam; None: a new one) receives the per-vocabulary
+    counters when the result is computed.
     """
     frame = facts.select("fact_id", "text")
     for i, vocab in enumerate(vocabs):
@@ -200,34 +313,43 @@ def encode_all(
     specs = [
         EncoderSpec(v.name, v.sha256, Path(v.file).read_bytes(), tuple(v.forbidden_ids)) for v in vocabs
     ]
-    return frame.mapInArrow(_encode_partition(specs, fact_prefix, fact_suffix), ENCODED)
+    if counts is None:
+        counts = spark.sparkContext.accumulator({}, CountsParam())
+    function = _encode_partition(specs, fact_prefix, fact_suffix, max_tokens, counts)
+    # The function's environment is taken when mapInArrow is called: the preload
+    # reaches this stage's workers (their own Python daemon) and no other stage's.
+    environment = spark.sparkContext.environment
+    preload = worker_preload(spark)
+    if preload:
+        environment["LD_PRELOAD"] = preload
+    try:
+        return frame.mapInArrow(function, ENCODED)
+    finally:
+        if preload:
+            environment.pop("LD_PRELOAD", None)
 
 
-def split_encoded(
-    name: str, encoded: DataFrame, reused: DataFrame | None, max_tokens: int
-) -> tuple[DataFrame, DataFrame]:
-    """(tokens, rejects) of vocabulary ``name`` from its encoded rows and reused tokens.
+def reused_rows(name: str, tokens: DataFrame, max_tokens: int | None) -> DataFrame:
+    """Rows (schema ENCODED) of ids vocabulary ``name`` takes from an earlier build.
 
-    ``encoded`` has the ENCODED schema (rows of this vocabulary); ``reused`` the
-    TOKENS schema, already limited to current facts. A fact over ``max_tokens`` is
-    rejected whether it was encoded now or reused, so a changed limit applies to
-    both and the result equals a full build's.
+    A fact over ``max_tokens`` is rejected whether it was encoded now or reused, so a
+    changed limit applies to both and the result equals a full build's.
     """
-    n_tokens = F.size("token_ids").cast("int")
-    candidates = encoded.where(F.col("status") == ENCODED_OK).select("fact_id", "token_ids")
-    if reused is not None:
-        candidates = candidates.unionByName(reused.select("fact_id", "token_ids"))
-    tokens = candidates.where(n_tokens <= max_tokens).select(*TOKENS.fieldNames())
-    reason = F.lit("unknown_status")
-    for status, label in ENCODED_REJECT_REASON.items():
-        reason = F.when(F.col("status") == status, F.lit(label)).otherwise(reason)
-    refused = encoded.where(F.col("status") != ENCODED_OK).select(
-        F.lit(name).alias("vocabulary"), "fact_id", reason.alias("reason"), n_tokens.alias("n_tokens")
-    )
-    too_long = candidates.where(n_tokens > max_tokens).select(
-        F.lit(name).alias("vocabulary"), "fact_id", F.lit("over_max_tokens").alias("reason"), n_tokens.alias("n_tokens")
-    )
-    return tokens, refused.unionByName(too_long)
+    outcome = F.lit(STORED)
+    if max_tokens is not None:
+        outcome = F.when(F.size("token_ids") > max_tokens, F.lit(OVER_MAX_TOKENS)).otherwise(outcome)
+    return tokens.select(F.lit(name).alias("vocabulary"), outcome.alias("outcome"), "fact_id", "token_ids")
+
+
+def _reused_metrics() -> list[Any]:
+    """Named aggregates over one vocabulary's reused rows (an Observation; these rows skip Python)."""
+    size, stored = F.size("token_ids"), F.col("outcome") == STORED
+    return [
+        F.count_if(stored).alias("written"),
+        F.coalesce(F.sum(F.when(stored, size)), F.lit(0)).alias("tokens"),
+        F.coalesce(F.max(F.when(stored, size)), F.lit(0)).alias("max"),
+        F.count_if(F.col("outcome") == OVER_MAX_TOKENS).alias(OVER_MAX_TOKENS),
+    ]
 
 
 # ---------------------------------------------------------------- job
@@ -259,6 +381,17 @@ def _previous_tokens(
     return spark.read.parquet(str(tokens_path)).select(*TOKENS.fieldNames()), "reused"
 
 
+def _replace_directory(spark: SparkSession, source: Path, target: Path) -> None:
+    """Move ``source`` to ``target`` (replacing it) through Hadoop's FileSystem: a rename, no copy."""
+    jvm = spark.sparkContext._jvm
+    src, dst = jvm.org.apache.hadoop.fs.Path(str(source)), jvm.org.apache.hadoop.fs.Path(str(target))
+    fs = dst.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    fs.delete(dst, True)
+    fs.mkdirs(dst.getParent())
+    if not fs.rename(src, dst):
+        raise OSError(f"could not move {source} to {target}")
+
+
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     """Tokenize verbalize/facts for every configured vocabulary (see the module docstring)."""
     tcfg = cfg.tokenize
@@ -279,52 +412,64 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         reused.append(None if previous is None else previous.join(fact_ids, "fact_id", "left_semi"))
         log.info("vocabulary %s (%s, %d ids): %s", vocab.name, vocab.sha256[:12], vocab.vocab_size, note)
 
+    # One job: encode (or reuse), decide every outcome, count, write split by
+    # (vocabulary, outcome). The stored rows' files are already TOKENS files.
     staging = _stage_path(cfg, "_encoded")
-    encoded_all = encode_all(facts, vocabs, tcfg.fact_prefix, tcfg.fact_suffix, reused)
-    encoded_all.write.mode("overwrite").partitionBy("vocabulary").parquet(str(staging))
-    encoded = spark.read.schema(ENCODED).parquet(str(staging)) if any(staging.glob("vocabulary=*")) else None
-    by_status: dict[tuple[str, int], int] = {}
-    if encoded is not None:
-        for row in encoded.groupBy("vocabulary", "status").count().collect():
-            by_status[(row["vocabulary"], int(row["status"]))] = int(row["count"])
+    counters = spark.sparkContext.accumulator({}, CountsParam())
+    rows = encode_all(facts, vocabs, tcfg.fact_prefix, tcfg.fact_suffix, reused, tcfg.max_tokens, counters)
+    observations: dict[int, Observation] = {}
+    for i, (vocab, previous) in enumerate(zip(vocabs, reused)):
+        if previous is not None:
+            observations[i] = Observation()
+            rows = rows.unionByName(
+                reused_rows(vocab.name, previous, tcfg.max_tokens).observe(observations[i], *_reused_metrics())
+            )
+    rows.write.mode("overwrite").partitionBy("vocabulary", "outcome").parquet(str(staging))
+    counts_of: list[dict[str, int]] = []
+    for i in range(len(vocabs)):
+        mine = {name: int(counters.value.get(f"{i}:{name}", 0)) for name in _COUNTERS}
+        if i in observations:
+            from_reuse = {key: int(value) for key, value in observations[i].get.items()}
+            mine["max"] = max(mine["max"], from_reuse.pop("max"))
+            for key, value in from_reuse.items():
+                mine[key] += value
+        counts_of.append(mine)
+    # with nothing reused every fact was encoded once per vocabulary
+    facts_total = facts.count() if observations else counts_of[0]["encoded"]
 
-    empty_encoded = spark.createDataFrame([], ENCODED)
-    rejects: DataFrame | None = None
     per_vocabulary: dict[str, Any] = {}
-    facts_total = facts.count()
-    for vocab, previous in zip(vocabs, reused):
-        mine = encoded.where(F.col("vocabulary") == vocab.name) if encoded is not None else empty_encoded
-        tokens, vocab_rejects = split_encoded(vocab.name, mine, previous, tcfg.max_tokens)
+    reject_counts: dict[str, dict[str, int]] = {}
+    for vocab, mine in zip(vocabs, counts_of):
         out = _stage_path(cfg, vocab.name, "tokens")
-        tokens.write.mode("overwrite").parquet(str(out))
-        rejects = vocab_rejects if rejects is None else rejects.unionByName(vocab_rejects)
-
-        stats = spark.read.parquet(str(out)).agg(
-            F.count("*").alias("facts"),
-            F.coalesce(F.sum(F.size("token_ids")), F.lit(0)).alias("tokens"),
-            F.coalesce(F.max(F.size("token_ids")), F.lit(0)).alias("max_len"),
-        ).first()
-        encoded_n = sum(n for (name, _), n in by_status.items() if name == vocab.name)
+        if mine["written"]:
+            _replace_directory(spark, staging / f"vocabulary={vocab.name}" / f"outcome={STORED}", out)
+        else:
+            spark.createDataFrame([], TOKENS).write.mode("overwrite").parquet(str(out))
+        reject_counts[vocab.name] = {r: mine[r] for r in OUTCOMES[1:] if mine[r]}
         per_vocabulary[vocab.name] = {
-            "facts_written": int(stats["facts"]),
-            "tokens": int(stats["tokens"]),
-            "max_tokens_per_fact": int(stats["max_len"]),
-            "encoded": encoded_n,
-            "encoded_ok": by_status.get((vocab.name, ENCODED_OK), 0),
+            "facts_written": mine["written"],
+            "tokens": mine["tokens"],
+            "max_tokens_per_fact": mine["max"],
+            "encoded": mine["encoded"],
+            "encoded_ok": mine["encoded_ok"],
             "reuse": reuse_notes[vocab.name],
         }
 
+    # what is left in staging are the rejects (a few rows)
     rejects_path = _stage_path(cfg, "rejects")
+    if any(reject_counts.values()):
+        rejects = spark.read.schema(_STAGED).parquet(str(staging)).where(F.col("outcome") != STORED).select(
+            "vocabulary", "fact_id", F.col("outcome").alias("reason"), F.size("token_ids").cast("int").alias("n_tokens")
+        )
+    else:
+        rejects = spark.createDataFrame([], TOKEN_REJECTS)
     rejects.write.mode("overwrite").parquet(str(rejects_path))
-    reject_counts: dict[str, dict[str, int]] = {v.name: {} for v in vocabs}
-    for row in spark.read.parquet(str(rejects_path)).groupBy("vocabulary", "reason").count().collect():
-        reject_counts[row["vocabulary"]][row["reason"]] = int(row["count"])
 
     for vocab, meta in zip(vocabs, metas):
         entry = per_vocabulary[vocab.name]
         entry["rejected"] = dict(sorted(reject_counts[vocab.name].items()))
         # every fact is written, encoded-and-refused, or over the limit; the rest were reused
-        over = entry["rejected"].get("over_max_tokens", 0)
+        over = entry["rejected"].get(OVER_MAX_TOKENS, 0)
         entry["reused"] = entry["facts_written"] + over - entry["encoded_ok"]
         meta_out = dict(meta, max_tokens=tcfg.max_tokens, facts=facts_total, counts=entry)
         write_counts(cfg, STAGE, meta_out, name=f"{vocab.name}/meta.json")

@@ -154,6 +154,52 @@ def cached_tokenizer_from_bytes(data: bytes, sha256: str) -> "Tokenizer":
         return tokenizer
 
 
+# Normalizers that leave ASCII text as it is: the Unicode normal forms (every ASCII
+# string is in each of them).
+_ASCII_INVARIANT_NORMALIZERS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})
+
+
+def _leaves_ascii_unchanged(spec: Any) -> bool:
+    if spec is None:
+        return True
+    if not isinstance(spec, dict):
+        return False
+    if spec.get("type") == "Sequence":
+        return all(_leaves_ascii_unchanged(child) for child in spec.get("normalizers") or [])
+    return spec.get("type") in _ASCII_INVARIANT_NORMALIZERS
+
+
+def tokenizer_for_ascii(tokenizer: "Tokenizer") -> "Tokenizer | None":
+    """A copy of ``tokenizer`` without its normalizer, for ASCII text only; None if there is none to skip.
+
+    Given only when the normalizer leaves ASCII text unchanged (Unicode normal forms:
+    Qwen2.5's NFC), so the copy yields the same ids for ASCII text while skipping the
+    normalizer's work (about an eighth of Qwen2.5's encoding time). Any other
+    normalizer (SentencePiece's ``Prepend``/``Replace``, ``Lowercase``...) gives None.
+    """
+    normalizer = tokenizer.normalizer
+    if normalizer is None or not _leaves_ascii_unchanged(json.loads(normalizer.__getstate__())):
+        return None
+    from tokenizers import Tokenizer
+
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.normalizer = None
+    copy.encode_special_tokens = tokenizer.encode_special_tokens
+    return copy
+
+
+_ascii_cache: dict[str, "Tokenizer | None"] = {}
+
+
+def cached_ascii_tokenizer_from_bytes(data: bytes, sha256: str) -> "Tokenizer | None":
+    """``tokenizer_for_ascii`` of ``cached_tokenizer_from_bytes(data, sha256)``, built once per process."""
+    tokenizer = cached_tokenizer_from_bytes(data, sha256)
+    with _cache_lock:
+        if sha256 not in _ascii_cache:
+            _ascii_cache[sha256] = tokenizer_for_ascii(tokenizer)
+        return _ascii_cache[sha256]
+
+
 def _config_special_tokens(directory: Path) -> set[str]:
     """Token strings named as BOS/EOS/UNK/PAD/... beside the tokenizer.json."""
     names: set[str] = set()
@@ -283,6 +329,8 @@ def encode_facts(
     forbidden_ids: Sequence[int],
     fact_prefix: str = " ",
     fact_suffix: str = "",
+    *,
+    ascii_tokenizer: "Tokenizer | None" = None,
 ) -> EncodedFacts:
     """Token ids of ``fact_prefix + text + fact_suffix`` for each text, as a model writes them after ``Fact:``.
 
@@ -297,40 +345,62 @@ def encode_facts(
     id or when its first token fuses with the trigger (so it has no ids of its own).
     ``decode_continuation(ids) == fact_prefix + text + fact_suffix`` for every fact
     with status ``ENCODED_OK``.
+
+    ``ascii_tokenizer`` (``tokenizer_for_ascii(tokenizer)``), when given, encodes the
+    facts whose whole text is ASCII: the same ids without the normalizer's work.
+    Everything after the encoder is array work (numpy), none per token in Python.
     """
     import numpy as np
 
     context_ids = np.asarray(tokenizer.encode(CONTEXT, add_special_tokens=False).ids, dtype=np.int32)
     k = len(context_ids)
     n = len(texts)
-    encodings = tokenizer.encode_batch_fast(
-        [f"{CONTEXT}{fact_prefix}{text}{fact_suffix}" for text in texts], add_special_tokens=False
-    )
-    id_lists = [e.ids for e in encodings]
+    lead = f"{CONTEXT}{fact_prefix}"
+    strings = [f"{lead}{text}{fact_suffix}" for text in texts]
+    id_lists = [e.ids for e in _encode_batch(tokenizer, ascii_tokenizer, strings)]
     lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=n)
     full_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=full_offsets[1:])
     full = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(full_offsets[-1]))
+    del id_lists
 
     status = np.zeros(n, dtype=np.int8)
-    # the first k ids of each row must be the trigger's own ids
-    context_kept = lengths >= k
     starts = full_offsets[:-1]
+    # the first k ids of each row must be the trigger's own ids; they are dropped
+    context_kept = lengths >= k
+    keep = np.ones(len(full), dtype=bool)
     for j in range(k):
-        position = np.minimum(starts + j, max(len(full) - 1, 0))
-        context_kept &= full[position] == context_ids[j] if len(full) else False
+        inside = lengths > j
+        position = starts[inside] + j
+        context_kept[inside] &= full[position] == context_ids[j]
+        keep[position] = False
     status[~context_kept] = ENCODED_MERGES_WITH_CONTEXT
-
-    # drop the trigger's ids: keep positions at or after row start + k
-    row_of = np.repeat(np.arange(n), lengths)
-    keep = (np.arange(len(full)) - full_offsets[row_of]) >= k
-    values = full[keep]
+    values = full[keep] if k else full
     fact_lengths = np.maximum(lengths - k, 0)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(fact_lengths, out=offsets[1:])
-    if forbidden_ids:
+    if len(forbidden_ids) and len(values):
         bad = np.isin(values, np.asarray(forbidden_ids, dtype=np.int32))
         if bad.any():
-            bad_rows = np.unique(np.repeat(np.arange(n), fact_lengths)[bad])
+            bad_rows = np.unique(np.searchsorted(offsets, np.flatnonzero(bad), side="right") - 1)
             status[bad_rows] = np.where(status[bad_rows] == ENCODED_OK, ENCODED_FORBIDDEN_TOKEN, status[bad_rows])
     return EncodedFacts(offsets=offsets, values=values, status=status)
+
+
+def _encode_batch(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None", strings: list[str]) -> Sequence[Any]:
+    """``encode_batch_fast`` of ``strings``, the ASCII ones through ``ascii_tokenizer`` when given."""
+    import numpy as np
+
+    if ascii_tokenizer is None or not strings:
+        return tokenizer.encode_batch_fast(strings, add_special_tokens=False)
+    is_ascii = np.fromiter(map(str.isascii, strings), dtype=bool, count=len(strings))
+    if is_ascii.all():
+        return ascii_tokenizer.encode_batch_fast(strings, add_special_tokens=False)
+    if not is_ascii.any():
+        return tokenizer.encode_batch_fast(strings, add_special_tokens=False)
+    every = np.array(strings, dtype=object)
+    encodings = np.empty(len(strings), dtype=object)
+    for mask, encoder in ((is_ascii, ascii_tokenizer), (~is_ascii, tokenizer)):
+        part = encoder.encode_batch_fast(every[mask].tolist(), add_special_tokens=False)
+        encodings[mask] = np.fromiter(part, dtype=object, count=len(part))
+    return encodings
