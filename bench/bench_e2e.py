@@ -22,7 +22,7 @@ installed):
 
 Run it alone on a quiet machine (2 cores: anything else running distorts every figure):
 
-    .venv/bin/python bench/bench_e2e.py --lines 12000000 --cores 1,2 --skew 1000000 \\
+    .venv/bin/python bench/bench_e2e.py --lines 13500000 --cores 1,2 --skew 1000000 \\
         --dsn postgresql://postgres@127.0.0.1:5432/postgres --out bench/out/e2e.json
 """
 
@@ -316,7 +316,7 @@ def plot(results: dict[str, Any], path: Path) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lines", type=int, default=12_000_000, help="dump lines to generate")
+    parser.add_argument("--lines", type=int, default=13_500_000, help="dump lines to generate (13.5M: just over 5M facts)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skew", type=int, default=1_000_000,
                         help="facts below one hot label prefix (0: none)")
