@@ -331,6 +331,8 @@ def main() -> None:
 
     from tests.pgtree import fresh_database
 
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     dump = generate_dump(work, args.lines, args.seed, args.skew)
@@ -358,9 +360,8 @@ def main() -> None:
                     dsn, cfg, cfg.index_name(args.vocab), "<" + manifest["hot_label"])
             results["runs"].append(summary)
             print(json.dumps({k: v for k, v in summary.items() if k != "stages"}, indent=2), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2, default=str))
+            # after every run, not only at the end: a long run cut short keeps what it measured
+            out.write_text(json.dumps(results, indent=2, default=str))
     print_table(results)
     if plot(results, out.with_suffix(".png")):
         print(f"plot: {out.with_suffix('.png')}")
