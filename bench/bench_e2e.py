@@ -161,22 +161,43 @@ def bz2_baseline(path: Path) -> dict[str, float]:
 
 
 def encoder_baseline(cfg, threads: int) -> dict[str, float]:
-    """The plain ``tokenizers`` batch encoder on the verbalized fact texts, ``threads`` threads."""
-    import pyarrow.dataset as ds
+    """The plain ``tokenizers`` batch encoder on the verbalized fact texts, ``threads`` threads.
 
-    texts = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(
-        columns=["text"]).column("text").to_pylist()
-    os.environ["RAYON_NUM_THREADS"] = str(threads)
-    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    In a child process: the Rust encoder sizes its thread pool once per process, from
+    ``RAYON_NUM_THREADS`` at its first parallel call, so a second baseline with another
+    thread count in this process would silently reuse the first one's pool."""
+    import subprocess
+
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true")
+    env.pop("LD_PRELOAD", None)  # the allocator a user's process has
+    child = subprocess.run(
+        [sys.executable, __file__, "--encoder-child", str(cfg.stage_dir("verbalize") / "facts"),
+         "--encoder-tokenizer", str(Path(cfg.tokenize.vocabularies[0].path) / "tokenizer.json"),
+         "--encoder-prefix", cfg.tokenize.fact_prefix],
+        env=env, capture_output=True, text=True, check=True)
+    return dict(json.loads(child.stdout.strip().splitlines()[-1]), threads=threads)
+
+
+def encoder_child(facts_dir: str, tokenizer_file: str, prefix: str) -> None:
+    import pyarrow.dataset as ds
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(Path(cfg.tokenize.vocabularies[0].path) / "tokenizer.json"))
-    prefix = cfg.tokenize.fact_prefix
+    texts = ds.dataset(facts_dir, format="parquet").to_table(columns=["text"]).column("text").to_pylist()
+    tok = Tokenizer.from_file(tokenizer_file)
     started = time.monotonic()
     for i in range(0, len(texts), 100_000):
         tok.encode_batch([prefix + t for t in texts[i:i + 100_000]], add_special_tokens=False)
     wall = time.monotonic() - started
-    return {"wall_s": wall, "facts": len(texts), "facts_per_s": len(texts) / wall, "threads": threads}
+    print(json.dumps({"wall_s": wall, "facts": len(texts), "facts_per_s": len(texts) / wall,
+                      "rayon_threads": os.environ.get("RAYON_NUM_THREADS")}))
+
+
+def set_ratios(summary: dict[str, Any]) -> None:
+    facts, encoder = summary["distinct_facts"], summary["encoder"]
+    summary["ratios"] = {
+        "tokenize_vs_encoder": (facts / summary["stages"]["tokenize"]["wall_s"]) / encoder["facts_per_s"],
+        "tokenize_prefix_load_vs_encoder": (facts / summary["tokenize_prefix_load_s"]) / encoder["facts_per_s"],
+    }
 
 
 def hot_prefix_latency(dsn: str, cfg, index_name: str, hot_text: str) -> dict[str, Any]:
@@ -326,8 +347,17 @@ def main() -> None:
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="a server where a scratch database may be created and dropped")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "e2e.json"))
+    parser.add_argument("--rebaseline", action="store_true",
+                        help="only measure the encoder baselines again (of the --cores runs), on the builds an "
+                             "earlier run left in --work, and update --out's ratios")
+    parser.add_argument("--encoder-child", help=argparse.SUPPRESS)  # child mode: FACTS_DIR
+    parser.add_argument("--encoder-tokenizer", help=argparse.SUPPRESS)
+    parser.add_argument("--encoder-prefix", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.encoder_child:
+        encoder_child(args.encoder_child, args.encoder_tokenizer, args.encoder_prefix)
+        return
 
     from tests.pgtree import fresh_database
 
@@ -336,6 +366,15 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     dump = generate_dump(work, args.lines, args.seed, args.skew)
+    if args.rebaseline:
+        results = json.loads(out.read_text())
+        for summary in [r for r in results["runs"] if str(r["cores"]) in args.cores.split(",")]:
+            cfg = dump_config(dump, work / f"build-local{summary['cores']}", summary["cores"], results["vocab"])
+            summary["encoder"] = encoder_baseline(cfg, summary["cores"])
+            set_ratios(summary)
+        out.write_text(json.dumps(results, indent=2, default=str))
+        print_table(results)
+        return
     manifest = json.loads((dump / "manifest.json").read_text())
     results: dict[str, Any] = {"lines": args.lines, "seed": args.seed, "skew": args.skew,
                                "vocab": args.vocab, "cpu_count": os.cpu_count(), "runs": [], "baselines": {}}
@@ -345,15 +384,8 @@ def main() -> None:
         for cores in [int(c) for c in args.cores.split(",")]:
             build = run_build(dump, work, cores, args.vocab, dsn, sampler)
             summary = summarize(build, cores)
-            encoder = encoder_baseline(build["cfg"], cores)
-            summary["encoder"] = encoder
-            facts = summary["distinct_facts"]
-            tokenize_s = build["stages"]["tokenize"]["wall_s"]
-            summary["ratios"] = {
-                "tokenize_vs_encoder": (facts / tokenize_s) / encoder["facts_per_s"],
-                "tokenize_prefix_load_vs_encoder": (facts / summary["tokenize_prefix_load_s"])
-                / encoder["facts_per_s"],
-            }
+            summary["encoder"] = encoder_baseline(build["cfg"], cores)
+            set_ratios(summary)
             if args.skew and manifest.get("hot_label"):
                 cfg = build["cfg"]
                 summary["hot_prefix"] = hot_prefix_latency(
