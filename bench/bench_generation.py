@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from refactx_index.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD  # noqa: E402
+
 QUESTIONS = ["Which country is Northern Ireland part of?", "What is the capital of Germany?",
              "Which continent is Japan in?", "Which countries share a border with France?"]
 
@@ -62,7 +64,8 @@ def main() -> None:
           f"torch threads {torch.get_num_threads()}")
     results = []
     with fresh_database(args.dsn, "refactx_bench_generation") as dsn:
-        load_tree(dsn, "sample", seqs, threshold=256, max_subtree_tokens=8192, vocab_size=len(tok))
+        load_tree(dsn, "sample", seqs, threshold=DEFAULT_SUBTREE_THRESHOLD,
+                  max_subtree_tokens=DEFAULT_MAX_SUBTREE_TOKENS, vocab_size=len(tok))
         with open_index(dsn, "sample") as index:
             for batch in (1, 4):
                 enc = tok(prompts[:batch], return_tensors="pt", padding=True, add_special_tokens=False)

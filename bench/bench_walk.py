@@ -5,7 +5,7 @@ Facts: ``--facts`` (default 1,000,000) Wikidata-like facts, ``<Label (descriptio
 <property> <value> .`` with long-tailed subjects, a Zipf mix of properties and hot
 objects, dates and quantities; about 31 Qwen2.5 tokens each. They are tokenized with
 Qwen2.5 (../shared), built into rows by the reference cut rule (``build_rows``, by default
-T=256, B=8192) and loaded into a fresh PostgreSQL database.
+T=1024, B=32768, the defaults) and loaded into a fresh PostgreSQL database.
 
 Walk: ``--walks`` (default 300) facts, each step choosing a child with probability
 proportional to its leaf count, until a fact ends; default cache (256 MB), opened cold.
@@ -32,6 +32,8 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from refactx_index.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD  # noqa: E402
 
 WORDS = ("river mountain north south saint new old great little red black white green upper lower "
          "national royal central western eastern university church castle lake island valley bridge "
@@ -92,8 +94,9 @@ def main() -> None:
     parser.add_argument("--walks", type=int, default=300)
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="a server where a scratch database may be created and dropped")
-    parser.add_argument("--threshold", type=int, default=256, help="tree.subtree_threshold (T)")
-    parser.add_argument("--max-tokens", type=int, default=8192, help="tree.max_subtree_tokens (B)")
+    parser.add_argument("--threshold", type=int, default=DEFAULT_SUBTREE_THRESHOLD, help="tree.subtree_threshold (T)")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_SUBTREE_TOKENS,
+                        help="tree.max_subtree_tokens (B)")
     parser.add_argument("--prefetch-leaves", type=int, default=None,
                         help="the cursor's prefetch_leaves (default: the runtime's PREFETCH_LEAVES)")
     parser.add_argument("--json", help="write the figures here too")

@@ -55,7 +55,7 @@ def test_a_built_config_is_immutable_and_updated_returns_a_new_one():
         cfg.pg.dsn = "postgresql://elsewhere"  # type: ignore[misc]
     other = cfg.updated({"pg.dsn": "postgresql://elsewhere", "tree.max_subtree_tokens": 400})
     assert (other.pg.dsn, other.tree.max_subtree_tokens) == ("postgresql://elsewhere", 400)
-    assert (cfg.pg.dsn, cfg.tree.max_subtree_tokens) == ("", 8192)
+    assert (cfg.pg.dsn, cfg.tree.max_subtree_tokens) == ("", 32768)
     with pytest.raises(ConfigError, match="tree.max_subtree_tokens"):
         cfg.updated({"tree.max_subtree_tokens": 0})
 

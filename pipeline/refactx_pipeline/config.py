@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from refactx_index.errors import ConfigError
+from refactx_index.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD
 from refactx_index.pg import DEFAULT_SCHEMA, DEFAULT_STATEMENT_TIMEOUT_MS
 
 ENV_PREFIX = "REFACTX__"
@@ -291,10 +292,11 @@ class TokenizeConfig(Section):
 class TreeConfig(Section):
     # a prefix with at most T facts below it, and at most B tokens after it in those facts,
     # stores its whole subtree in one row; any other is expanded (docs/tree.md)
-    # defaults by measurement (docs/scale.md): 256 facts and 8192 tokens give realistic facts
-    # about 22 bytes each (64: 37) and a generation's walk a third of the rows to decode
-    subtree_threshold: int = Field(256, ge=1)  # T
-    max_subtree_tokens: int = Field(8192, ge=1)  # B
+    # defaults by measurement (docs/scale.md, "Index size"): 1024 facts and 32768 tokens give
+    # the generated dump's 39-token facts about 31 bytes each (256 and 8192: 36) with a
+    # generation's walk as fast (mean 42 µs a step, p99 0.7 ms)
+    subtree_threshold: int = Field(DEFAULT_SUBTREE_THRESHOLD, ge=1)  # T
+    max_subtree_tokens: int = Field(DEFAULT_MAX_SUBTREE_TOKENS, ge=1)  # B
     # the prefix rows job sorts facts into range partitions of at most this many (one per task)
     facts_per_partition: int = Field(200_000, ge=1)
 

@@ -43,8 +43,10 @@ _RECORD = struct.Struct("<II")
 DEFAULT_CACHE_BYTES = 64 << 20
 
 
-DEFAULT_SUBTREE_THRESHOLD = 256  # the pipeline's defaults (tree.subtree_threshold, tree.max_subtree_tokens)
-DEFAULT_MAX_SUBTREE_TOKENS = 8192
+# the pipeline's defaults too (tree.subtree_threshold, tree.max_subtree_tokens), chosen by
+# measurement (docs/scale.md, "Index size")
+DEFAULT_SUBTREE_THRESHOLD = 1024
+DEFAULT_MAX_SUBTREE_TOKENS = 32768
 
 
 def build_rows(
