@@ -1,6 +1,7 @@
 """The pipeline on a real Spark standalone cluster: a master and two workers started here as
 processes (pyspark's own classes), the whole pipeline run through `spark-submit` against
-`spark://127.0.0.1:<port>`, and the index it serves equal to a `local[2]` build's.
+`spark://127.0.0.1:<port>`, and the index it serves equal to a `local[2]` build's; then the
+Airflow DAG with its Spark connection pointed at that master, the same.
 
 Waiting for the cluster reads the master's log as it is written (a reader thread and a
 queue with a deadline), never sleeps.
@@ -96,8 +97,8 @@ def spark_cluster(tmp_path_factory):
                 proc.kill()
 
 
-def rows_of(build_root: Path) -> set[tuple[bytes, bytes]]:
-    path = build_root / "wikidata" / "cluster" / "prefix_rows" / VOCAB / "rows"
+def rows_of(build_root: Path, dump_date: str = "cluster") -> set[tuple[bytes, bytes]]:
+    path = build_root / "wikidata" / dump_date / "prefix_rows" / VOCAB / "rows"
     table = ds.dataset(str(path), format="parquet").to_table(columns=["prefix", "node"])
     return set(zip(table.column("prefix").to_pylist(), table.column("node").to_pylist()))
 
@@ -139,6 +140,78 @@ def test_whole_pipeline_on_a_standalone_cluster_equals_a_local_build(spark_clust
     assert cluster_rows == local_rows
 
     # the cluster's build was loaded, validated and activated: the served rows are those rows
+    with psycopg.connect(pg_dsn) as conn:
+        table = conn.execute("SELECT b.table_name FROM refactx.active a JOIN refactx.builds b USING (build_id) "
+                             "WHERE a.name = %s", (f"wikidata-{VOCAB}",)).fetchone()[0]
+        served = {(bytes(p), bytes(n)) for p, n in conn.execute(f"SELECT prefix, node FROM refactx.{table}")}
+    assert served == local_rows
+
+
+def test_the_dag_on_the_standalone_cluster_equals_a_local_build(spark_cluster, pg_dsn, tmp_path):
+    """`airflow dags test refactx_build` with its Spark connection pointed at the cluster: every
+    Spark stage is an application of that master (the config says ``local[2]``, and spark-submit's
+    master wins), and the index it activates equals a ``local[2]`` build's."""
+    import json
+
+    from refactx_pipeline.cli import train_example_vocabulary
+    from refactx_pipeline.resources import example_graph
+
+    from .test_dag_run import airflow_env, dags_test
+
+    url, master = spark_cluster
+    date = "20260101"
+    dumps = tmp_path / "dumps" / date
+    dumps.mkdir(parents=True)
+    (dumps / "graph.nt").symlink_to(example_graph())
+    (dumps / "_IMPORTED").write_text("")
+    vocab = train_example_vocabulary(example_graph(), tmp_path / "vocab").parent
+    config = tmp_path / "dag.toml"
+    config.write_text(f"""
+[paths]
+build_root = "{tmp_path / 'cluster'}"
+
+[input]
+dumps_root = "{tmp_path / 'dumps'}"
+dump_files = "*.nt"
+
+[tokenize]
+vocabularies = [{{ name = "{VOCAB}", path = "{vocab}" }}]
+
+[tree]
+subtree_threshold = 2
+facts_per_partition = 500
+
+[spark]
+master = "local[2]"
+driver_memory = "1g"
+shuffle_partitions = 4
+""")
+    env = airflow_env(tmp_path, config, pg_dsn)
+    host, port = url.rsplit(":", 1)
+    env.update(AIRFLOW_CONN_REFACTX_SPARK=json.dumps({"conn_type": "spark", "host": host, "port": int(port)}),
+               SPARK_LOCAL_IP="127.0.0.1")
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    migrate = subprocess.run([airflow, "db", "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=600)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    log = dags_test(env, "2026-01-05", tmp_path)
+    assert "DagRun Finished" in log and "state=success" in log, log[-5000:]
+    # every Spark stage ran as an application of the cluster, its branch's ones included
+    for app in ("parse", "labels", "verbalize", f"tokenize_{VOCAB}", f"prefix_rows_{VOCAB}",
+                f"validate_{VOCAB}"):
+        master.wait_for(f"Registering app refactx_{app}_{date}", timeout_s=10)
+
+    local = subprocess.run(
+        [sys.executable, "-m", "refactx_pipeline.cli", "build", "--config", str(config), "--stages",
+         "parse,labels,verbalize,tokenize,prefix_rows", "--set", f"input.dumps={example_graph()}",
+         "--set", f"paths.dump_date={date}", "--set", f"paths.build_root={tmp_path / 'local'}"],
+        cwd=tmp_path, env={k: v for k, v in env.items() if not k.startswith("AIRFLOW")},
+        capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert local.returncode == 0, local.stderr[-5000:]
+    local_rows = rows_of(tmp_path / "local", date)
+    assert len(local_rows) > 20
+    assert rows_of(tmp_path / "cluster", date) == local_rows
     with psycopg.connect(pg_dsn) as conn:
         table = conn.execute("SELECT b.table_name FROM refactx.active a JOIN refactx.builds b USING (build_id) "
                              "WHERE a.name = %s", (f"wikidata-{VOCAB}",)).fetchone()[0]

@@ -29,13 +29,27 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if cfg.spark.master.startswith("local"):
+    # Under spark-submit (the DAG's tasks, submit.py) the JVM already runs with the submit's
+    # --master (and --name): that one is used. Setting the config's master here would override it and
+    # quietly run a cluster submit in local mode.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if cfg.spark.master.startswith("local") and not submitted:
         # local mode talks to itself: skip the hostname lookup and its warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder
+    if not submitted:
+        builder = builder.master(cfg.spark.master).appName(app_name)
+    else:
+        from pyspark import SparkConf, SparkContext
+
+        # the submit's --name too (the DAG's names its stage, vocabulary and dump date); without
+        # one spark-submit names the application after its file, and the stage's name is better.
+        # SparkConf reads the submit's settings only through the gateway, so connect it first.
+        SparkContext._ensure_initialized()
+        if SparkConf().get("spark.app.name", "") in ("", Path(sys.argv[0]).name):
+            builder = builder.appName(app_name)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(cfg.spark.master)
-        .config("spark.driver.memory", cfg.spark.driver_memory)
+        builder.config("spark.driver.memory", cfg.spark.driver_memory)
         .config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.enabled", "false")
@@ -51,6 +65,9 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
     builder = builder.config("spark.jars", ",".join(jars))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(cfg.spark.log_level)
+    if submitted and spark.sparkContext.master != cfg.spark.master:
+        log.info("spark-submit's master %s is used (the config's spark.master %s applies only when "
+                 "the pipeline starts Spark itself)", spark.sparkContext.master, cfg.spark.master)
     # A wide projection (verbalize's literal rendering) can exceed the JVM's 64 KB method
     # limit; Spark then falls back to interpreted evaluation (spark.sql.codegen.fallback),
     # but first logs the whole compiler trace at ERROR. The fallback is the expected path,
