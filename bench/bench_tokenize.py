@@ -1,42 +1,62 @@
-"""Tokenization throughput: facts per second per core inside Spark vs one plain process.
+"""Tokenize throughput: the tokenize stage in Spark against the plain ``tokenizers`` batch encoder.
 
-    .venv/bin/python bench/bench_tokenize.py [--size N] [--vocab DIR_OR_NAME] [--cores 1,2]
+    .venv/bin/python bench/bench_tokenize.py [--size N] [--facts realistic|synthetic]
+        [--vocab DIR_OR_NAME] [--cores 1,2] [--batch 10000] [--reps 2] [--json FILE]
 
-Same facts, same run: first the baseline, ``refactx_index.vocab.encode_facts`` (one
-``encode_batch_fast`` call per Arrow-sized batch, single-threaded) and a bare
-``Tokenizer.encode_batch_fast`` with no context handling; then the tokenize job's
-encoding pass (``refactx_pipeline.tokenize_facts.encode_all``: Parquet scan -> mapInArrow -> the same
-encoder) on ``local[1]`` and ``local[2]``, forced to completion with the ``noop``
-sink. A warm-up run first starts the Python workers and parses the tokenizer,
-which the timed run then finds cached. Prints facts/s, facts/s per core, and ratios.
+One run, one input: ``--size`` fact texts (default 200,000 realistic Wikidata-like facts,
+``bench/bench_walk.py``'s generator; ``synthetic`` is the older short-fact generator),
+written once as ``verbalize/facts`` Parquet. For each ``local[N]`` of ``--cores``, in turns
+(``--reps`` rounds, the best of each kept):
+
+- **plain encoder**: a separate process loads the same texts, then times
+  ``Tokenizer.encode_batch`` and ``encode_batch_fast`` of ``fact_prefix + text`` in
+  ``--batch`` slices on N threads (``RAYON_NUM_THREADS=N``; one thread: parallelism off),
+  with the process's default allocator (glibc malloc) and again with jemalloc preloaded;
+- **tokenize stage**: ``refactx_pipeline.tokenize_facts.run`` as the pipeline runs it
+  (Parquet in, one encoding job, tokens/rejects/meta/counts out) on ``local[N]``, its
+  Python workers already started (a warm-up run on 1,000 facts first).
+
+Prints wall seconds, facts/s, CPU seconds (the whole Spark process tree: JVM and Python
+workers, and this driver) and the ratios stage/plain: the issue's target is stage >= 0.8x
+the plain encoder on the same cores. Then a breakdown on one thread in plain processes:
+where the stage's encoder time goes (context handling, id extraction, allocator, the
+ASCII fast path).
+
+The machine may be shared: absolute figures move with its load, which is printed; the
+ratios are taken between runs made in turns within this one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ["TOKENIZERS_PARALLELISM"] = "false"  # per-core figures: one thread per process/task
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the plain processes get theirs from run_plain
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from refactx_pipeline.config import Config  # noqa: E402
-from refactx_index.vocab import encode_facts, open_vocabulary  # noqa: E402
 
 WORDS = (
     "river north saint film album county village species house war party school station song church "
     "island football player national city district university river lake award born member game"
 ).split()
 PROPS = ["date of birth", "country", "instance of", "population", "described at URL", "coordinate location"]
+JEMALLOC = next(
+    (p for p in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+                 "/usr/lib64/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2") if os.path.isfile(p)),
+    None,
+)
 
 
 def make_facts(n: int, seed: int = 7) -> list[str]:
+    """Short synthetic facts (the benchmark's original input)."""
     rng = random.Random(seed)
 
     def label() -> str:
@@ -49,83 +69,258 @@ def make_facts(n: int, seed: int = 7) -> list[str]:
     return facts
 
 
-def time_call(fn) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
+def fact_texts(kind: str, n: int) -> list[str]:
+    if kind == "synthetic":
+        return make_facts(n)
+    from bench.bench_walk import realistic_facts
+
+    # the generator drops repeated facts: ask for a little more, keep n
+    texts = realistic_facts(int(n * 1.12) + 100)
+    return random.Random(3).sample(texts, min(n, len(texts)))
+
+
+# ------------------------------------------------------------------ plain process
+def plain_process(args: argparse.Namespace) -> int:
+    """Child mode: time one encoder over the texts of a facts Parquet; print JSON."""
+    import pyarrow.parquet as pq
+
+    from refactx_index.vocab import encode_facts, load_tokenizer, open_vocabulary
+
+    texts = pq.read_table(args.plain_facts, columns=["text"]).column("text").to_pylist()
+    prefixed = [" " + t for t in texts]
+    vocab = open_vocabulary("bench", args.vocab)
+    tok = load_tokenizer(vocab.file)
+    step = args.batch
+    if args.plain == "encode_batch":
+        def one(i: int) -> None:
+            tok.encode_batch(prefixed[i:i + step], add_special_tokens=False)
+    elif args.plain == "encode_batch_fast":
+        def one(i: int) -> None:
+            tok.encode_batch_fast(prefixed[i:i + step], add_special_tokens=False)
+    elif args.plain == "encode_batch_fast+context":
+        in_context = ["Fact:" + t for t in prefixed]
+
+        def one(i: int) -> None:
+            tok.encode_batch_fast(in_context[i:i + step], add_special_tokens=False)
+    elif args.plain == "encode_batch_fast+context+ids":
+        in_context = ["Fact:" + t for t in prefixed]
+
+        def one(i: int) -> None:
+            [e.ids for e in tok.encode_batch_fast(in_context[i:i + step], add_special_tokens=False)]
+    elif args.plain == "encode_facts":
+        def one(i: int) -> None:
+            encode_facts(tok, texts[i:i + step], vocab.forbidden_ids, " ", "")
+    elif args.plain == "encode_facts+ascii":
+        from refactx_index.vocab import tokenizer_for_ascii
+
+        fast = tokenizer_for_ascii(tok)
+
+        def one(i: int) -> None:
+            encode_facts(tok, texts[i:i + step], vocab.forbidden_ids, " ", "", ascii_tokenizer=fast)
+    else:
+        raise SystemExit(f"unknown encoder {args.plain}")
+    one(0)  # warm: thread pool, caches
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    for i in range(0, len(texts), step):
+        one(i)
+    print(json.dumps({"facts": len(texts), "wall_s": time.perf_counter() - wall0, "cpu_s": time.process_time() - cpu0}))
+    return 0
+
+
+def run_plain(args: argparse.Namespace, facts_path: str, encoder: str, threads: int, preload: str | None) -> dict:
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads),
+               TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
+    env.pop("LD_PRELOAD", None)
+    if preload:
+        env["LD_PRELOAD"] = preload
+    out = subprocess.run(
+        [sys.executable, __file__, "--plain", encoder, "--plain-facts", facts_path, "--vocab", args.vocab,
+         "--batch", str(args.batch)],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ Spark process tree CPU
+def _tree_cpu_s(root_pid: int) -> float:
+    """utime+stime (+ reaped children's) of root_pid and all its descendants, seconds."""
+    parent: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry)
+        parent[pid] = int(fields[1])
+        times[pid] = sum(int(x) for x in fields[11:15]) / tick
+    total = 0.0
+    for pid in times:
+        p = pid
+        while p > 1 and p != root_pid:
+            p = parent.get(p, 0)
+        if p == root_pid:
+            total += times[pid]
+    return total
+
+
+def _preloaded_workers(root_pid: int, library: str) -> int:
+    """Python processes under the JVM with ``library`` mapped (the tokenize workers)."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            if b"pyspark" not in cmd and b"python" not in cmd:
+                continue
+            if library in Path(f"/proc/{entry}/maps").read_text() and int(entry) != os.getpid():
+                count += 1
+        except OSError:
+            continue
+    return count
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=40000, help="number of facts (default 40000)")
+    parser.add_argument("--size", type=int, default=200_000, help="number of facts (default 200000)")
+    parser.add_argument("--facts", choices=("realistic", "synthetic"), default="realistic")
     parser.add_argument("--vocab", default=str(ROOT.parent / "shared" / "tokenizers" / "qwen2.5"))
     parser.add_argument("--cores", default="1,2", help="Spark local[N] runs, comma-separated")
     parser.add_argument("--batch", type=int, default=10000, help="facts per encode call / Arrow batch")
+    parser.add_argument("--reps", type=int, default=2, help="rounds of plain/stage in turns (best kept)")
+    parser.add_argument("--no-breakdown", action="store_true", help="skip the one-thread breakdown")
+    parser.add_argument("--json", help="write the figures here too")
+    parser.add_argument("--plain", help=argparse.SUPPRESS)  # child mode
+    parser.add_argument("--plain-facts", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.plain:
+        return plain_process(args)
+
+    from pyspark.sql import functions as F
+
+    from refactx_pipeline import tokenize_facts as T
+    from refactx_pipeline.common import spark_session
+    from refactx_pipeline.config import Config, VocabularyConfig
+    from refactx_index.vocab import encode_facts, open_vocabulary
 
     vocab = open_vocabulary("bench", args.vocab)
-    tok = vocab.tokenizer()
-    facts = make_facts(args.size)
-    print(f"vocabulary {args.vocab} (sha256 {vocab.sha256[:12]}, {vocab.vocab_size} ids); {len(facts)} facts")
+    started = time.perf_counter()
+    texts = fact_texts(args.facts, args.size)
+    sample = encode_facts(vocab.tokenizer(), texts[:20000], vocab.forbidden_ids)
+    mean_tokens = float((sample.offsets[1:] - sample.offsets[:-1]).mean())
+    ascii_share = sum(t.isascii() for t in texts) / len(texts)
+    print(f"vocabulary {args.vocab} (sha256 {vocab.sha256[:12]}, {vocab.vocab_size} ids)")
+    print(f"{len(texts):,} {args.facts} facts, {mean_tokens:.1f} tokens each on average, {ascii_share:.1%} ASCII "
+          f"(made in {time.perf_counter() - started:.0f} s); batch {args.batch}; jemalloc: {JEMALLOC or 'not found'}")
+    cores_list = [int(c) for c in args.cores.split(",") if c.strip()]
+    results: dict = {"facts": len(texts), "kind": args.facts, "mean_tokens": mean_tokens, "vocab": args.vocab,
+                     "batch": args.batch, "cpu_count": os.cpu_count(), "runs": {}}
 
-    def baseline() -> None:
-        for i in range(0, len(facts), args.batch):
-            encode_facts(tok, facts[i : i + args.batch], vocab.forbidden_ids, " ", "")
-
-    def bare() -> None:
-        for i in range(0, len(facts), args.batch):
-            tok.encode_batch_fast([" " + f for f in facts[i : i + args.batch]], add_special_tokens=False)
-
-    baseline()  # warm-up
-    t_base = min(time_call(baseline) for _ in range(2))
-    t_bare = min(time_call(bare) for _ in range(2))
-    base_rate = len(facts) / t_base
-    print(f"{'plain process, encode_facts':40s} {t_base:7.2f}s {base_rate:10.0f} facts/s (1 core)")
-    print(
-        f"{'plain process, bare encode_batch_fast':40s} {t_bare:7.2f}s {len(facts) / t_bare:10.0f} facts/s (1 core)"
-        f"   context handling costs x{t_base / t_bare:.2f}"
-    )
-
-    from refactx_pipeline.common import spark_session
-    from refactx_pipeline.tokenize_facts import encode_all
-
-    rates: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench_tokenize_") as tmp:
-        for cores in [int(c) for c in args.cores.split(",") if c.strip()]:
+        facts_dir = f"{tmp}/build/wikidata/bench/verbalize/facts"
+        warm_dir = f"{tmp}/build/wikidata/warm/verbalize/facts"
+        for cores in cores_list:
             cfg = Config().updated({
+                "paths.build_root": f"{tmp}/build",
+                "paths.dump_date": "bench",
                 "spark.master": f"local[{cores}]",
-                "spark.driver_memory": "2g",
+                "spark.driver_memory": "4g",
                 "spark.shuffle_partitions": cores * 2,
                 "spark.conf": {
                     "spark.default.parallelism": str(cores),
                     "spark.sql.execution.arrow.maxRecordsPerBatch": str(args.batch),
                     "spark.ui.showConsoleProgress": "false",
                 },
+                "tokenize.vocabularies": [VocabularyConfig(name="bench", path=args.vocab)],
             })
             spark = spark_session(cfg, f"bench_tokenize_local{cores}")
-            path = f"{tmp}/facts_{cores}"
-            spark.createDataFrame([(i, t) for i, t in enumerate(facts)], "fact_id long, text string").repartition(
-                cores
-            ).write.mode("overwrite").parquet(path)
-            frame = spark.read.parquet(path)
+            jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+            if not os.path.exists(facts_dir):
+                frame = spark.createDataFrame([(t,) for t in texts], "text string")
+                frame = frame.select(F.xxhash64("text").alias("fact_id"), "text", F.lit("statement").alias("kind"),
+                                     F.lit("P1").alias("property"))
+                frame.repartition(4).write.parquet(facts_dir)
+                frame.limit(1000).coalesce(1).write.parquet(warm_dir)
+            started = time.perf_counter()
+            T.run(spark, cfg.updated({"paths.dump_date": "warm"}))  # starts the workers, parses the tokenizer
+            warm_s = time.perf_counter() - started
+            workers = _preloaded_workers(jvm_pid, JEMALLOC) if JEMALLOC else 0
 
-            def job(df=frame) -> None:
-                encode_all(df, [vocab], " ", "").write.format("noop").mode("overwrite").save()
-
-            t_warm = time_call(lambda: job(frame.limit(1000)))
-            t_spark = min(time_call(job) for _ in range(3))
-            rate = len(facts) / t_spark
-            rates[cores] = rate
-            print(
-                f"{'spark local[' + str(cores) + '] encode_all':40s} {t_spark:7.2f}s {rate:10.0f} facts/s "
-                f"{rate / cores:8.0f} facts/s/core   per core vs plain: {rate / cores / base_rate:.2f}"
-                f"   (warm-up run {t_warm:.1f}s)"
-            )
+            # the baselines: the plain encoder as it comes (glibc malloc), and with jemalloc as the stage has it
+            variants = {"encode_batch": None, "encode_batch_fast": None}
+            if JEMALLOC:
+                variants["encode_batch_fast, jemalloc"] = JEMALLOC
+            plain: dict[str, list[dict]] = {name: [] for name in variants}
+            stage: list[dict] = []
+            for _ in range(args.reps):
+                for name, preload in variants.items():
+                    plain[name].append(run_plain(args, facts_dir, name.split(",")[0], cores, preload))
+                cpu0, own0, wall0 = _tree_cpu_s(jvm_pid), time.process_time(), time.perf_counter()
+                counts = T.run(spark, cfg)
+                wall = time.perf_counter() - wall0
+                stage.append({"wall_s": wall, "cpu_s": _tree_cpu_s(jvm_pid) - cpu0 + time.process_time() - own0})
             spark.stop()
-    if 1 in rates and 2 in rates:
-        print(f"local[2] / local[1] throughput: x{rates[2] / rates[1]:.2f} (ideal x2.00)")
+            assert counts["vocabularies"]["bench"]["facts_written"] + sum(
+                counts["vocabularies"]["bench"]["rejected"].values()) == len(texts)
+            n = len(texts)
+            best_stage = min(stage, key=lambda r: r["wall_s"])
+            print(f"\nlocal[{cores}] (plain encoder on {cores} thread{'s' * (cores > 1)}); "
+                  f"stage warm-up {warm_s:.1f} s; workers with jemalloc: {workers}")
+            print(f"  {'':34s} {'wall s':>8s} {'facts/s':>9s} {'CPU s':>7s} {'facts/CPU-s':>11s}")
+            row = {"stage": {"best": best_stage, "all": stage}, "plain": {}, "ratio_wall": {}, "ratio_cpu": {},
+                   "ratio_wall_median": {}, "jemalloc_workers": workers, "warmup_s": warm_s}
+            for name, runs in plain.items():
+                best = min(runs, key=lambda r: r["wall_s"])
+                row["plain"][name] = {"best": best, "all": runs}
+                print(f"  {'plain ' + name:34s} {best['wall_s']:8.2f} {n / best['wall_s']:9.0f} "
+                      f"{best['cpu_s']:7.2f} {n / best['cpu_s']:11.0f}")
+            print(f"  {'tokenize stage (tokenize_facts.run)':34s} {best_stage['wall_s']:8.2f} "
+                  f"{n / best_stage['wall_s']:9.0f} {best_stage['cpu_s']:7.2f} {n / best_stage['cpu_s']:11.0f}")
+            for name in plain:
+                best = row["plain"][name]["best"]
+                wall_ratio = best["wall_s"] / best_stage["wall_s"]
+                cpu_ratio = best["cpu_s"] / best_stage["cpu_s"]
+                per_round = sorted(p["wall_s"] / s["wall_s"] for p, s in zip(plain[name], stage))
+                row["ratio_wall"][name] = wall_ratio
+                row["ratio_cpu"][name] = cpu_ratio
+                row["ratio_wall_median"][name] = per_round[len(per_round) // 2]
+                print(f"  stage / plain {name:28s} x{wall_ratio:.2f} throughput (best of each; per round "
+                      f"{', '.join(f'x{r:.2f}' for r in per_round)}), x{cpu_ratio:.2f} per CPU second")
+            results["runs"][f"local[{cores}]"] = row
+    if len(cores_list) > 1 and 1 in cores_list:
+        one = results["runs"]["local[1]"]["stage"]["best"]["wall_s"]
+        for cores in cores_list[1:]:
+            print(f"stage local[{cores}] / local[1] throughput: "
+                  f"x{one / results['runs'][f'local[{cores}]']['stage']['best']['wall_s']:.2f} (ideal x{cores}.00)")
+
+    if not args.no_breakdown:
+        with tempfile.TemporaryDirectory(prefix="bench_tokenize_bd_") as tmp:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            path = f"{tmp}/facts.parquet"
+            pq.write_table(pa.table({"text": texts}), path)
+            print("\nbreakdown, one thread, plain processes (CPU us per fact, best of 2):")
+            breakdown: dict[str, float] = {}
+            for encoder in ("encode_batch", "encode_batch_fast", "encode_batch_fast+context",
+                            "encode_batch_fast+context+ids", "encode_facts", "encode_facts+ascii"):
+                for preload in (None, JEMALLOC) if JEMALLOC else (None,):
+                    cpu = min(run_plain(args, path, encoder, 1, preload)["cpu_s"] for _ in range(2))
+                    key = encoder + (", jemalloc" if preload else "")
+                    breakdown[key] = cpu / len(texts) * 1e6
+                    print(f"  {key:44s} {breakdown[key]:7.1f}")
+            results["breakdown_cpu_us_per_fact"] = breakdown
+
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"machine: {os.cpu_count()} logical cores, load average {load}; other processes skew these figures")
+    print(f"\nmachine: {os.cpu_count()} logical cores, load average {load}; other processes skew absolute figures")
+    results["load_average"] = os.getloadavg()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
 
 
