@@ -48,11 +48,6 @@ WORDS = (
     "island football player national city district university river lake award born member game"
 ).split()
 PROPS = ["date of birth", "country", "instance of", "population", "described at URL", "coordinate location"]
-JEMALLOC = next(
-    (p for p in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
-                 "/usr/lib64/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2") if os.path.isfile(p)),
-    None,
-)
 
 
 def make_facts(n: int, seed: int = 7) -> list[str]:
@@ -141,44 +136,14 @@ def run_plain(args: argparse.Namespace, facts_path: str, encoder: str, threads: 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# ------------------------------------------------------------------ Spark process tree CPU
-def _tree_cpu_s(root_pid: int) -> float:
-    """utime+stime (+ reaped children's) of root_pid and all its descendants, seconds."""
-    parent: dict[int, int] = {}
-    times: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry)
-        parent[pid] = int(fields[1])
-        times[pid] = sum(int(x) for x in fields[11:15]) / tick
-    total = 0.0
-    for pid in times:
-        p = pid
-        while p > 1 and p != root_pid:
-            p = parent.get(p, 0)
-        if p == root_pid:
-            total += times[pid]
-    return total
-
-
-def _preloaded_workers(root_pid: int, library: str) -> int:
+def _preloaded_workers(jvm_pid: int, library: str) -> int:
     """Python processes under the JVM with ``library`` mapped (the tokenize workers)."""
+    import psutil
+
     count = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for proc in psutil.Process(jvm_pid).children(recursive=True):
         try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-            if b"pyspark" not in cmd and b"python" not in cmd:
-                continue
-            if library in Path(f"/proc/{entry}/maps").read_text() and int(entry) != os.getpid():
+            if library in Path(f"/proc/{proc.pid}/maps").read_text():
                 count += 1
         except OSError:
             continue
@@ -203,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
+    from bench.bench_e2e import ProcessTreeSampler
+    from refactx_pipeline.tokenize_facts import WORKER_PRELOAD
+
+    jemalloc = next((path for path in WORKER_PRELOAD if os.path.isfile(path)), None)  # as the stage finds it
+
     from refactx_pipeline import tokenize_facts as T
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.config import Config, VocabularyConfig
@@ -216,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ascii_share = sum(t.isascii() for t in texts) / len(texts)
     print(f"vocabulary {args.vocab} (sha256 {vocab.sha256[:12]}, {vocab.vocab_size} ids)")
     print(f"{len(texts):,} {args.facts} facts, {mean_tokens:.1f} tokens each on average, {ascii_share:.1%} ASCII "
-          f"(made in {time.perf_counter() - started:.0f} s); batch {args.batch}; jemalloc: {JEMALLOC or 'not found'}")
+          f"(made in {time.perf_counter() - started:.0f} s); batch {args.batch}; jemalloc: {jemalloc or 'not found'}")
     cores_list = [int(c) for c in args.cores.split(",") if c.strip()]
     results: dict = {"facts": len(texts), "kind": args.facts, "mean_tokens": mean_tokens, "vocab": args.vocab,
                      "batch": args.batch, "cpu_count": os.cpu_count(), "runs": {}}
@@ -249,21 +219,24 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             T.run(spark, cfg.updated({"paths.dump_date": "warm"}))  # starts the workers, parses the tokenizer
             warm_s = time.perf_counter() - started
-            workers = _preloaded_workers(jvm_pid, JEMALLOC) if JEMALLOC else 0
+            workers = _preloaded_workers(jvm_pid, jemalloc) if jemalloc else 0
 
             # the baselines: the plain encoder as it comes (glibc malloc), and with jemalloc as the stage has it
             variants = {"encode_batch": None, "encode_batch_fast": None}
-            if JEMALLOC:
-                variants["encode_batch_fast, jemalloc"] = JEMALLOC
+            if jemalloc:
+                variants["encode_batch_fast, jemalloc"] = jemalloc
             plain: dict[str, list[dict]] = {name: [] for name in variants}
             stage: list[dict] = []
             for _ in range(args.reps):
                 for name, preload in variants.items():
                     plain[name].append(run_plain(args, facts_dir, name.split(",")[0], cores, preload))
-                cpu0, own0, wall0 = _tree_cpu_s(jvm_pid), time.process_time(), time.perf_counter()
-                counts = T.run(spark, cfg)
-                wall = time.perf_counter() - wall0
-                stage.append({"wall_s": wall, "cpu_s": _tree_cpu_s(jvm_pid) - cpu0 + time.process_time() - own0})
+                # CPU of this driver, its JVM and the Python workers (sampled: a worker that exits
+                # keeps what was last seen of it)
+                with ProcessTreeSampler() as sampler:
+                    cpu0, wall0 = sampler.cpu_seconds(), time.perf_counter()
+                    counts = T.run(spark, cfg)
+                    wall = time.perf_counter() - wall0
+                    stage.append({"wall_s": wall, "cpu_s": sampler.cpu_seconds() - cpu0})
             spark.stop()
             assert counts["vocabularies"]["bench"]["facts_written"] + sum(
                 counts["vocabularies"]["bench"]["rejected"].values()) == len(texts)
@@ -309,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             breakdown: dict[str, float] = {}
             for encoder in ("encode_batch", "encode_batch_fast", "encode_batch_fast+context",
                             "encode_batch_fast+context+ids", "encode_facts", "encode_facts+ascii"):
-                for preload in (None, JEMALLOC) if JEMALLOC else (None,):
+                for preload in (None, jemalloc) if jemalloc else (None,):
                     cpu = min(run_plain(args, path, encoder, 1, preload)["cpu_s"] for _ in range(2))
                     key = encoder + (", jemalloc" if preload else "")
                     breakdown[key] = cpu / len(texts) * 1e6
