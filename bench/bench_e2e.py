@@ -1,6 +1,6 @@
 """Dump -> active index, end to end, measured per stage; with the baselines in the same run.
 
-Input: a realistic generated dump (``refactx_pipeline.dumpgen``: truthy N-Triples plus the
+Input: a realistic generated dump (``refactx_pipeline.testing.dumpgen``: truthy N-Triples plus the
 enwiki page/page_props SQL dumps, distributions from ../shared's extracts; docs/scale.md),
 written once into ``--work`` and reused when it is already there. Then, for each ``--cores``
 value, the whole pipeline (parse ... activate, one vocabulary) in Spark ``local[c]`` against
@@ -116,7 +116,7 @@ class ProcessTreeSampler:
 
 def generate_dump(work: Path, lines: int, seed: int, skew: int) -> Path:
     """The generated dump's folder (reused when its manifest says the same arguments)."""
-    from refactx_pipeline import dumpgen
+    from refactx_pipeline.testing import dumpgen
 
     out = work / f"dump-{lines}-{seed}-{skew}"
     manifest = out / "manifest.json"
@@ -232,7 +232,7 @@ def hot_prefix_latency(dsn: str, cfg, index_name: str, hot_text: str) -> dict[st
 
 def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler) -> dict:
     from refactx_pipeline.common import spark_session
-    from refactx_pipeline.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
 
     cfg = dump_config(dump, work / f"build-local{cores}", cores, vocab)
     cfg = cfg.updated({"pg.schema": f"bench_e2e_{cores}"})

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from refactx_pipeline import load, prefix_rows  # noqa: E402
+from refactx_pipeline.stages import load, prefix_rows  # noqa: E402
 from refactx_pipeline.common import spark_session  # noqa: E402
 from refactx_pipeline.config import Config, VocabularyConfig  # noqa: E402
 from tests.pgtree import fresh_database  # noqa: E402

@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="also run the whole parse stage (Parquet outputs)")
     args = parser.parse_args()
 
-    from refactx_pipeline import parse
+    from refactx_pipeline.stages import parse
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.config import Config
 

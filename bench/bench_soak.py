@@ -30,7 +30,7 @@ import psycopg  # noqa: E402
 
 from refactx_index import open_index  # noqa: E402
 from refactx_index.errors import RefactxError  # noqa: E402
-from refactx_pipeline.activate import apply_retention  # noqa: E402
+from refactx_pipeline.stages.activate import apply_retention  # noqa: E402
 from tests.pgtree import expected_next, fresh_database, load_tree  # noqa: E402
 
 

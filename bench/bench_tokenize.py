@@ -169,11 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     from bench.bench_e2e import ProcessTreeSampler
-    from refactx_pipeline.tokenize_facts import WORKER_PRELOAD
+    from refactx_pipeline.stages.tokenize import WORKER_PRELOAD
 
     jemalloc = next((path for path in WORKER_PRELOAD if os.path.isfile(path)), None)  # as the stage finds it
 
-    from refactx_pipeline import tokenize_facts as T
+    from refactx_pipeline.stages import tokenize as T
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.config import Config, VocabularyConfig
     from refactx_index.vocab import encode_facts, open_vocabulary

@@ -1,8 +1,8 @@
 """Airflow DAG ``refactx_build``: build the fact indexes of a new dump, one branch per vocabulary.
 
-Wiring only; what each task does lives in ``refactx_pipeline`` (stages: ``<stage>.py`` and
-``pipeline.py``; dump finding: ``dumps.py``; the Python tasks' bodies: ``dagtasks.py``;
-run history: ``runs.py``)::
+Wiring only; what each task does lives in ``refactx_pipeline`` (stages: ``stages/<stage>.py`` and
+``orchestration/pipeline.py``; dump finding: ``scheduling/dumps.py``; the Python tasks' bodies:
+``scheduling/dagtasks.py``; run history: ``scheduling/history.py``)::
 
     find_dump -> vocabularies -> parse -> sitelinks_wanted -> [sitelinks] -> labels -> verbalize
       -> vocabulary[i]: tokenize -> prefix_rows -> load -> validate -> activate   (one per vocabulary)
@@ -20,7 +20,7 @@ run history: ``runs.py``)::
   Spark's own application re-attempts are off.
 - Every stage gets the DAG run's id (``--run-id``): the first claims the dump date's work
   directory for this run, and a run of the same dump date beside it is refused before it
-  writes (``refactx_pipeline/runs.py``); ``record_run`` releases it.
+  writes (``refactx_pipeline/orchestration/workdir.py``); ``record_run`` releases it.
 - The load task returns the build it made (XCom); the branch's validate and activate are
   handed it (``--build-id <vocabulary>=<id>``), so they work on that build and no other.
 - ``record_run``: the run's counts into the catalog's ``runs`` table (``refactx-index builds``);
@@ -53,8 +53,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param, PokeReturnValue, TriggerRule, chain, task, task_group
 
 from refactx_pipeline.jvm import jar_path
-from refactx_pipeline.pipeline import PER_VOCABULARY_STAGES
-from refactx_pipeline.pipeline import stage as pipeline_stage
+from refactx_pipeline.orchestration.pipeline import PER_VOCABULARY_STAGES
+from refactx_pipeline.orchestration.pipeline import stage as pipeline_stage
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # the installed file spark-submit runs for every stage; located without importing it
@@ -108,7 +108,7 @@ def stage_args(stage: str, branch: bool) -> list[str]:
 def run_stage(stage: str, argv: list[str]) -> dict | None:
     """A stage that needs no Spark, in the task's own process (``Stage.needs_spark`` False);
     returns (XCom) what the branch's later tasks are handed: the load's build ids."""
-    from refactx_pipeline.dagtasks import run_stage as run
+    from refactx_pipeline.scheduling.dagtasks import run_stage as run
 
     return run(stage, argv)
 
@@ -145,7 +145,7 @@ def stage_task(stage: str, branch: bool = False, **task_args):
     soft_fail=True,  # no new dump: the run is skipped, not failed
 )
 def find_dump(params=None) -> PokeReturnValue:
-    from refactx_pipeline import dagtasks
+    from refactx_pipeline.scheduling import dagtasks
 
     found = dagtasks.find_dump(dagtasks.config_file(PROJECT_ROOT), params.get("dump_date"), params.get("dumps"))
     return PokeReturnValue(is_done=found is not None, xcom_value=found)
@@ -153,14 +153,14 @@ def find_dump(params=None) -> PokeReturnValue:
 
 @task
 def vocabularies(found: dict) -> list[dict]:
-    from refactx_pipeline.dagtasks import branches
+    from refactx_pipeline.scheduling.dagtasks import branches
 
     return branches(found["config"])
 
 
 @task.branch
 def sitelinks_wanted(found: dict) -> str:
-    from refactx_pipeline.dagtasks import wants_sitelinks
+    from refactx_pipeline.scheduling.dagtasks import wants_sitelinks
 
     return "sitelinks" if wants_sitelinks(found["config"]) else "labels"
 
@@ -182,7 +182,7 @@ def record_run(ti=None, run_id=None) -> dict | None:
     is the DAG's only leaf, so its state is the run's."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-    from refactx_pipeline.dagtasks import record_run as record
+    from refactx_pipeline.scheduling.dagtasks import record_run as record
 
     found = ti.xcom_pull(task_ids="find_dump")
     row = record(found, [b["name"] for b in ti.xcom_pull(task_ids="vocabularies") or []], run_id) if found else None
@@ -200,7 +200,7 @@ with DAG(
     start_date=pendulum.datetime(2025, 1, 1, tz="UTC"),
     catchup=False,
     # one run at a time: two runs of one dump date would share its stage directories (a build of
-    # it from elsewhere is refused at its first stage: refactx_pipeline/runs.py)
+    # it from elsewhere is refused at its first stage: refactx_pipeline/orchestration/workdir.py)
     max_active_runs=1,
     default_args={
         "retries": int(os.environ.get("REFACTX_TASK_RETRIES", "1")),

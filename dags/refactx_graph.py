@@ -1,9 +1,9 @@
 """Airflow DAG ``refactx_graph``: rebuild a team's graph index on each new export, one branch per vocabulary.
 
 Wiring only, as ``dags/refactx_build.py`` (the Wikidata DAG) is: which export to take lives
-in ``refactx_pipeline/exports.py``, the stages in ``refactx_pipeline`` (``graph_stage.py``
-and the stages the Wikidata build shares, ``pipeline.py``), the Python tasks' bodies in
-``dagtasks.py`` (the same functions the Wikidata DAG calls: ``branches``, ``run_stage``,
+in ``refactx_pipeline/scheduling/exports.py``, the stages in ``refactx_pipeline`` (``graph/stage.py``
+and the stages the Wikidata build shares, ``stages/``; the stage table: ``orchestration/pipeline.py``),
+the Python tasks' bodies in ``scheduling/dagtasks.py`` (the same functions the Wikidata DAG calls: ``branches``, ``run_stage``,
 ``record_run``)::
 
     find_export -> vocabularies -> graph -> verbalize
@@ -47,8 +47,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param, PokeReturnValue, TriggerRule, chain, task, task_group
 
 from refactx_pipeline.jvm import jar_path
-from refactx_pipeline.pipeline import PER_VOCABULARY_STAGES
-from refactx_pipeline.pipeline import stage as pipeline_stage
+from refactx_pipeline.orchestration.pipeline import PER_VOCABULARY_STAGES
+from refactx_pipeline.orchestration.pipeline import stage as pipeline_stage
 
 STAGE_ENTRY_POINT = Path(importlib.util.find_spec("refactx_pipeline.submit").origin)
 DAG_ID = "refactx_graph"
@@ -96,7 +96,7 @@ def stage_args(stage: str, branch: bool) -> list[str]:
 @task
 def run_stage(stage: str, argv: list[str]) -> dict | None:
     """A stage that needs no Spark, in the task's own process; returns (XCom) the load's builds."""
-    from refactx_pipeline.dagtasks import run_stage as run
+    from refactx_pipeline.scheduling.dagtasks import run_stage as run
 
     return run(stage, argv)
 
@@ -130,7 +130,7 @@ def stage_task(stage: str, branch: bool = False, **task_args):
     soft_fail=True,  # no new export: the run is skipped, not failed
 )
 def find_export(params=None) -> PokeReturnValue:
-    from refactx_pipeline import exports
+    from refactx_pipeline.scheduling import exports
 
     found = exports.find_export(exports.config_file(dict(os.environ)), params.get("export"))
     return PokeReturnValue(is_done=found is not None, xcom_value=found)
@@ -138,7 +138,7 @@ def find_export(params=None) -> PokeReturnValue:
 
 @task
 def vocabularies(found: dict) -> list[dict]:
-    from refactx_pipeline.dagtasks import branches
+    from refactx_pipeline.scheduling.dagtasks import branches
 
     return branches(found["config"])
 
@@ -157,7 +157,7 @@ def record_run(ti=None, run_id=None) -> dict | None:
     """Record the run (when an export was taken), then fail when any task of the run failed."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-    from refactx_pipeline.dagtasks import record_run as record
+    from refactx_pipeline.scheduling.dagtasks import record_run as record
 
     found = ti.xcom_pull(task_ids="find_export")
     row = record(found, [b["name"] for b in ti.xcom_pull(task_ids="vocabularies") or []], run_id) if found else None

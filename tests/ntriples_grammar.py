@@ -10,7 +10,7 @@ import re
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from refactx_pipeline.parse import BNODE, HEX, IRI_CHAR, LANG_TAG
+from refactx_pipeline.stages.parse import BNODE, HEX, IRI_CHAR, LANG_TAG
 
 # the escapes of refactx_pipeline.parse.VALID_ESCAPE, except that a \u high surrogate must be
 # followed by a \u low surrogate and a low surrogate may not stand alone

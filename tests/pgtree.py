@@ -12,8 +12,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from refactx_pipeline import pgcatalog
-from refactx_pipeline.activate import activate_build
+from refactx_pipeline.catalog import pgcatalog
+from refactx_pipeline.stages.activate import activate_build
 from refactx_index.format import FORMAT_VERSION
 from refactx_index.memory import build_rows, deepest_row
 
@@ -52,7 +52,7 @@ def load_tree(
 ) -> int:
     """Build rows with the cut rule, load them as a new build of ``name``; return its build id.
 
-    The catalog steps are the loader's own (``refactx_pipeline.pgcatalog``, ``refactx_pipeline.activate``); only
+    The catalog steps are the loader's own (``refactx_pipeline.catalog.pgcatalog``, ``refactx_pipeline.stages.activate``); only
     the rows come from Python (``build_rows``) through a plain COPY instead of Parquet.
     Validation is skipped: an activated build goes straight from ``loaded`` to ``validated``.
     """

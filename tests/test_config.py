@@ -138,7 +138,7 @@ def test_sitelinks_source_follows_the_one_input_rule():
 
 
 def test_stage_selection_uses_the_same_rule():
-    from refactx_pipeline.pipeline import select_stages
+    from refactx_pipeline.orchestration.pipeline import select_stages
 
     assert "sitelinks" not in select_stages(Config.load(env={}))
     both = Config.load(env={}, overrides={"input.enwiki_page": "p.sql", "input.enwiki_page_props": "pp.sql"})

@@ -109,7 +109,7 @@ class RunTaskInstance:
 def run_xcoms(config: Path, dump_date: str = "20260105") -> dict:
     """The XComs find_dump and vocabularies push for ``config`` (their real code), and the
     build ids each branch's load would return (ids 41, 42...)."""
-    from refactx_pipeline.dagtasks import branches
+    from refactx_pipeline.scheduling.dagtasks import branches
 
     vocabularies = branches(str(config))
     return {
@@ -204,7 +204,7 @@ def test_every_rendered_command_matches_the_golden_file(monkeypatch):
 
 
 def test_each_stage_has_its_operator_and_its_place(dagbag):
-    from refactx_pipeline.pipeline import PER_VOCABULARY_STAGES, stage
+    from refactx_pipeline.orchestration.pipeline import PER_VOCABULARY_STAGES, stage
 
     dag = dagbag.dags["refactx_build"]
     for name in FULL_CHAIN:
@@ -272,7 +272,7 @@ def test_validate_and_activate_are_handed_their_branch_s_build(dagbag):
     """The load task's XCom (its build per vocabulary) becomes the --build-id of the same
     branch's validate and activate, parsed by the stages' own parser; every stage gets the run id."""
     from refactx_pipeline.config import config_from_args
-    from refactx_pipeline.pipeline import parse_build_ids, stage_parser
+    from refactx_pipeline.orchestration.pipeline import parse_build_ids, stage_parser
 
     dag = dagbag.dags["refactx_build"]
     xcoms = run_xcoms(ROOT / "conf" / "local.toml", "20180101")
@@ -291,7 +291,7 @@ def test_validate_and_activate_are_handed_their_branch_s_build(dagbag):
 
 
 def test_sitelinks_runs_only_when_the_config_names_wikipedia_dumps(tmp_path):
-    from refactx_pipeline.dagtasks import wants_sitelinks
+    from refactx_pipeline.scheduling.dagtasks import wants_sitelinks
 
     assert wants_sitelinks(str(ROOT / "conf" / "local.toml"))
     config = tmp_path / "no-sql.toml"
@@ -300,7 +300,7 @@ def test_sitelinks_runs_only_when_the_config_names_wikipedia_dumps(tmp_path):
 
 
 def test_config_file_of_the_environment():
-    from refactx_pipeline.dagtasks import config_file
+    from refactx_pipeline.scheduling.dagtasks import config_file
 
     assert config_file(ROOT, {}) == str(ROOT / "conf" / "local.toml")
     assert config_file(ROOT, {"REFACTX_ENV": "prod"}) == str(ROOT / "conf" / "prod.toml")
@@ -325,7 +325,7 @@ def test_params_reject_a_dump_date_that_is_not_a_path_component(dagbag):
 def test_entry_point_reaches_every_stage(stage, tmp_path):
     """What spark-submit runs: the installed `refactx_pipeline/submit.py <stage> ...` as a file,
     from another directory. `--help` makes the stage's argument parser answer without Spark."""
-    from refactx_pipeline.pipeline import stage as stage_named
+    from refactx_pipeline.orchestration.pipeline import stage as stage_named
 
     assert stage_named(stage).name == stage
     result = subprocess.run(

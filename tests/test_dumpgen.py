@@ -1,4 +1,4 @@
-"""The dump generator (``refactx_pipeline.dumpgen``): same seed, same bytes; the measured
+"""The dump generator (``refactx_pipeline.testing.dumpgen``): same seed, same bytes; the measured
 shape at a small size; hostile lines; and the ingestion stages (parse -> sitelinks ->
 labels -> verbalize) on a generated dump, against what its manifest says they should find."""
 
@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from refactx_pipeline import dumpgen
+from refactx_pipeline.testing import dumpgen
 
 SMALL = dict(lines=40_000, seed=7, skew_facts=3_000, chunk_lines=10_000)
 FILES = (dumpgen.TRUTHY_FILE, dumpgen.PAGE_FILE, dumpgen.PAGE_PROPS_FILE, dumpgen.MANIFEST_FILE)
@@ -169,7 +169,7 @@ def test_skew_labels_start_with_the_hot_prefix(small):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_ingestion_stages_on_a_generated_dump(spark, cfg, small):
-    from refactx_pipeline import labels, parse, sitelinks, verbalize
+    from refactx_pipeline.stages import labels, parse, sitelinks, verbalize
     from pyspark.sql import functions as F
 
     out, manifest = small

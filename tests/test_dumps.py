@@ -1,5 +1,5 @@
-"""Which dump a run builds (refactx_pipeline.dumps), and how a run is summed up
-(refactx_pipeline.runs): pure functions, no Airflow, no Spark, no database."""
+"""Which dump a run builds (refactx_pipeline.scheduling.dumps), and how a run is summed up
+(refactx_pipeline.scheduling.history): pure functions, no Airflow, no Spark, no database."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from refactx_index.errors import ConfigError
 from refactx_pipeline.config import Config
-from refactx_pipeline.dumps import Dump, choose_dump, complete_dump_dates, newest_unbuilt
-from refactx_pipeline.runs import describe_run, run_status
+from refactx_pipeline.scheduling.dumps import Dump, choose_dump, complete_dump_dates, newest_unbuilt
+from refactx_pipeline.scheduling.history import describe_run, run_status
 
 MARKER = "_IMPORTED"
 

@@ -27,7 +27,7 @@ def module_db(pg_server):
 
 @pytest.fixture(scope="module")
 def built(spark, module_db, tmp_path_factory):
-    from refactx_pipeline.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
 
     cfg = sample_config(tmp_path_factory.mktemp("e2e") / "build", {
         "tokenize.vocabularies": [VocabularyConfig(name=v, path=str(tokenizer_dir(v))) for v in VOCABS],

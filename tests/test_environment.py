@@ -190,6 +190,93 @@ def test_imports_cross_the_border_in_one_direction_only():
     assert "prefix_rows.py" in uses_runtime  # the row format comes from the runtime
 
 
+# The pipeline's layers, lowest first (docs/architecture.md): a module may import its own layer
+# and the layers below it, never one above. Top-level modules not listed are the foundation.
+PIPELINE_LAYERS = {
+    "catalog": 1,
+    "stages": 2,
+    "graph": 3,
+    "orchestration": 4,
+    "scheduling": 5,
+    "cli": 6,
+    "submit": 7,  # the file spark-submit runs: an entry point, imported by nothing
+    "testing": 7,  # test data made by code, beside the layers: imported by nothing of the package
+}
+
+
+def _pipeline_import_graph() -> dict[str, set[str]]:
+    """Module -> the pipeline modules it imports (lazy imports inside functions included,
+    relative imports resolved, ``from package import module`` read as the module)."""
+    import ast
+
+    import refactx_pipeline
+
+    root = Path(refactx_pipeline.__path__[0])
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts = parts[:-1]
+        modules[".".join(["refactx_pipeline", *parts])] = (path, is_package)
+    graph: dict[str, set[str]] = {}
+    for name, (path, is_package) in modules.items():
+        package = name if is_package else name.rpartition(".")[0]
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[:len(anchor) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            imported.update(m for m in targets if m in modules and m != name)
+        graph[name] = imported
+    return graph
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return PIPELINE_LAYERS.get(parts[1], 0) if len(parts) > 1 else 0
+
+
+def test_pipeline_layers_import_downwards_only():
+    """No pipeline module imports a higher layer (a stage the orchestrator, the orchestrator
+    the CLI...), checked on the installed sources, lazy imports included."""
+    graph = _pipeline_import_graph()
+    assert {"refactx_pipeline.stages.parse", "refactx_pipeline.orchestration.pipeline",
+            "refactx_pipeline.cli.commands", "refactx_pipeline.testing.dumpgen"} <= set(graph)
+    upward = sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
+                    if _layer(b) > _layer(a) or (b.startswith("refactx_pipeline.testing")
+                                                 and not a.startswith("refactx_pipeline.testing")))
+    assert upward == [], "imports from a lower layer to a higher one (docs/architecture.md):\n" + "\n".join(upward)
+
+
+def test_pipeline_has_no_import_circle():
+    """No module of the pipeline reaches itself through its imports (lazy ones included)."""
+    graph = _pipeline_import_graph()
+    circles, state = [], {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for dep in sorted(graph[module]):
+            if state.get(dep) == "open":
+                circles.append(" -> ".join([*path[path.index(dep):], dep]))
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert circles == [], "import circles in the pipeline:\n" + "\n".join(circles)
+
+
 def test_installed_packages_are_wheels_not_the_checkout():
     """The code under test is the code a user installs: no editable install, no source tree
     on sys.path."""

@@ -38,7 +38,7 @@ def sample_fact_texts(spark, tmp_path_factory) -> list[str]:
     """The shared sample's facts, verbalized by the pipeline's own stages."""
     import pyarrow.dataset as ds
 
-    from refactx_pipeline.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
 
     cfg = sample_config(tmp_path_factory.mktemp("facts") / "build")
     run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])

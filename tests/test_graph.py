@@ -152,8 +152,8 @@ FORMATS = ["csv", "tsv", "parquet", "ntriples", "turtle"]
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_each_format_counts_hostile_rows_and_keeps_the_good_ones(tmp_path, fmt):
-    from refactx_pipeline.graph import load_graph
-    from refactx_pipeline.graph_index import graph_facts
+    from refactx_pipeline.graph.rules import load_graph
+    from refactx_pipeline.graph.index import graph_facts
 
     cfg = write_hostile_graph(tmp_path, fmt)
     graph = load_graph(cfg)
@@ -175,8 +175,8 @@ def test_each_format_counts_hostile_rows_and_keeps_the_good_ones(tmp_path, fmt):
 def _spark_graph(spark, cfg):
     """What the Spark stage wrote: (counts, statements, labels, descriptions, reject reasons)
     in the in-process build's terms."""
-    from refactx_pipeline import graph_stage
-    from refactx_pipeline.graph import ENTITY_PREFIX
+    from refactx_pipeline.graph import stage as graph_stage
+    from refactx_pipeline.graph.rules import ENTITY_PREFIX
 
     counts = graph_stage.run(spark, cfg)
     assert counts.pop("format") == cfg.graph.format
@@ -193,7 +193,7 @@ def _spark_graph(spark, cfg):
 
 def assert_same_graph(spark, cfg):
     """The Spark stage and the in-process rules agree on everything they keep and count."""
-    from refactx_pipeline.graph import load_graph
+    from refactx_pipeline.graph.rules import load_graph
 
     graph = load_graph(cfg)
     counts, statements, labels, descriptions, properties, reasons = _spark_graph(spark, cfg)
@@ -216,7 +216,7 @@ def test_spark_stage_reads_each_format_as_the_in_process_build_does(spark, tmp_p
 
 def _csv_twin_of_turtle(tmp_path, extra_ttl: str = "") -> tuple[Config, Config]:
     """The financial example as CSV, and the same graph written as Turtle."""
-    from refactx_pipeline.finance_example import write_example, write_turtle
+    from refactx_pipeline.testing.finance_example import write_example, write_turtle
 
     config = write_example(tmp_path / "csv", companies=40, people=30)
     csv_cfg = Config.load(config, env={})
@@ -231,8 +231,8 @@ def _csv_twin_of_turtle(tmp_path, extra_ttl: str = "") -> tuple[Config, Config]:
 
 
 def test_turtle_and_csv_forms_of_one_graph_give_the_same_facts(tmp_path):
-    from refactx_pipeline.graph import load_graph
-    from refactx_pipeline.graph_index import graph_facts
+    from refactx_pipeline.graph.rules import load_graph
+    from refactx_pipeline.graph.index import graph_facts
 
     csv_cfg, ttl_cfg = _csv_twin_of_turtle(tmp_path)
     from_csv, from_ttl = load_graph(csv_cfg), load_graph(ttl_cfg)
@@ -243,7 +243,7 @@ def test_turtle_and_csv_forms_of_one_graph_give_the_same_facts(tmp_path):
 
 
 def test_a_turtle_file_that_does_not_parse_is_an_error_naming_it(tmp_path):
-    from refactx_pipeline.graph import load_graph
+    from refactx_pipeline.graph.rules import load_graph
 
     cfg = write_hostile_graph(tmp_path, "turtle")
     with open(tmp_path / "graph.ttl", "a", encoding="utf-8") as fh:
@@ -255,7 +255,7 @@ def test_a_turtle_file_that_does_not_parse_is_an_error_naming_it(tmp_path):
 
 @pytest.mark.spark
 def test_spark_stage_stops_on_a_turtle_file_that_does_not_parse(spark, tmp_path):
-    from refactx_pipeline import graph_stage
+    from refactx_pipeline.graph import stage as graph_stage
 
     cfg = write_hostile_graph(tmp_path, "turtle")
     with open(tmp_path / "graph.ttl", "a", encoding="utf-8") as fh:
@@ -331,7 +331,7 @@ def test_typed_parquet_columns_read_alike_in_both_builds(spark, tmp_path):
 
 
 def test_label_rule_qualifies_collisions_and_drops_what_stays_ambiguous():
-    from refactx_pipeline.graph import display_labels
+    from refactx_pipeline.graph.rules import display_labels
 
     labels = {
         "A": ("Northwind  Capital", "asset manager in Oslo"),
@@ -353,7 +353,7 @@ def test_label_rule_qualifies_collisions_and_drops_what_stays_ambiguous():
 
 
 def test_python_rendering_matches_the_documented_table():
-    from refactx_pipeline.render import render_literal
+    from refactx_pipeline.stages.render import render_literal
 
     from .test_verbalize import doc_examples
 
@@ -376,7 +376,7 @@ def test_config_names_the_bad_graph_keys():
 
 
 def test_wrong_encoding_and_missing_column_are_errors_naming_the_file(tmp_path):
-    from refactx_pipeline.graph import load_graph
+    from refactx_pipeline.graph.rules import load_graph
 
     cfg = write_hostile_graph(tmp_path, "csv")
     with pytest.raises(ConfigError, match="no column 'subj'"):
@@ -392,7 +392,7 @@ def test_wrong_encoding_and_missing_column_are_errors_naming_the_file(tmp_path):
 
 
 def test_stage_selection_runs_graph_instead_of_parse_and_labels(tmp_path):
-    from refactx_pipeline.pipeline import select_stages
+    from refactx_pipeline.orchestration.pipeline import select_stages
 
     assert "graph" not in select_stages(Config())
     stages = select_stages(write_hostile_graph(tmp_path, "csv"))
@@ -404,7 +404,7 @@ def test_stage_selection_runs_graph_instead_of_parse_and_labels(tmp_path):
 
 def _example_config(tmp_path) -> Config:
     """A small financial graph with literal edge cases appended (unparseable, exponent, point)."""
-    from refactx_pipeline.finance_example import write_example
+    from refactx_pipeline.testing.finance_example import write_example
 
     path = write_example(tmp_path / "finance", companies=60, people=40)
     with open(tmp_path / "finance" / "triples.csv", "a", encoding="utf-8", newline="") as fh:
@@ -427,8 +427,8 @@ def _example_config(tmp_path) -> Config:
 @pytest.mark.pg
 def test_spark_and_in_process_builds_give_the_same_index(spark, pg_dsn, tmp_path):
     from refactx_index.pg import open_index
-    from refactx_pipeline.graph_index import build_graph_index
-    from refactx_pipeline.pipeline import run_pipeline
+    from refactx_pipeline.graph.index import build_graph_index
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
 
     from .test_end_to_end import _enumerate
 
@@ -469,7 +469,7 @@ def test_spark_and_in_process_builds_give_the_same_index(spark, pg_dsn, tmp_path
 
 
 def test_finance_example_is_deterministic_and_about_ten_thousand_triples(tmp_path):
-    from refactx_pipeline.finance_example import generate
+    from refactx_pipeline.testing.finance_example import generate
 
     triples, labels = generate()
     assert triples == generate()[0]
@@ -480,7 +480,7 @@ def test_finance_example_is_deterministic_and_about_ten_thousand_triples(tmp_pat
 
 def test_graph_index_command_writes_an_index_file_that_loads(tmp_path, capsys):
     from refactx_index.memory import MemoryTreeIndex
-    from refactx_pipeline.cli import main
+    from refactx_pipeline.cli.commands import main
 
     cfg = write_hostile_graph(tmp_path, "csv")
     config = tmp_path / "graph.toml"

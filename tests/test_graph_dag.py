@@ -74,7 +74,7 @@ class RunTaskInstance:
 def graph_config(path: Path, exports_root: Path, vocabularies: dict[str, Path], build_root: Path,
                  marker: str = "_EXPORTED") -> Path:
     """A graph DAG config: the financial example's file names under each export."""
-    from refactx_pipeline.finance_example import INVERSE_LABELS
+    from refactx_pipeline.testing.finance_example import INVERSE_LABELS
 
     vocab = ", ".join(f'{{ name = "{n}", path = "{p}" }}' for n, p in vocabularies.items())
     inverse = ", ".join(f'{k} = "{v}"' for k, v in INVERSE_LABELS.items())
@@ -110,7 +110,7 @@ shuffle_partitions = 4
 
 
 def run_xcoms(config: Path, export: str = "20260105") -> dict:
-    from refactx_pipeline.dagtasks import branches
+    from refactx_pipeline.scheduling.dagtasks import branches
 
     cfg = Config.load(config, env={})
     vocabularies = branches(str(config))
@@ -170,7 +170,7 @@ def test_every_rendered_command_matches_the_golden_file(monkeypatch, tmp_path):
 
 
 def test_the_chain_the_operators_and_the_sensor(monkeypatch):
-    from refactx_pipeline.pipeline import stage
+    from refactx_pipeline.orchestration.pipeline import stage
 
     dag = parse_dag(monkeypatch, REFACTX_EXPORT_POKE_SECONDS="60", REFACTX_EXPORT_WAIT_SECONDS="600")
     assert sorted(dag.task_ids) == sorted(CHAIN)
@@ -195,7 +195,7 @@ def test_the_chain_the_operators_and_the_sensor(monkeypatch):
 def test_stage_arguments_parse_into_the_export_s_config(monkeypatch, tmp_path):
     """What a branch's stage sees: the rendered arguments parsed by the stages' own parser."""
     from refactx_pipeline.config import config_from_args
-    from refactx_pipeline.pipeline import parse_build_ids, stage_parser
+    from refactx_pipeline.orchestration.pipeline import parse_build_ids, stage_parser
 
     dag = parse_dag(monkeypatch)
     config = graph_config(tmp_path / "graph.toml", tmp_path / "exports", {"qwen2.5": Path("/m/q"), "gpt2": Path("/m/g")},
@@ -217,8 +217,8 @@ def test_stage_arguments_parse_into_the_export_s_config(monkeypatch, tmp_path):
 
 def test_the_sensor_takes_the_newest_complete_export_newer_than_every_built_one(tmp_path):
     from refactx_index.errors import ConfigError
-    from refactx_pipeline.exports import choose_export, complete_exports
-    from refactx_pipeline.finance_example import write_example
+    from refactx_pipeline.scheduling.exports import choose_export, complete_exports
+    from refactx_pipeline.testing.finance_example import write_example
 
     root = tmp_path / "exports"
     for date in ("20260101", "20260102", "20260103"):
@@ -248,7 +248,7 @@ def test_the_sensor_takes_the_newest_complete_export_newer_than_every_built_one(
 
 def test_the_config_file_comes_from_the_environment():
     from refactx_index.errors import ConfigError
-    from refactx_pipeline.exports import config_file
+    from refactx_pipeline.scheduling.exports import config_file
 
     assert config_file({"REFACTX_GRAPH_CONFIG": "/etc/g.toml"}) == "/etc/g.toml"
     with pytest.raises(ConfigError, match="REFACTX_GRAPH_CONFIG"):
@@ -267,7 +267,7 @@ def test_a_new_export_is_built_and_served_end_to_end(pg_dsn, tmp_path):
     Python tasks; the index serves the export's facts and the run is recorded."""
     import psycopg
 
-    from refactx_pipeline.finance_example import write_example
+    from refactx_pipeline.testing.finance_example import write_example
 
     root = tmp_path / "exports"
     write_example(root / "20260105", companies=30, people=30)
@@ -310,7 +310,7 @@ def test_a_new_export_is_built_and_served_end_to_end(pg_dsn, tmp_path):
 
     # the served index holds the facts the in-process build makes of the same export
     from refactx_index.pg import open_index
-    from refactx_pipeline.graph_index import build_graph_index
+    from refactx_pipeline.graph.index import build_graph_index
 
     from .test_end_to_end import _enumerate
 

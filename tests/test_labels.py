@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from refactx_pipeline import labels, parse
+from refactx_pipeline.stages import labels, parse
 from tests.conftest import shared_path
 
 E = "http://www.wikidata.org/entity/"
@@ -60,7 +60,7 @@ def test_bad_policy_is_a_config_error(cfg):
 
 
 def test_sample500_with_real_page_heads(spark, cfg):
-    from refactx_pipeline import sitelinks
+    from refactx_pipeline.stages import sitelinks
 
     cfg = cfg.updated({
         "input.dumps": [str(shared_path("data", "wikidata", "truthy-2018-sample500-en.nt"))],

@@ -14,8 +14,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from refactx_index import open_index
 from refactx_index.errors import BuildRetired, LoadError, PermissionDenied, RefactxError
-from refactx_pipeline import pgcatalog
-from refactx_pipeline.activate import activate_build, apply_retention
+from refactx_pipeline.catalog import pgcatalog
+from refactx_pipeline.stages.activate import activate_build, apply_retention
 
 from .pgtree import expected_next, load_tree, random_sequences
 

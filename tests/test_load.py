@@ -55,7 +55,7 @@ def make_cfg(cfg, overrides=None, *, threshold=1):
 
 
 def write_tokens(spark, cfg, facts):
-    from refactx_pipeline.schemas import TOKENS
+    from refactx_pipeline.stages.schemas import TOKENS
 
     vocab_dir = cfg.stage_dir("tokenize") / VOCAB
     spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS).write.mode(
@@ -68,8 +68,8 @@ def write_tokens(spark, cfg, facts):
 
 def build(spark, cfg, dsn, facts=FACTS, *, activate=True) -> int:
     """tokens -> prefix rows -> load -> validate -> activate into ``dsn``; returns the build id."""
-    from refactx_pipeline import activate as activate_job
-    from refactx_pipeline import load, prefix_rows, validate
+    from refactx_pipeline.stages import activate as activate_job
+    from refactx_pipeline.stages import load, prefix_rows, validate
 
     write_tokens(spark, cfg, facts)
     prefix_rows.run(spark, cfg)
@@ -112,7 +112,7 @@ def tables(dsn, schema):
 
 def test_copy_encoder_matches_write_row(pg_dsn):
     """The numpy-built PGCOPY stream stores exactly what write_row stores."""
-    from refactx_pipeline.load import COPY_HEADER, COPY_TRAILER, encode_copy_rows
+    from refactx_pipeline.stages.load import COPY_HEADER, COPY_TRAILER, encode_copy_rows
 
     rng = np.random.default_rng(1)
     prefixes = [b""] + [rng.bytes(4 * int(rng.integers(1, 5))) for _ in range(300)]
@@ -168,8 +168,8 @@ def test_load_validate_activate_and_switch(spark, cfg, pg_dsn):
 
 
 def test_validation_failure_keeps_previous_build(spark, cfg, pg_dsn):
-    from refactx_pipeline import activate as activate_job
-    from refactx_pipeline import validate
+    from refactx_pipeline.stages import activate as activate_job
+    from refactx_pipeline.stages import validate
 
     cfg = make_cfg(cfg)
     schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
@@ -193,7 +193,7 @@ def test_validation_failure_keeps_previous_build(spark, cfg, pg_dsn):
 
 def test_validation_walk_catches_a_missing_fact(spark, cfg, pg_dsn):
     """Leaf counts can be consistent while a fact is unreachable: the sampled walk finds it."""
-    from refactx_pipeline import validate
+    from refactx_pipeline.stages import validate
 
     cfg = make_cfg(cfg)
     build_id = build(spark, cfg, pg_dsn, activate=False)
@@ -238,8 +238,8 @@ def _synthetic_rows(path: Path, n_rows: int, n_files: int) -> None:
 
 
 def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg, pg_dsn, tmp_path):
-    from refactx_pipeline import activate as activate_job
-    from refactx_pipeline import load, validate
+    from refactx_pipeline.stages import activate as activate_job
+    from refactx_pipeline.stages import load, validate
 
     cfg = make_cfg(cfg, {"pg.load_workers": 1})
     schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
@@ -252,7 +252,7 @@ def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg,
     params = conninfo_to_dict(pg_dsn)
     params["application_name"] = "refactx_killed_loader"
     loader_dsn = make_conninfo(**params)
-    code = ("import sys; from refactx_pipeline.config import Config; from refactx_pipeline.load import load_all; "
+    code = ("import sys; from refactx_pipeline.config import Config; from refactx_pipeline.stages.load import load_all; "
             "load_all(Config.from_json(sys.argv[1]), sys.argv[2])")
     proc = subprocess.Popen([sys.executable, "-c", code, cfg.to_json(), loader_dsn],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -298,7 +298,7 @@ def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg,
 
 
 def test_orphaned_table_is_dropped(cfg, pg_dsn):
-    from refactx_pipeline import pgcatalog
+    from refactx_pipeline.catalog import pgcatalog
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         pgcatalog.apply_schema(conn, cfg.pg.schema)
@@ -309,7 +309,7 @@ def test_orphaned_table_is_dropped(cfg, pg_dsn):
 
 
 def test_tokenizer_meta_computed_from_real_tokenizer(cfg):
-    from refactx_pipeline.load import tokenizer_meta
+    from refactx_pipeline.stages.load import tokenizer_meta
 
     path = SHARED / "tokenizers" / "gpt2"
     if not path.exists():
@@ -319,7 +319,7 @@ def test_tokenizer_meta_computed_from_real_tokenizer(cfg):
 
 
 def test_a_second_load_of_a_name_in_flight_is_refused_and_writes_nothing(spark, cfg, pg_dsn):
-    from refactx_pipeline import load
+    from refactx_pipeline.stages import load
 
     cfg = make_cfg(cfg)
     first = build(spark, cfg, pg_dsn, activate=False)  # loaded, awaiting validation
@@ -333,9 +333,9 @@ def test_validate_and_activate_work_on_the_build_they_are_given_and_no_other(spa
     """The build id is an input of validate and activate (issue 11): none given, one of another
     index, of another dump date, missing, or in the wrong state is refused with a message that
     says so, and changes nothing."""
-    from refactx_pipeline import activate as activate_job
-    from refactx_pipeline import validate
-    from refactx_pipeline.pipeline import run_pipeline, stage
+    from refactx_pipeline.stages import activate as activate_job
+    from refactx_pipeline.stages import validate
+    from refactx_pipeline.orchestration.pipeline import run_pipeline, stage
     from refactx_index.errors import ConfigError
 
     cfg = make_cfg(cfg)
@@ -372,7 +372,7 @@ def test_validate_and_activate_work_on_the_build_they_are_given_and_no_other(spa
 
 def test_build_id_arguments():
     from refactx_pipeline.config import Config
-    from refactx_pipeline.pipeline import parse_build_ids
+    from refactx_pipeline.orchestration.pipeline import parse_build_ids
     from refactx_index.errors import ConfigError
 
     one = Config().updated({"tokenize.vocabularies": [VocabularyConfig(name="a", path="")]})
@@ -396,9 +396,9 @@ def test_a_second_run_of_a_dump_date_is_refused_before_it_writes(spark, cfg, tmp
     """Two runs of one dump date share its work directory: the first claims it, the second
     (in this process, or a stage of it through the spark-submit entry point) is refused with
     a message naming the holder, and the first run's outputs are untouched (issue 11)."""
-    from refactx_pipeline import prefix_rows
-    from refactx_pipeline.pipeline import run_pipeline
-    from refactx_pipeline.runs import RunConflict, claim_path, claim_work_dir, release_work_dir
+    from refactx_pipeline.stages import prefix_rows
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.workdir import RunConflict, claim_path, claim_work_dir, release_work_dir
 
     cfg = make_cfg(cfg)
     scheduled = "scheduled__2026-01-05T00:00:00+00:00"
@@ -494,7 +494,7 @@ def random_tree(seed: int):
 @pytest.mark.parametrize("seed", range(4))
 def test_spark_checks_accept_any_cut(spark, tmp_path, seed):
     """The checks follow the format, not a cut rule: external nodes at any levels of a row."""
-    from refactx_pipeline.validate import check_parquet
+    from refactx_pipeline.stages.validate import check_parquet
 
     facts, cut = random_tree(seed)
     rows = rows_for_cut(facts, cut)
@@ -510,7 +510,7 @@ def test_spark_checks_accept_any_cut(spark, tmp_path, seed):
 
 def test_spark_checks_name_each_fault(spark, tmp_path):
     """Every kind of fault of the Parquet rows is found, counted and named with an example."""
-    from refactx_pipeline.validate import _Invalid, check_parquet
+    from refactx_pipeline.stages.validate import _Invalid, check_parquet
 
     facts, cut = random_tree(7)
     rows = rows_for_cut(facts, cut)
@@ -592,7 +592,7 @@ def _miscount_a_row(table: pa.Table):
 def test_validation_fails_on_faulty_parquet_rows(spark, cfg, pg_dsn, corrupt):
     """Prefix rows written wrong (and loaded as written: PostgreSQL agrees with the Parquet) fail
     the Spark checks: the build is failed with the reason, the served build is unchanged."""
-    from refactx_pipeline import load, prefix_rows, validate
+    from refactx_pipeline.stages import load, prefix_rows, validate
 
     cfg = make_cfg(cfg)
     schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"

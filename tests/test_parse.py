@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from refactx_pipeline import parse
-from refactx_pipeline.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
+from refactx_pipeline.stages import parse
+from refactx_pipeline.stages.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
 from refactx_index.errors import ConfigError
 from tests import ntriples_grammar as grammar
 from tests.conftest import shared_path

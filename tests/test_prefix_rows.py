@@ -13,7 +13,7 @@ pytestmark = pytest.mark.spark
 
 
 class ReferenceTrie:
-    """The tree of DESIGN.md computed the obvious way: every prefix of every distinct fact."""
+    """The tree of docs/tree.md computed the obvious way: every prefix of every distinct fact."""
 
     def __init__(self, facts: Iterable[Sequence[int]]):
         self.facts = {tuple(f) for f in facts}
@@ -83,8 +83,8 @@ def check_rows_against_trie(
 
 def build_rows(spark, facts: list[list[int]], threshold: int, max_tokens: int,
                partitions: int = 3) -> dict[bytes, bytes]:
-    from refactx_pipeline.prefix_rows import prefix_rows
-    from refactx_pipeline.schemas import TOKENS
+    from refactx_pipeline.stages.prefix_rows import prefix_rows
+    from refactx_pipeline.stages.schemas import TOKENS
 
     tokens = spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS)
     out = prefix_rows(tokens, threshold, max_tokens, partitions).collect()
@@ -138,7 +138,7 @@ def test_a_hot_prefix_is_cut_into_bounded_rows_across_partitions(spark):
 
 
 def test_bad_rows_are_counted_not_lost(spark):
-    from refactx_pipeline.prefix_rows import input_counts, prefix_rows
+    from refactx_pipeline.stages.prefix_rows import input_counts, prefix_rows
     from pyspark.sql.types import ArrayType, IntegerType, LongType, StructField, StructType
 
     loose = StructType([StructField("fact_id", LongType()), StructField("token_ids", ArrayType(IntegerType()))])
@@ -156,8 +156,8 @@ def test_bad_rows_are_counted_not_lost(spark):
 
 
 def test_run_writes_rows_and_counts(spark, cfg):
-    from refactx_pipeline import prefix_rows as job
-    from refactx_pipeline.schemas import TOKENS
+    from refactx_pipeline.stages import prefix_rows as job
+    from refactx_pipeline.stages.schemas import TOKENS
     from refactx_pipeline.config import VocabularyConfig
 
     cfg = cfg.updated({
@@ -186,7 +186,7 @@ def test_partition_reads_sliced_batches_by_absolute_offsets():
     partition must read each fact's own tokens, not its neighbour's."""
     import pyarrow as pa
 
-    from refactx_pipeline.prefix_rows import _partition
+    from refactx_pipeline.stages.prefix_rows import _partition
 
     column = pa.array([[5, 5], [1, 2, 3], [1, 2, 3], [1, 4]], pa.list_(pa.int32()))
     batch = pa.RecordBatch.from_arrays([column], ["token_ids"]).slice(1)

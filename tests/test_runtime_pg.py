@@ -9,7 +9,7 @@ import pytest
 
 from .conftest import tokenizer_dir
 from .pgtree import expected_next, load_tree, random_sequences
-from refactx_pipeline import pgcatalog
+from refactx_pipeline.catalog import pgcatalog
 from refactx_index import (
     DatabaseUnavailable,
     FormatError,

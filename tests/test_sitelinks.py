@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 
-from refactx_pipeline import sitelinks
+from refactx_pipeline.stages import sitelinks
 from tests.conftest import shared_path
 
 HEADER = "CREATE TABLE `{t}` (\n{cols}\n) ENGINE=InnoDB;\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from refactx_pipeline.sqldump import RAW, REASON, read_create_table, read_mysql_table, split_insert_line, unescape_mysql
+from refactx_pipeline.stages.sqldump import RAW, REASON, read_create_table, read_mysql_table, split_insert_line, unescape_mysql
 from tests.conftest import shared_path
 
 HEADS = {

@@ -11,8 +11,8 @@ import os
 import pytest
 from pyspark.sql import functions as F
 
-from refactx_pipeline import tokenize_facts as T
-from refactx_pipeline.schemas import TOKENS
+from refactx_pipeline.stages import tokenize as T
+from refactx_pipeline.stages.schemas import TOKENS
 from refactx_pipeline.config import VocabularyConfig
 from refactx_index.errors import ConfigError
 from refactx_index.vocab import (

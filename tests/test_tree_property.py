@@ -52,8 +52,9 @@ def fact_sets(draw) -> list[list[int]]:
 @given(facts=fact_sets(), threshold=st.integers(1, 5), max_tokens=st.integers(1, 60),
        per_partition=st.integers(1, 50))
 def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_tokens, per_partition):
-    from refactx_pipeline import load, pgcatalog, prefix_rows, validate
-    from refactx_pipeline.schemas import TOKENS
+    from refactx_pipeline.stages import load, prefix_rows, validate
+    from refactx_pipeline.catalog import pgcatalog
+    from refactx_pipeline.stages.schemas import TOKENS
     from refactx_pipeline.config import Config, VocabularyConfig
 
     cfg = Config().updated({

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from refactx_pipeline import verbalize as V
-from refactx_pipeline.schemas import FACTS, LABELS, PROPERTIES, SITELINKS, STATEMENTS, TERMS
+from refactx_pipeline.stages import verbalize as V
+from refactx_pipeline.stages.schemas import FACTS, LABELS, PROPERTIES, SITELINKS, STATEMENTS, TERMS
 from refactx_pipeline.config import VerbalizeConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "verbalize.md"

@@ -1,13 +1,22 @@
 """refactx_pipeline: build prefix-tree indexes of knowledge-graph facts (Spark + PostgreSQL).
 
-One module per stage of DESIGN.md. Each exposes pure DataFrame -> DataFrame functions (what
-tests call) and a ``run(spark, cfg)`` -- ``run(spark, cfg, dsn)`` for a database stage -- that
-reads the previous stage's Parquet, writes its own and returns its counts. ``pipeline.STAGES``
-says which module runs each stage and what it needs; the CLI (``cli``) and the Airflow DAG
-(through ``submit``) both run stages from there. Configuration: ``config.Config``.
+The package is laid out by role, in layers (docs/architecture.md states them; a test checks
+that no module imports a higher layer and that no import circle exists):
 
-The row format comes from the runtime package (``refactx_index.format``); the runtime never
-imports this package.
+- foundation modules here: ``config`` (the one config type), ``errors``, ``resources``
+  (package data), ``jvm`` (the lexer's jar), ``common`` (the Spark session, the counts files);
+- ``catalog/``: the PostgreSQL catalog and the embedded server;
+- ``stages/``: one module per stage of the Wikidata build, each with pure DataFrame functions
+  (what tests call) and the ``run`` the orchestrator calls;
+- ``graph/``: a team's own graph (rules, Spark stage, in-process index);
+- ``orchestration/``: the stage table and how stages run (``pipeline``), the work-directory
+  claim (``workdir``);
+- ``scheduling/``: what the Airflow DAGs need (dump and export finding, run history, task bodies);
+- ``cli/``: the ``refactx-index`` command;
+- ``testing/``: test data made by code (dump generator, finance example), beside the layers.
+
+``submit.py`` is the file spark-submit runs for a stage. The row format comes from the
+runtime package (``refactx_index.format``); the runtime never imports this package.
 """
 
 __version__ = "0.1.0"

@@ -74,7 +74,7 @@ class PathsConfig(Section):
 class InputConfig(Section):
     # N-Triples: files, directories or globs; .nt, .nt.gz, .nt.bz2
     dumps: tuple[str, ...] = ()
-    # Where new dumps land (the Airflow DAG's sensor; refactx_pipeline.dumps): one folder per
+    # Where new dumps land (the Airflow DAG's sensor; refactx_pipeline.scheduling.dumps): one folder per
     # dump named YYYYMMDD, complete once it holds dump_marker; a build reads its dump_files
     dumps_root: str = ""
     dump_marker: str = Field("_IMPORTED", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")  # a file name
@@ -165,7 +165,7 @@ GRAPH_FORMATS = Literal["", "csv", "tsv", "parquet", "ntriples", "turtle"]
 
 
 class GraphConfig(Section):
-    """A team's own graph instead of the Wikidata dump (``refactx_pipeline.graph``): triples
+    """A team's own graph instead of the Wikidata dump (``refactx_pipeline.graph.rules``): triples
     with a labels table and a predicate labels table (CSV, TSV or Parquet), or N-Triples or
     Turtle with ``rdfs:label``/``schema:description``. ``format`` empty: no graph (the Wikidata
     stages run). Inverse facts use ``verbalize.inverse`` and ``verbalize.inverse_labels`` keyed
@@ -185,7 +185,7 @@ class GraphConfig(Section):
     export_dir: str = ""
     # the graph DAG's exports: dated folders (YYYYMMDD) under exports_root, each complete once
     # it holds export_marker (empty: once every input file named by triples/labels/
-    # predicate_labels is there) -- refactx_pipeline/exports.py
+    # predicate_labels is there) -- refactx_pipeline/scheduling/exports.py
     exports_root: str = ""
     export_marker: str = "_EXPORTED"
     subject_column: str = "subject"

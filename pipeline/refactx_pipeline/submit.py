@@ -17,7 +17,7 @@ if sys.path and os.path.realpath(sys.path[0] or ".") == os.path.dirname(os.path.
 
 def main(argv: list[str]) -> int:
     """Run one stage, or ``all``, with the remaining arguments (``--path``: print this file's path)."""
-    from refactx_pipeline.pipeline import ALL_STAGES, STAGE_NAMES, run_stage_main
+    from refactx_pipeline.orchestration.pipeline import ALL_STAGES, STAGE_NAMES, run_stage_main
 
     if argv == ["--path"]:
         sys.stdout.write(f"{os.path.abspath(__file__)}\n")

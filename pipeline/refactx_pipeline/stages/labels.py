@@ -24,7 +24,7 @@ from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
 from refactx_pipeline.common import remove_tree, write_counts
-from refactx_pipeline.schemas import LABELS
+from refactx_pipeline.stages.schemas import LABELS
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The in-process build of a small graph: ``[graph]`` inputs -> an in-memory index file.
 
-No Spark, no database: the graph is read and checked by ``refactx_pipeline.graph`` (the
+No Spark, no database: the graph is read and checked by ``refactx_pipeline.graph.rules`` (the
 rules the Spark stage ``graph`` applies as DataFrame operations), verbalized by
-``refactx_pipeline.render`` (the Python twins of the verbalize stage's expressions), tokenized by
+``refactx_pipeline.stages.render`` (the Python twins of the verbalize stage's expressions), tokenized by
 ``refactx_index.vocab.encode_facts`` (what the tokenize stage calls) and cut into rows by
 ``refactx_index.memory.build_rows`` (the reference the prefix_rows job agrees with). The
 same graph and config give the same facts and token sequences as the Spark pipeline
@@ -22,8 +22,8 @@ from refactx_index.memory import MemoryTreeIndex
 from refactx_index.vocab import ENCODED_OK, ENCODED_REJECT_REASON, encode_facts, open_vocabulary
 
 from refactx_pipeline.config import Config, VerbalizeConfig, VocabularyConfig
-from refactx_pipeline.graph import Graph, load_graph
-from refactx_pipeline.render import DESCRIPTION_LABEL, KIND_ORDER, clean_text, fact_text, render_literal
+from refactx_pipeline.graph.rules import Graph, load_graph
+from refactx_pipeline.stages.render import DESCRIPTION_LABEL, KIND_ORDER, clean_text, fact_text, render_literal
 
 log = logging.getLogger(__name__)
 

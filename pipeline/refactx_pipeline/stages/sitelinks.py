@@ -18,8 +18,8 @@ from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
 from refactx_pipeline.common import remove_tree, write_counts
-from refactx_pipeline.schemas import REJECTS, SITELINKS
-from .sqldump import RAW, REASON, read_mysql_table
+from refactx_pipeline.stages.schemas import REJECTS, SITELINKS
+from refactx_pipeline.stages.sqldump import RAW, REASON, read_mysql_table
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from refactx_pipeline.config import DEFAULT_LANGUAGES, Config, VerbalizeConfig
-from refactx_pipeline.render import DESCRIPTION_LABEL, KIND_ORDER, SHORT_DESCRIPTION_LABEL
+from refactx_pipeline.stages.render import DESCRIPTION_LABEL, KIND_ORDER, SHORT_DESCRIPTION_LABEL
 
 from refactx_pipeline.common import remove_tree, write_counts
-from refactx_pipeline.schemas import FACTS
+from refactx_pipeline.stages.schemas import FACTS
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The contract with whatever writes the exports (``[graph]`` config):
 
 - ``graph.exports_root`` holds one folder per export, named by its date ``YYYYMMDD`` (the
-  layout and the rule of the Wikidata dumps root, ``refactx_pipeline/dumps.py``);
+  layout and the rule of the Wikidata dumps root, ``refactx_pipeline/scheduling/dumps.py``);
 - an export is complete once its folder holds the marker file ``graph.export_marker``
   (default ``_EXPORTED``), written after every other file. With the marker set to ``""`` an
   export is complete once every input the config names is there (``graph.triples``,
@@ -28,8 +28,8 @@ from typing import Any, Iterable
 from refactx_index.errors import ConfigError
 
 from refactx_pipeline.config import Config, GraphConfig
-from refactx_pipeline.dumps import DATE_FOLDER, newest_unbuilt
-from refactx_pipeline.graph import input_paths
+from refactx_pipeline.scheduling.dumps import DATE_FOLDER, newest_unbuilt
+from refactx_pipeline.graph.rules import input_paths
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,8 @@ def find_export(config: str, export: str | None = None) -> dict[str, Any] | None
     """The sensor's body: what the run builds (``config``, ``dump_date``, ``export_dir``), or
     None: nothing to build yet. The exports already built are read from the run history, for
     a scheduled run only (an explicit ``export`` is built whether or not it was before)."""
-    from refactx_pipeline.embedded import pg_dsn
-    from refactx_pipeline.runs import built_dump_dates
+    from refactx_pipeline.catalog.embedded import pg_dsn
+    from refactx_pipeline.scheduling.history import built_dump_dates
 
     cfg = Config.load(config)
     built: list[str] = []

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import psycopg
 from psycopg import sql
 
-from refactx_pipeline import pgcatalog
+from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import write_counts
 from refactx_pipeline.config import Config
 from refactx_index.errors import LoadError

@@ -41,9 +41,9 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from refactx_pipeline import pgcatalog
+from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import read_counts, write_counts
-from refactx_pipeline.load import parquet_files, parquet_row_count
+from refactx_pipeline.stages.load import parquet_files, parquet_row_count
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config
 from refactx_index.errors import FormatError, LoadError, ValidationFailed
@@ -408,7 +408,7 @@ def sample_facts(spark, cfg: Config, vocab_name: str, n: int, total: int | None)
     """About ``n`` valid facts drawn at random from the tokens Parquet (a sample, not the data)."""
     from pyspark.sql import functions as F
 
-    from refactx_pipeline.prefix_rows import reject_reason
+    from refactx_pipeline.stages.prefix_rows import reject_reason
 
     tokens = spark.read.parquet(str(cfg.stage_dir("tokenize") / vocab_name / "tokens")).select("token_ids")
     if total and total > n:  # sampled first: the reject rule runs on the sample only

@@ -1,8 +1,8 @@
 """A team's own knowledge graph: its triples and labels read, checked and labelled once.
 
 Both builds of a corporate graph follow these rules (the ``[graph]`` config section): the
-in-process build (``graph_index.py``) runs this module's Python, the Spark stage ``graph``
-(``graph_stage.py``) the same rules as DataFrame operations, and shares with it the parsers
+in-process build (``graph/index.py``) runs this module's Python, the Spark stage ``graph``
+(``graph/stage.py``) the same rules as DataFrame operations, and shares with it the parsers
 of N-Triples lines and Turtle files (:func:`ntriples_record`, :func:`turtle_records`);
 ``tests/test_graph.py`` checks that both give the same statements, labels and counts.
 
@@ -54,7 +54,7 @@ import numpy as np
 from refactx_index.errors import ConfigError
 
 from refactx_pipeline.config import Config, GraphConfig
-from refactx_pipeline.render import clean_text
+from refactx_pipeline.stages.render import clean_text
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from refactx_index.vocab import (
 )
 
 from refactx_pipeline.common import remove_tree, write_counts
-from refactx_pipeline.schemas import TOKENS
+from refactx_pipeline.stages.schemas import TOKENS
 
 log = logging.getLogger(__name__)
 

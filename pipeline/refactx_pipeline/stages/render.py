@@ -1,6 +1,6 @@
 """Python twins of the verbalize stage's rendering (``verbalize.py``, Spark SQL expressions).
 
-The in-process build of a corporate graph (``graph_index.py``) runs without Spark, so it
+The in-process build of a corporate graph (``graph/index.py``) runs without Spark, so it
 renders literals and writes facts with these functions. They follow the Spark expressions
 rule for rule: the same regular expressions (Java's ``\\d`` and ``\\s`` are ASCII, here
 spelled as classes; Java's ``(?U)\\s`` is Unicode White_Space), Spark's ``trim`` (spaces

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from refactx_pipeline.config import Config
-from refactx_pipeline.dumps import choose_dump
+from refactx_pipeline.scheduling.dumps import choose_dump
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,8 @@ def find_dump(config: str, dump_date: str | None = None, dumps: Sequence[str] | 
     The dump dates already built come from the run history (``runs``), read only for a
     scheduled run (an explicit ``dump_date`` is built whether or not it was before).
     """
-    from refactx_pipeline.embedded import pg_dsn
-    from refactx_pipeline.runs import built_dump_dates
+    from refactx_pipeline.catalog.embedded import pg_dsn
+    from refactx_pipeline.scheduling.history import built_dump_dates
 
     cfg = Config.load(config)
     built: list[str] = []
@@ -56,7 +56,7 @@ def wants_sitelinks(config: str) -> bool:
 
 def branches(config: str) -> list[dict[str, str]]:
     """One entry per configured vocabulary: what its branch of the DAG passes to the stages."""
-    from refactx_pipeline.runs import branch_counts_file
+    from refactx_pipeline.scheduling.history import branch_counts_file
 
     return [
         {"name": v.name, "vocabulary": f"{v.name}={v.path}", "counts_file": branch_counts_file(v.name)}
@@ -67,18 +67,19 @@ def branches(config: str) -> list[dict[str, str]]:
 def run_stage(stage: str, argv: Sequence[str]) -> dict[str, int] | None:
     """A stage that needs no Spark, in the task's own process; returns what later tasks of the
     branch are handed (XCom): for the load, the build it made per vocabulary."""
-    from refactx_pipeline.load import build_ids_of
-    from refactx_pipeline.pipeline import run_stage as run
+    from refactx_pipeline.stages.load import build_ids_of
+    from refactx_pipeline.orchestration.pipeline import run_stage as run
 
     counts = run(stage, argv)
     return build_ids_of(counts) if stage == "load" else None
 
 
 def record_run(found: dict[str, Any], vocabularies: Sequence[str], dag_run_id: str) -> dict[str, Any]:
-    """Record the run's counts in ``runs`` (see ``refactx_pipeline.runs``) and release the
-    dump date's work directory, which the run's stages claimed; returns the run's row."""
-    from refactx_pipeline.embedded import pg_dsn
-    from refactx_pipeline.runs import record_run as insert_run, release_work_dir, run_counts
+    """Record the run's counts in ``runs`` (see ``refactx_pipeline.scheduling.history``) and release
+    the dump date's work directory, which the run's stages claimed; returns the run's row."""
+    from refactx_pipeline.catalog.embedded import pg_dsn
+    from refactx_pipeline.orchestration.workdir import release_work_dir
+    from refactx_pipeline.scheduling.history import record_run as insert_run, run_counts
 
     cfg = Config.load(found["config"]).updated({"paths.dump_date": found["dump_date"]})
     try:

@@ -54,7 +54,7 @@ from pyspark.sql.types import (
 )
 
 from refactx_pipeline.common import write_counts
-from refactx_pipeline.schemas import ROWS
+from refactx_pipeline.stages.schemas import ROWS
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError

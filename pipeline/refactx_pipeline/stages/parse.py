@@ -12,7 +12,7 @@ Two phases, one scan of the dump:
 2. **resolve** (on the staged Parquet): property datatypes (the dump's own
    ``wikibase:propertyType`` lines, else a property table, else inferred from
    the objects' shapes), the configured filters, and the outputs of
-   ``refactx_pipeline/schemas.py`` plus ``counts.json``.
+   ``refactx_pipeline/stages/schemas.py`` plus ``counts.json``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
 from refactx_pipeline.common import remove_tree, write_counts
-from refactx_pipeline.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
+from refactx_pipeline.stages.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
 
 log = logging.getLogger(__name__)
 

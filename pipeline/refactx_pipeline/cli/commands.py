@@ -28,9 +28,9 @@ from typing import Any, Sequence
 from refactx_index.errors import RefactxError
 from refactx_index.vocab import open_tokenizer
 
-from .config import Config, add_config_arguments, config_from_args
-from .embedded import pg_dsn
-from .resources import example_graph
+from refactx_pipeline.config import Config, add_config_arguments, config_from_args
+from refactx_pipeline.catalog.embedded import pg_dsn
+from refactx_pipeline.resources import example_graph
 
 log = logging.getLogger("refactx_pipeline.cli")
 
@@ -154,7 +154,7 @@ class BuildProgress:
 def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None,
                build_ids: dict[str, int] | None = None) -> list[Any]:
     from refactx_pipeline.common import spark_session
-    from refactx_pipeline.pipeline import run_pipeline, select_stages
+    from refactx_pipeline.orchestration.pipeline import run_pipeline, select_stages
 
     selected = select_stages(cfg, stages)
     spark = spark_session(cfg, "refactx:build")
@@ -191,7 +191,7 @@ def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) ->
 def cmd_build(args: argparse.Namespace) -> int:
     cfg = _config_from(args)
     stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
-    from refactx_pipeline.pipeline import parse_build_ids
+    from refactx_pipeline.orchestration.pipeline import parse_build_ids
 
     results = _run_build(cfg, stages, build_ids=parse_build_ids(args.build_id, cfg))
     if args.json:  # stdout holds this one document and nothing else
@@ -371,13 +371,13 @@ def cmd_complete(args: argparse.Namespace) -> int:
 def cmd_builds(args: argparse.Namespace) -> int:
     import psycopg
 
-    from .runs import describe_run, recent_runs
+    from refactx_pipeline.scheduling.history import describe_run, recent_runs
 
     cfg = _config_from(args)
     schema = cfg.pg.schema
     with pg_dsn(cfg) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
         if args.release:
-            from .pgcatalog import release_claim
+            from refactx_pipeline.catalog.pgcatalog import release_claim
 
             released = release_claim(conn, schema, args.release)
             sys.stderr.write(f"index {args.release!r}: " + (
@@ -458,7 +458,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def cmd_graph_index(args: argparse.Namespace) -> int:
     from refactx_pipeline.config import VocabularyConfig
-    from refactx_pipeline.graph_index import build_graph_index
+    from refactx_pipeline.graph.index import build_graph_index
 
     cfg = _config_from(args)
     vocabulary = VocabularyConfig.parse(args.vocabulary) if args.vocabulary else None

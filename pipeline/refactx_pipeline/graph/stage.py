@@ -1,7 +1,7 @@
 """Stage ``graph``: a team's own graph (``[graph]`` config) in place of parse, sitelinks and labels.
 
 The inputs are read by Spark's executors, never on the driver, and the rules of
-``refactx_pipeline.graph`` (its docstring is the reference; the in-process build runs them
+``refactx_pipeline.graph.rules`` (its docstring is the reference; the in-process build runs them
 in Python) are DataFrame operations:
 
 - CSV/TSV: Spark's CSV reader, one read per file (``multiLine``: quoted line breaks; the
@@ -44,7 +44,7 @@ from refactx_index.errors import ConfigError
 
 from refactx_pipeline.common import write_counts
 from refactx_pipeline.config import Config, GraphConfig
-from refactx_pipeline.graph import (
+from refactx_pipeline.graph.rules import (
     _ITEM_DATATYPES,
     _KINDS,
     ENTITY_PREFIX,
@@ -59,8 +59,8 @@ from refactx_pipeline.graph import (
     ntriples_record,
     turtle_records,
 )
-from refactx_pipeline.schemas import LABELS, PROPERTIES, REJECTS, STATEMENTS, TERMS
-from refactx_pipeline.verbalize import clean_text
+from refactx_pipeline.stages.schemas import LABELS, PROPERTIES, REJECTS, STATEMENTS, TERMS
+from refactx_pipeline.stages.verbalize import clean_text
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The stages of DESIGN.md, what each needs, and how one or all of them run.
+"""The stages of docs/architecture.md, what each needs, and how one or all of them run.
 
 One ``Stage`` per module: its name, the module whose ``run`` does the work, and whether it
 needs Spark and the database. The CLI (``refactx-index build``, ``demo``) runs the selected
@@ -11,7 +11,7 @@ stage, or ``run(spark, cfg, dsn, build_ids)`` for a stage that works on the buil
 (validate, activate: ``Stage.takes_builds``); ``spark`` is None for a stage that does not need
 it. ``build_ids`` maps each configured vocabulary to its build: ``run_pipeline`` hands on what
 its load returned, a stage run on its own takes ``--build-id`` (the DAG renders the load task's
-XCom into it). Every run first claims its work directory (``refactx_pipeline.runs``): a second
+XCom into it). Every run first claims its work directory (``refactx_pipeline.orchestration.workdir``): a second
 run of the same dump date is refused before it writes anything.
 """
 
@@ -66,19 +66,19 @@ class Stage:
 # execution order
 STAGES: tuple[Stage, ...] = (
     # a team's own graph (graph.format set) replaces parse, sitelinks and labels
-    Stage("graph", "refactx_pipeline.graph_stage", "Read a graph's triples and labels tables into parse and labels outputs"),
-    Stage("parse", "refactx_pipeline.parse", "Parse truthy N-Triples into statements, terms and properties"),
-    Stage("sitelinks", "refactx_pipeline.sitelinks", "English Wikipedia titles per item from MySQL dumps"),
-    Stage("labels", "refactx_pipeline.labels", "One display label per entity"),
-    Stage("verbalize", "refactx_pipeline.verbalize", "Verbalize statements and descriptions into facts"),
+    Stage("graph", "refactx_pipeline.graph.stage", "Read a graph's triples and labels tables into parse and labels outputs"),
+    Stage("parse", "refactx_pipeline.stages.parse", "Parse truthy N-Triples into statements, terms and properties"),
+    Stage("sitelinks", "refactx_pipeline.stages.sitelinks", "English Wikipedia titles per item from MySQL dumps"),
+    Stage("labels", "refactx_pipeline.stages.labels", "One display label per entity"),
+    Stage("verbalize", "refactx_pipeline.stages.verbalize", "Verbalize statements and descriptions into facts"),
     # the module is not "tokenize": run as a script it would shadow the stdlib module
-    Stage("tokenize", "refactx_pipeline.tokenize_facts", "Tokenize the facts for every vocabulary"),
-    Stage("prefix_rows", "refactx_pipeline.prefix_rows", "Prefix rows: each vocabulary's tree, sorted and cut into bounded rows"),
-    Stage("load", "refactx_pipeline.load", "COPY prefix rows into a new PostgreSQL partition",
+    Stage("tokenize", "refactx_pipeline.stages.tokenize", "Tokenize the facts for every vocabulary"),
+    Stage("prefix_rows", "refactx_pipeline.stages.prefix_rows", "Prefix rows: each vocabulary's tree, sorted and cut into bounded rows"),
+    Stage("load", "refactx_pipeline.stages.load", "COPY prefix rows into a new PostgreSQL partition",
           needs_spark=False, needs_database=True),
-    Stage("validate", "refactx_pipeline.validate", "Validate loaded builds before activation",
+    Stage("validate", "refactx_pipeline.stages.validate", "Validate loaded builds before activation",
           needs_database=True, takes_builds=True),
-    Stage("activate", "refactx_pipeline.activate", "Activate validated builds and apply retention",
+    Stage("activate", "refactx_pipeline.stages.activate", "Activate validated builds and apply retention",
           needs_spark=False, needs_database=True, takes_builds=True),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
@@ -172,13 +172,13 @@ def run_pipeline(
     one embedded PostgreSQL started for all of them. Validate and activate work on the builds
     the load of this call made, else on ``build_ids`` (vocabulary -> build id).
 
-    The run claims its work directory first (``runs.claim_work_dir``; ``run_id`` None: for
+    The run claims its work directory first (``workdir.claim_work_dir``; ``run_id`` None: for
     this process, released at the end): a run of the same dump date already under way makes
     this one fail before it writes anything.
     """
-    from refactx_pipeline.embedded import pg_dsn
-    from refactx_pipeline.load import build_ids_of
-    from refactx_pipeline.runs import work_dir_claim
+    from refactx_pipeline.catalog.embedded import pg_dsn
+    from refactx_pipeline.stages.load import build_ids_of
+    from refactx_pipeline.orchestration.workdir import work_dir_claim
 
     selected = [stage(name) for name in select_stages(cfg, stages)]
     results: list[StageResult] = []
@@ -231,8 +231,8 @@ def run_stage(name: str, argv: Sequence[str] | None = None) -> dict[str, Any]:
     line: parse it, claim the work directory, start Spark and the database only when needed,
     run; returns the counts."""
     from refactx_pipeline.common import spark_session
-    from refactx_pipeline.embedded import pg_dsn
-    from refactx_pipeline.runs import work_dir_claim
+    from refactx_pipeline.catalog.embedded import pg_dsn
+    from refactx_pipeline.orchestration.workdir import work_dir_claim
 
     selected = [stage(s) for s in STAGE_NAMES] if name == ALL_STAGES else [stage(name)]
     args = stage_parser(name).parse_args(argv)

@@ -14,7 +14,7 @@ Writes, into one folder:
   datatype, sitelinks, the hostile lines by reason), what the pipeline's default
   configuration should make of it (``expected``) and, with ``skew_facts``, the hot label.
 
-Distributions (docs/scale.md, "The dump generator"; ``python -m refactx_pipeline.dumpgen
+Distributions (docs/scale.md, "The dump generator"; ``python -m refactx_pipeline.testing.dumpgen
 --measure`` prints them from ../shared's real extracts, and from a generated dump with
 ``--measure --dump DIR``): a mix of item classes (scholarly articles, humans, taxa, ...)
 each with its statements per item (a lognormal body and, for articles, a Pareto tail of
@@ -2081,7 +2081,7 @@ def generate(out_dir: str | os.PathLike, lines: int, seed: int = 0, skew_facts: 
     skew_items = int((plan.cls == SKEW).sum())
     prop_types = len(vocab.props)
     manifest = {
-        "generator": "refactx_pipeline.dumpgen",
+        "generator": "refactx_pipeline.testing.dumpgen",
         "version": GENERATOR_VERSION,
         "seed": seed,
         "lines_requested": lines,
@@ -2400,15 +2400,15 @@ def measure_dump(dump_dir: str | os.PathLike) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m refactx_pipeline.dumpgen",
+        prog="python -m refactx_pipeline.testing.dumpgen",
         description="Write a realistic, seeded Wikidata truthy dump (.nt.bz2) with matching enwiki "
                     "page/page_props SQL dumps (.sql.gz) into OUT, for benchmarks and tests; or, "
                     "with --measure, print the distributions it is modelled on.",
         epilog="Examples:\n"
-               "  python -m refactx_pipeline.dumpgen build/dump-1m --lines 1000000\n"
-               "  python -m refactx_pipeline.dumpgen build/dump-skew --lines 12000000 --skew-facts 1000000\n"
-               "  python -m refactx_pipeline.dumpgen --measure --shared ../shared/data\n"
-               "  python -m refactx_pipeline.dumpgen --measure --dump build/dump-1m\n"
+               "  python -m refactx_pipeline.testing.dumpgen build/dump-1m --lines 1000000\n"
+               "  python -m refactx_pipeline.testing.dumpgen build/dump-skew --lines 12000000 --skew-facts 1000000\n"
+               "  python -m refactx_pipeline.testing.dumpgen --measure --shared ../shared/data\n"
+               "  python -m refactx_pipeline.testing.dumpgen --measure --dump build/dump-1m\n"
                "Same seed, lines, skew, line mix, chunk size and compressor: identical bytes (any --workers).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", nargs="?", help="output folder (created; files in it are replaced)")

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from refactx_pipeline import pgcatalog
+from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import read_counts, write_counts
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config, VocabularyConfig

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from .config import Config
+from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,7 @@
+"""``python -m refactx_pipeline.cli``: the ``refactx-index`` command."""
+
+import sys
+
+from refactx_pipeline.cli.commands import main
+
+sys.exit(main())

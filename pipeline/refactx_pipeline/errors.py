@@ -1,0 +1,46 @@
+"""The errors the pipeline raises, all under the runtime's ``RefactxError``.
+
+One module, so a caller (the CLI, an Airflow task, a test) catches exactly the outcome it
+cares about, and the CLI can turn each into one line saying what to do:
+
+- ``ConfigError`` (the runtime's): the configuration or the command line is wrong.
+- ``PipelineError``: the base of what only the pipeline raises.
+- ``StageInputMissing``: a stage's input (an earlier stage's output) is not there; the message
+  names the stage to run first.
+- ``RunConflict``: another run of the same dump date holds its work directory.
+- ``LoadError`` / ``ValidationFailed``: loading a build, or validating it, failed; the served
+  index is untouched. They are defined in the runtime (``refactx_index.errors``, part of its
+  public API since 0.1.0) and are the same classes here: the pipeline raises them, and code
+  that catches the runtime's names keeps catching them.
+"""
+
+from __future__ import annotations
+
+from refactx_index.errors import ConfigError, LoadError, RefactxError, ValidationFailed
+
+__all__ = [
+    "ConfigError",
+    "LoadError",
+    "PipelineError",
+    "RefactxError",
+    "RunConflict",
+    "StageInputMissing",
+    "ValidationFailed",
+]
+
+
+class PipelineError(RefactxError):
+    """Base class of the errors only the pipeline raises."""
+
+
+class StageInputMissing(PipelineError):
+    """A stage's input, an earlier stage's output, is missing: run ``needs`` first."""
+
+    def __init__(self, stage: str, needs: str, path: object) -> None:
+        super().__init__(f"stage {stage} reads {path}, which is not there: run stage {needs} first "
+                         f"(refactx-index build --stages {needs},{stage})")
+        self.stage, self.needs, self.path = stage, needs, path
+
+
+class RunConflict(PipelineError):
+    """Another run of the same dump date holds its work directory."""

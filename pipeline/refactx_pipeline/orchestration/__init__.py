@@ -1,0 +1,5 @@
+"""How stages run: the stage table, the selection rule and the run functions (``pipeline``),
+and the claim on a dump date's work directory (``workdir``).
+
+Layer 4 (docs/architecture.md): imports every layer below it, nothing above.
+"""
