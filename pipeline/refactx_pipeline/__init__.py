@@ -3,8 +3,9 @@
 The package is laid out by role, in layers (docs/architecture.md states them; a test checks
 that no module imports a higher layer and that no import circle exists):
 
-- foundation modules here: ``config`` (the one config type), ``errors``, ``resources``
-  (package data), ``jvm`` (the lexer's jar), ``common`` (the Spark session, the counts files);
+- foundation modules here: ``config`` (the one config type), ``errors``, ``db`` (the one
+  ``connect``), ``resources`` (package data), ``jvm`` (the lexer's jar), ``common`` (the
+  Spark session, the counts files, the check of an earlier stage's output);
 - ``catalog/``: the PostgreSQL catalog and the embedded server;
 - ``stages/``: one module per stage of the Wikidata build, each with pure DataFrame functions
   (what tests call) and the ``run`` the orchestrator calls;

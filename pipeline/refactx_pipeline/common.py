@@ -1,4 +1,5 @@
-"""What every Spark stage shares: the Spark session, staging clean-up, the counts JSON."""
+"""What every Spark stage shares: the Spark session, staging clean-up, the counts JSON, the
+check that an earlier stage's output is there."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from refactx_pipeline.config import Config
+from refactx_pipeline.errors import StageInputMissing
 
 log = logging.getLogger(__name__)
 
@@ -101,3 +103,18 @@ def write_counts(cfg: Config, stage: str, counts: dict[str, Any], name: str | No
 def read_counts(cfg: Config, stage: str, name: str | None = None) -> dict[str, Any]:
     path = cfg.stage_dir(stage) / (name or cfg.paths.counts_file)
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def ingest_stage(cfg: Config) -> str:
+    """The stage that writes what parse and labels write: ``graph`` for a team's own graph."""
+    return "graph" if cfg.graph.format else "parse"
+
+
+def stage_input(cfg: Config, stage: str, needs: str, *parts: str, written_by: str | None = None) -> Path:
+    """The output ``parts`` of stage ``needs`` that ``stage`` reads, or ``StageInputMissing``
+    naming the stage to run first (``written_by``, when another stage writes that directory:
+    the graph stage writes parse's and labels' outputs)."""
+    path = cfg.stage_dir(needs).joinpath(*parts)
+    if not path.exists():
+        raise StageInputMissing(stage, written_by or needs, path)
+    return path

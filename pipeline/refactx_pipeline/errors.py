@@ -33,8 +33,9 @@ class PipelineError(RefactxError):
     """Base class of the errors only the pipeline raises."""
 
 
-class StageInputMissing(PipelineError):
-    """A stage's input, an earlier stage's output, is missing: run ``needs`` first."""
+class StageInputMissing(PipelineError, FileNotFoundError):
+    """A stage's input, an earlier stage's output, is missing: run ``needs`` first. Also a
+    ``FileNotFoundError``, which is what a missing input raised before this error existed."""
 
     def __init__(self, stage: str, needs: str, path: object) -> None:
         super().__init__(f"stage {stage} reads {path}, which is not there: run stage {needs} first "

@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg import sql
 
-from refactx_index.errors import LoadError
+from refactx_pipeline.errors import LoadError
 from refactx_pipeline.resources import sql_text
 
 log = logging.getLogger(__name__)

@@ -369,13 +369,12 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
 
 def cmd_builds(args: argparse.Namespace) -> int:
-    import psycopg
-
+    from refactx_pipeline.db import connect
     from refactx_pipeline.scheduling.history import describe_run, recent_runs
 
     cfg = _config_from(args)
     schema = cfg.pg.schema
-    with pg_dsn(cfg) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+    with pg_dsn(cfg) as dsn, connect(dsn, autocommit=True) as conn:
         if args.release:
             from refactx_pipeline.catalog.pgcatalog import release_claim
 

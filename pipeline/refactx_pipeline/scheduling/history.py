@@ -19,6 +19,7 @@ from psycopg import sql
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import read_counts
 from refactx_pipeline.config import Config
+from refactx_pipeline.db import connect
 from refactx_pipeline.orchestration.pipeline import PER_VOCABULARY_STAGES, STAGE_NAMES
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def apply_runs_schema(conn: psycopg.Connection, schema: str) -> None:
 def record_run(dsn: str, cfg: Config, dag_run_id: str, counts: dict[str, Any]) -> dict[str, Any]:
     """Insert the run's row; returns it (``run_id``, ``status``...)."""
     status = run_status(counts)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn, autocommit=True) as conn:
         apply_runs_schema(conn, cfg.pg.schema)
         run_id = conn.execute(
             sql.SQL("INSERT INTO {}.runs (dag_run_id, source, dump_date, status, counts) "
@@ -79,7 +80,7 @@ def _has_runs_table(conn: psycopg.Connection, schema: str) -> bool:
 def built_dump_dates(dsn: str, schema: str, source: str) -> list[str]:
     """The dump dates of ``source`` some run has recorded, whatever its outcome (a failed
     dump is rebuilt on demand, not retried by every scheduled run)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn, autocommit=True) as conn:
         if not _has_runs_table(conn, schema):
             return []
         rows = conn.execute(

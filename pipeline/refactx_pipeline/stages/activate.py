@@ -21,7 +21,8 @@ from psycopg import sql
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import write_counts
 from refactx_pipeline.config import Config
-from refactx_index.errors import LoadError
+from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
+from refactx_pipeline.errors import LoadError
 from refactx_index.pg import ACTIVATION_CHANNEL
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def activate_all(cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> dict[st
     """Activate the builds a load made (``build_ids``: vocabulary -> build id), which
     validation has passed."""
     result: dict[str, Any] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn, autocommit=True, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn:
         builds = pgcatalog.stage_builds(conn, cfg, build_ids, stage=STAGE, statuses=ACTIVATES)
         for vocab, info in builds.items():
             build_id = int(info["build_id"])

@@ -18,24 +18,16 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, IntegerType, StringType, StructField, StructType
 
 from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
-from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.common import remove_tree, stage_input, write_counts
 from refactx_pipeline.stages.schemas import LABELS
 
 log = logging.getLogger(__name__)
 
 POLICIES = ("keep", "drop", "qualify")
-COLLISIONS = StructType(
-    [
-        StructField("label", StringType(), False),
-        StructField("entities", ArrayType(StringType(), False), False),
-        StructField("n", IntegerType(), False),
-    ]
-)
 
 
 def candidate_labels(
@@ -111,14 +103,14 @@ def entities_to_label(statements: DataFrame, terms: DataFrame, properties: DataF
 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     """Write ``labels/labels`` and ``labels/collisions`` from parse (and sitelinks, when configured)."""
-    parse_dir, out = cfg.stage_dir("parse"), cfg.stage_dir("labels")
-    statements = spark.read.parquet(str(parse_dir / "statements"))
-    terms = spark.read.parquet(str(parse_dir / "terms"))
-    properties = spark.read.parquet(str(parse_dir / "properties"))
+    out = cfg.stage_dir("labels")
+    statements = spark.read.parquet(str(stage_input(cfg, "labels", "parse", "statements")))
+    terms = spark.read.parquet(str(stage_input(cfg, "labels", "parse", "terms")))
+    properties = spark.read.parquet(str(stage_input(cfg, "labels", "parse", "properties")))
     sitelinks = None
     # only sitelinks this config asked for: a stale sitelinks/ from another config is ignored
     if cfg.input.sitelinks_source():
-        sitelinks = spark.read.parquet(str(cfg.stage_dir("sitelinks") / "sitelinks"))
+        sitelinks = spark.read.parquet(str(stage_input(cfg, "labels", "sitelinks", "sitelinks")))
     lang = cfg.filter.languages[0]
 
     candidates = candidate_labels(entities_to_label(statements, terms, properties), terms, properties, sitelinks, lang)

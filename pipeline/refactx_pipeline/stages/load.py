@@ -31,7 +31,8 @@ from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import read_counts, write_counts
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config, VocabularyConfig
-from refactx_index.errors import ConfigError, LoadError
+from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
+from refactx_pipeline.errors import ConfigError, LoadError
 from refactx_index.vocab import open_vocabulary
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ def copy_files(dsn: str, schema: str, build_id: int, paths: list[Path], batch_ro
         schema=psycopg.sql.Identifier(schema), table=psycopg.sql.Identifier(table)
     )
     rows = 0
-    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+    with connect(dsn, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn, conn.cursor() as cur:
         with cur.copy(stmt) as copy:
             copy.write(COPY_HEADER)
             for path in paths:
@@ -164,7 +165,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
     tree_counts = read_counts(cfg, "prefix_rows", f"{vocab.name}/counts.json")
     meta = tokenizer_meta(cfg, vocab)
     name = cfg.index_name(vocab.name)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn, autocommit=True, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn:
         pgcatalog.apply_schema(conn, schema)
         pgcatalog.grant_reader(conn, schema, cfg.pg.reader_role)
         cleaned = pgcatalog.clean_leftovers(conn, schema)

@@ -53,7 +53,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from refactx_pipeline.common import write_counts
+from refactx_pipeline.common import stage_input, write_counts
 from refactx_pipeline.stages.schemas import ROWS
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config
@@ -475,7 +475,7 @@ def run(spark: SparkSession, cfg: Config) -> dict:
                               "max_subtree_tokens": tree.max_subtree_tokens,
                               "format_version": fmt.FORMAT_VERSION, "vocabularies": {}}
     for vocab in cfg.tokenize.vocabularies:
-        src = cfg.stage_dir("tokenize") / vocab.name / "tokens"
+        src = stage_input(cfg, STAGE, "tokenize", vocab.name, "tokens")
         out = cfg.stage_dir(STAGE) / vocab.name / "rows"
         tokens = spark.read.parquet(str(src))
         counts = input_counts(tokens)

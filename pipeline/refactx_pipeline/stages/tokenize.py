@@ -52,7 +52,7 @@ from refactx_index.vocab import (
     open_vocabulary,
 )
 
-from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.common import remove_tree, stage_input, write_counts
 from refactx_pipeline.stages.schemas import TOKENS
 
 log = logging.getLogger(__name__)
@@ -396,9 +396,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     """Tokenize verbalize/facts for every configured vocabulary (see the module docstring)."""
     tcfg = cfg.tokenize
     vocabs = vocabularies(tcfg)
-    facts_path = cfg.stage_dir("verbalize") / "facts"
-    if not facts_path.exists():
-        raise FileNotFoundError(f"{facts_path} is missing: run the verbalize stage first")
+    facts_path = stage_input(cfg, STAGE, "verbalize", "facts")
     facts = spark.read.parquet(str(facts_path)).select("fact_id", "text")
     fact_ids = facts.select("fact_id")
 

@@ -46,7 +46,9 @@ from refactx_pipeline.common import read_counts, write_counts
 from refactx_pipeline.stages.load import parquet_files, parquet_row_count
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config
-from refactx_index.errors import FormatError, LoadError, ValidationFailed
+from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
+from refactx_index.errors import FormatError
+from refactx_pipeline.errors import LoadError, ValidationFailed
 
 log = logging.getLogger(__name__)
 
@@ -421,7 +423,7 @@ def validate_all(spark, cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> 
     """Validate the builds a load made (``build_ids``: vocabulary -> build id), each against
     this run's Parquet of its vocabulary."""
     result: dict[str, Any] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn, autocommit=True, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn:
         builds = pgcatalog.stage_builds(conn, cfg, build_ids, stage="validate", statuses=VALIDATES)
         for vocab, info in builds.items():
             tree_counts = read_counts(cfg, "prefix_rows", f"{vocab}/counts.json")

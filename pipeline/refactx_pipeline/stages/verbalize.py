@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from refactx_pipeline.config import DEFAULT_LANGUAGES, Config, VerbalizeConfig
 from refactx_pipeline.stages.render import DESCRIPTION_LABEL, KIND_ORDER, SHORT_DESCRIPTION_LABEL
 
-from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.common import ingest_stage, remove_tree, stage_input, write_counts
 from refactx_pipeline.stages.schemas import FACTS
 
 log = logging.getLogger(__name__)
@@ -314,10 +314,9 @@ def verbalize(
 
 
 # ---------------------------------------------------------------- job
-def _read(spark: SparkSession, path: Path, required: bool) -> DataFrame | None:
+def _read(spark: SparkSession, path: Path) -> DataFrame | None:
+    """An optional input: absent, its facts are skipped."""
     if not path.exists():
-        if required:
-            raise FileNotFoundError(f"{path} is missing: run the stage that writes it first")
         log.info("%s is absent: its facts are skipped", path)
         return None
     return spark.read.parquet(str(path))
@@ -329,13 +328,15 @@ def _count_map(rows: Sequence[Any]) -> dict[str, int]:
 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     """Read parse/labels/sitelinks outputs, write verbalize/facts and counts.json."""
-    statements = _read(spark, cfg.stage_dir("parse") / "statements", required=True)
-    labels = _read(spark, cfg.stage_dir("labels") / "labels", required=True)
-    properties = _read(spark, cfg.stage_dir("parse") / "properties", required=False)
-    terms = _read(spark, cfg.stage_dir("parse") / "terms", required=False) if cfg.verbalize.descriptions else None
+    first = ingest_stage(cfg)
+    statements = spark.read.parquet(str(stage_input(cfg, STAGE, "parse", "statements", written_by=first)))
+    labels_by = first if first == "graph" else "labels"
+    labels = spark.read.parquet(str(stage_input(cfg, STAGE, "labels", "labels", written_by=labels_by)))
+    properties = _read(spark, cfg.stage_dir("parse") / "properties")
+    terms = _read(spark, cfg.stage_dir("parse") / "terms") if cfg.verbalize.descriptions else None
     # a sitelinks folder left over from a config without sitelinks dumps must not be used
     sitelinks = (
-        _read(spark, cfg.stage_dir("sitelinks") / "sitelinks", required=False)
+        _read(spark, cfg.stage_dir("sitelinks") / "sitelinks")
         if cfg.verbalize.short_descriptions and cfg.input.sitelinks_source()
         else None
     )

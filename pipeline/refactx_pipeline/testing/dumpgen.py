@@ -406,7 +406,6 @@ water soil plant plants growth climate change species population evolution phylo
 dynamics simulation quantum spin optical laser electron density functional theory method approach
 novel effects role impact influence comparison evaluation development identification detection
 measurement in of the and with during after among from by for between using on its""".split()
-SCIENCE_TAIL = "in with of and for during after among using the on".split()
 TITLE_STARTS = ("Crystal structure of", "Effect of", "The effect of", "Synthesis and characterization of",
                 "Evaluation of", "Analysis of", "Role of", "Identification of", "Characterization of",
                 "Comparison of", "Association of", "Development of", "Impact of", "Prevalence of",

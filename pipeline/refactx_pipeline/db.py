@@ -1,0 +1,42 @@
+"""The pipeline's one way to open a PostgreSQL connection: ``connect(dsn)``.
+
+Every connection the pipeline opens (the stages, the run history, the DAG's sensors, the
+CLI's catalog commands) comes from here, with two bounds a dead or stuck database cannot
+get around:
+
+- a connect timeout (``CONNECT_TIMEOUT_S``): an unreachable server fails the caller in
+  seconds instead of hanging it (the dump sensor asks the run history on every poke);
+- a server-side statement timeout: ``CATALOG_STATEMENT_TIMEOUT_MS`` by default, for the short
+  queries of the catalog and the run history; a stage's own work (COPY of a build, its
+  indexes, validation's reads) passes ``STAGE_STATEMENT_TIMEOUT_MS``, long enough for the
+  largest build and still an end to a statement that hangs.
+
+Errors are psycopg's (``psycopg.OperationalError`` when the server cannot be reached); the
+CLI turns them into one line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+CONNECT_TIMEOUT_S = 10
+CATALOG_STATEMENT_TIMEOUT_MS = 60_000  # one minute: a catalog query never takes that long
+STAGE_STATEMENT_TIMEOUT_MS = 12 * 3600 * 1000  # twelve hours: a stage's statements on a full build
+APPLICATION_NAME = "refactx_pipeline"
+
+
+def connect(dsn: str, *, autocommit: bool = False, statement_timeout_ms: int = CATALOG_STATEMENT_TIMEOUT_MS,
+            connect_timeout_s: float = CONNECT_TIMEOUT_S, **kwargs: Any) -> psycopg.Connection:
+    """A connection to ``dsn`` with the pipeline's connect and statement timeouts (see the module)."""
+    if statement_timeout_ms < 1:
+        raise ValueError(f"statement_timeout_ms must be at least 1, got {statement_timeout_ms}")
+    kwargs.setdefault("application_name", APPLICATION_NAME)
+    # the DSN's own options (a search_path...) are kept: the timeout is added after them, so it wins
+    given = conninfo_to_dict(dsn).get("options") or ""
+    options = f"{given} -c statement_timeout={int(statement_timeout_ms)}".strip()
+    if "connect_timeout" not in conninfo_to_dict(dsn):  # the DSN's own bound wins
+        kwargs["connect_timeout"] = max(1, int(connect_timeout_s))
+    return psycopg.connect(dsn, autocommit=autocommit, options=options, **kwargs)

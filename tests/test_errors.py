@@ -1,0 +1,60 @@
+"""The pipeline's errors (refactx_pipeline.errors) and its one connection helper
+(refactx_pipeline.db.connect): what a missing earlier stage says, and the bounds every
+connection has."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from refactx_index.errors import LoadError as RuntimeLoadError
+from refactx_index.errors import RefactxError, ValidationFailed as RuntimeValidationFailed
+
+
+def test_every_pipeline_error_is_a_refactx_error():
+    from refactx_pipeline import errors
+
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), RefactxError), name
+    # the runtime's names keep catching what the pipeline raises
+    assert errors.LoadError is RuntimeLoadError and errors.ValidationFailed is RuntimeValidationFailed
+
+
+def test_a_missing_stage_output_names_the_stage_to_run_first(cfg):
+    from refactx_pipeline.common import stage_input
+    from refactx_pipeline.errors import StageInputMissing
+
+    with pytest.raises(StageInputMissing, match="run stage verbalize first") as caught:
+        stage_input(cfg, "tokenize", "verbalize", "facts")
+    assert caught.value.needs == "verbalize" and caught.value.stage == "tokenize"
+    assert isinstance(caught.value, FileNotFoundError)  # what a missing input raised before
+    with pytest.raises(StageInputMissing, match="run stage graph first"):
+        stage_input(cfg, "verbalize", "parse", "statements", written_by="graph")
+    (cfg.stage_dir("verbalize") / "facts").mkdir(parents=True)
+    assert stage_input(cfg, "tokenize", "verbalize", "facts") == cfg.stage_dir("verbalize") / "facts"
+
+
+@pytest.mark.pg
+def test_connect_sets_the_statement_timeout(pg_dsn):
+    from refactx_pipeline.db import CATALOG_STATEMENT_TIMEOUT_MS, STAGE_STATEMENT_TIMEOUT_MS, connect
+
+    with connect(pg_dsn, autocommit=True) as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == f"{CATALOG_STATEMENT_TIMEOUT_MS // 60000}min"
+    with connect(pg_dsn, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == f"{STAGE_STATEMENT_TIMEOUT_MS // 3600000}h"
+    # options of the DSN are kept, the timeout added after them
+    with connect(f"{pg_dsn} options='-c search_path=pg_catalog'", autocommit=True) as conn:
+        assert conn.execute("SHOW search_path").fetchone()[0] == "pg_catalog"
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "1min"
+
+
+def test_connect_gives_up_on_an_unreachable_server_within_its_timeout():
+    from refactx_pipeline.db import connect
+
+    started = time.monotonic()
+    # TEST-NET-1 (RFC 5737): routed nowhere, so the connection hangs rather than being refused
+    with pytest.raises(psycopg.OperationalError):
+        connect("postgresql://postgres@192.0.2.1:5432/postgres", connect_timeout_s=1)
+    assert time.monotonic() - started < 10
