@@ -1,51 +1,37 @@
 """The DAGs of dags/: real Airflow parsing (DagBag), the task chain, rendered templates,
 and every per-environment config file loading through Config.
 
-Airflow reads AIRFLOW_HOME when it is first imported, so this module points it at a
-temporary directory before importing anything from airflow: the tests never touch
-~/airflow. Parsing DAG files needs no metadata database in Airflow 3, and rendering
-templates needs none either when the context is given explicitly.
+The harness (a temporary AIRFLOW_HOME set before Airflow is imported, parsing, rendering) is
+tests/dag_harness.py, shared with tests/test_graph_dag.py.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import logging
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DAGS = ROOT / "dags"
-AIRFLOW_HOME = tempfile.mkdtemp(prefix="refactx-airflow-home-")
+from .dag_harness import (  # noqa: F401 - first: it sets AIRFLOW_HOME before Airflow is imported
+    AIRFLOW_HOME,
+    DAGS,
+    REGEN_GOLDEN,
+    ROOT,
+    RUN_ID,
+    SUBMIT,
+    SparkSubmitOperator,
+    command,
+    golden_view as _golden_view,
+    rendered,
+)
+from .dag_harness import parse_dags as _parse_dags
 
-if "airflow" in sys.modules:  # pragma: no cover - only when another module imported it first
-    pytest.fail("airflow was imported before tests/test_dags.py could set AIRFLOW_HOME", pytrace=False)
-os.environ["AIRFLOW_HOME"] = AIRFLOW_HOME
-os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
-
-# Importing airflow configures logging: a root StreamHandler on the sys.stdout of that
-# moment, which under pytest is a capture file closed at the end of the session; py4j's
-# log lines at interpreter exit would then fail to write. Put the root logger back.
-_root = logging.getLogger()
-_root_state = (list(_root.handlers), _root.level)
-
-from airflow.dag_processing.dagbag import DagBag  # noqa: E402
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
-
-from refactx_pipeline.jvm import jar_path  # noqa: E402
-
-SUBMIT = Path(importlib.util.find_spec("refactx_pipeline.submit").origin)
 from refactx_pipeline.config import Config  # noqa: E402
-
-_root.handlers[:], _root.level = _root_state[0], _root_state[1]
+from refactx_pipeline.jvm import jar_path  # noqa: E402
 
 FULL_CHAIN = [
     "parse",
@@ -73,37 +59,16 @@ DAG_ENV = (
     "PYSPARK_PYTHON",
 )
 GOLDEN = Path(__file__).resolve().parent / "golden" / "refactx_build.json"
-REGEN_GOLDEN = os.environ.get("REFACTX_REGEN_GOLDEN") == "1"
 
 
-def parse_dags(monkeypatch: pytest.MonkeyPatch, **env: str) -> DagBag:
+def parse_dags(monkeypatch: pytest.MonkeyPatch, **env: str):
     """A DagBag of dags/ parsed with exactly ``env`` as the DAG environment."""
-    for name in DAG_ENV:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return DagBag(dag_folder=str(DAGS))
+    return _parse_dags(monkeypatch, DAG_ENV, **env)
 
 
 @pytest.fixture()
 def dagbag(monkeypatch):
     return parse_dags(monkeypatch)
-
-
-RUN_ID = "scheduled__2026-01-05T00:00:00+00:00"
-
-
-class RunTaskInstance:
-    """What the templates read of a running task instance: its map index and the XComs of
-    find_dump, vocabularies and (per map index) the branch's load."""
-
-    def __init__(self, xcoms: dict, map_index: int = -1):
-        self.xcoms, self.map_index = xcoms, map_index
-
-    def xcom_pull(self, task_ids: str, key: str = "return_value", map_indexes=None, **_):
-        assert key == "return_value"
-        value = self.xcoms[task_ids]
-        return value if map_indexes is None else value[map_indexes]
 
 
 def run_xcoms(config: Path, dump_date: str = "20260105") -> dict:
@@ -120,58 +85,15 @@ def run_xcoms(config: Path, dump_date: str = "20260105") -> dict:
     }
 
 
-def rendered(task, xcoms: dict, map_index: int = -1):
-    """A copy of ``task`` with every templated field rendered (rendering mutates in place)."""
-    ti = RunTaskInstance(xcoms, map_index)
-    task = copy.deepcopy(task)
-    task.render_template_fields({"ti": ti, "task_instance": ti, "params": {}, "run_id": RUN_ID})
-    return task
-
-
-def command(task, xcoms: dict, map_index: int) -> list[str] | None:
-    """What a task runs, rendered: spark-submit's command line, or the stage call of a Python
-    stage task (None for the DAG's own Python tasks)."""
-    if isinstance(task, SparkSubmitOperator):
-        task = rendered(task, xcoms, map_index)
-        return task._get_hook()._build_spark_submit_command(task.application)
-    if task.python_callable.__name__ == "run_stage":
-        task = rendered(task, xcoms, map_index)
-        stage, argv = task.op_args
-        return ["run_stage_main", stage, *argv]
-    return None
-
-
-def normalized(value, replacements: list[tuple[str, str]]):
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return [normalized(v, replacements) for v in value]
-    for old, new in replacements:
-        value = value.replace(old, new)
-    return value
-
-
 def golden_view(dag, xcoms: dict) -> dict:
-    """Every task (each map index of the vocabulary branches) with its operator, upstream tasks,
-    trigger rule and rendered command, machine paths replaced by placeholders."""
+    """The harness's golden view with this DAG's machine paths replaced by placeholders."""
     replacements = [
         (str(jar_path()), "<jar>"),
         (str(SUBMIT.parent.parent), "<site-packages>"),
         (str(Path(sys.executable).parent), "<venv-bin>"),
         (str(ROOT), "<project>"),
     ]
-    view = {}
-    for task in sorted(dag.tasks, key=lambda t: t.task_id):
-        mapped = task.task_id.startswith("vocabulary.")
-        for index in range(len(xcoms["vocabularies"])) if mapped else [-1]:
-            key = f"{task.task_id}[{index}]" if mapped else task.task_id
-            view[key] = {
-                "operator": type(task).__name__,
-                "upstream": sorted(task.upstream_task_ids),
-                "trigger_rule": str(task.trigger_rule.value if hasattr(task.trigger_rule, "value") else task.trigger_rule),
-                "command": normalized(command(task, xcoms, index), replacements),
-            }
-    return view
+    return _golden_view(dag, xcoms, replacements)
 
 
 def test_airflow_home_is_temporary():

@@ -2,47 +2,36 @@
 against tests/golden/refactx_graph.json, which export the sensor takes, and one run end to
 end (`airflow dags test refactx_graph`) on the financial example through PostgreSQL.
 
-Airflow reads AIRFLOW_HOME when it is first imported: a temporary one is set before, unless
-another test module (tests/test_dags.py) already did.
+The harness (a temporary AIRFLOW_HOME set before Airflow is imported, parsing, rendering) is
+tests/dag_harness.py, shared with tests/test_dags.py.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-import logging
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from .conftest import ROOT, tokenizer_dir
-
-DAGS = ROOT / "dags"
-if "airflow" not in sys.modules:
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="refactx-airflow-home-")
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
-
-_root = logging.getLogger()
-_root_state = (list(_root.handlers), _root.level)
-from airflow.dag_processing.dagbag import DagBag  # noqa: E402
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
-
-_root.handlers[:], _root.level = _root_state  # importing airflow replaced them (see tests/test_dags.py)
+from .dag_harness import (  # first: it sets AIRFLOW_HOME before Airflow is imported
+    DAGS,
+    REGEN_GOLDEN,
+    RUN_ID,
+    SUBMIT,
+    SparkSubmitOperator,
+    command,
+    golden_view,
+    parse_dags,
+)
 
 from refactx_pipeline.config import Config  # noqa: E402
 from refactx_pipeline.jvm import jar_path  # noqa: E402
 
-import importlib.util  # noqa: E402
-
-SUBMIT = Path(importlib.util.find_spec("refactx_pipeline.submit").origin)
 GOLDEN = Path(__file__).resolve().parent / "golden" / "refactx_graph.json"
-REGEN_GOLDEN = os.environ.get("REFACTX_REGEN_GOLDEN") == "1"
-RUN_ID = "scheduled__2026-01-05T00:00:00+00:00"
 DAG_ENV = ("REFACTX_GRAPH_CONFIG", "REFACTX_GRAPH_SCHEDULE", "REFACTX_EXPORT_POKE_SECONDS",
            "REFACTX_EXPORT_WAIT_SECONDS", "REFACTX_JAR", "REFACTX_PY_FILES", "REFACTX_SPARK_CONN_ID",
            "REFACTX_SPARK_SUBMIT", "REFACTX_TASK_RETRIES", "PYSPARK_PYTHON")
@@ -51,24 +40,9 @@ CHAIN = ["find_export", "vocabularies", "graph", "verbalize", "vocabulary.tokeni
 
 
 def parse_dag(monkeypatch: pytest.MonkeyPatch, **env: str):
-    for name in DAG_ENV:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    bag = DagBag(dag_folder=str(DAGS / "refactx_graph.py"))
+    bag = parse_dags(monkeypatch, DAG_ENV, DAGS / "refactx_graph.py", **env)
     assert bag.import_errors == {}
     return bag.dags["refactx_graph"]
-
-
-class RunTaskInstance:
-    """What the templates read of a running task instance: its map index and the XComs."""
-
-    def __init__(self, xcoms: dict, map_index: int = -1):
-        self.xcoms, self.map_index = xcoms, map_index
-
-    def xcom_pull(self, task_ids: str, key: str = "return_value", map_indexes=None, **_):
-        value = self.xcoms[task_ids]
-        return value if map_indexes is None else value[map_indexes]
 
 
 def graph_config(path: Path, exports_root: Path, vocabularies: dict[str, Path], build_root: Path,
@@ -120,37 +94,6 @@ def run_xcoms(config: Path, export: str = "20260105") -> dict:
         "vocabularies": vocabularies,
         "vocabulary.load": [{b["name"]: 41 + i} for i, b in enumerate(vocabularies)],
     }
-
-
-def command(task, xcoms: dict, map_index: int) -> list[str] | None:
-    ti = RunTaskInstance(xcoms, map_index)
-    if isinstance(task, SparkSubmitOperator):
-        task = copy.deepcopy(task)
-        task.render_template_fields({"ti": ti, "task_instance": ti, "params": {}, "run_id": RUN_ID})
-        return task._get_hook()._build_spark_submit_command(task.application)
-    if task.python_callable.__name__ == "run_stage":
-        task = copy.deepcopy(task)
-        task.render_template_fields({"ti": ti, "task_instance": ti, "params": {}, "run_id": RUN_ID})
-        stage, argv = task.op_args
-        return ["run_stage_main", stage, *argv]
-    return None
-
-
-def golden_view(dag, xcoms: dict, replacements: list[tuple[str, str]]) -> dict:
-    view = {}
-    for task in sorted(dag.tasks, key=lambda t: t.task_id):
-        mapped = task.task_id.startswith("vocabulary.")
-        for index in range(len(xcoms["vocabularies"])) if mapped else [-1]:
-            cmd = command(task, xcoms, index)
-            for old, new in replacements:
-                cmd = None if cmd is None else [part.replace(old, new) for part in cmd]
-            view[f"{task.task_id}[{index}]" if mapped else task.task_id] = {
-                "operator": type(task).__name__,
-                "upstream": sorted(task.upstream_task_ids),
-                "trigger_rule": str(getattr(task.trigger_rule, "value", task.trigger_rule)),
-                "command": cmd,
-            }
-    return view
 
 
 def test_every_rendered_command_matches_the_golden_file(monkeypatch, tmp_path):
