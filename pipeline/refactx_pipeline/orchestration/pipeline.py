@@ -1,8 +1,9 @@
-"""The stages of docs/architecture.md, what each needs, and how one or all of them run.
+"""The stages of docs/architecture.md bound to their code, and how one or all of them run.
 
-One ``Stage`` per module: its name, the module whose ``run`` does the work, and whether it
-needs Spark and the database. The CLI (``refactx-index build``, ``demo``) runs the selected
-stages in one Spark application (``run_pipeline``); the Airflow DAG runs each one as its own
+One ``Stage`` per stage module: its entry of the stage table (``orchestration/table.py``:
+name, whether it needs Spark and the database) and the module's ``run``, imported here (not
+looked up by name). The CLI (``refactx-index build``, ``demo``) runs the selected stages in
+one Spark application (``run_pipeline``); the Airflow DAG runs each one as its own
 ``spark-submit`` of ``refactx_pipeline/submit.py``, which calls ``run_stage_main``. Both take
 the stage list and the selection rule from here, so they cannot drift.
 
@@ -11,37 +12,69 @@ stage, or ``run(spark, cfg, dsn, build_ids)`` for a stage that works on the buil
 (validate, activate: ``Stage.takes_builds``); ``spark`` is None for a stage that does not need
 it. ``build_ids`` maps each configured vocabulary to its build: ``run_pipeline`` hands on what
 its load returned, a stage run on its own takes ``--build-id`` (the DAG renders the load task's
-XCom into it). Every run first claims its work directory (``refactx_pipeline.orchestration.workdir``): a second
-run of the same dump date is refused before it writes anything.
+XCom into it). Every run first claims its work directory
+(``refactx_pipeline.orchestration.workdir``): a second run of the same dump date is refused
+before it writes anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
-
-from refactx_index.errors import ConfigError
+from typing import Any, Callable, Mapping, Sequence
 
 from refactx_pipeline.config import Config, add_config_arguments, config_from_args
+from refactx_pipeline.errors import ConfigError
+from refactx_pipeline.graph import stage as graph_stage
+from refactx_pipeline.orchestration.table import (  # noqa: F401 - the table's names, here too
+    BUILD_STAGES,
+    PER_VOCABULARY_STAGES,
+    SPECS,
+    STAGE_NAMES,
+    StageSpec,
+    parse_build_ids,
+    require_build_ids,
+    select_stages,
+)
+from refactx_pipeline.stages import (
+    activate,
+    labels,
+    load,
+    parse,
+    prefix_rows,
+    sitelinks,
+    tokenize,
+    validate,
+    verbalize,
+)
 
 log = logging.getLogger(__name__)
 
 
+# the code of each stage: its module's run
+RUNS: dict[str, Callable[..., dict[str, Any]]] = {
+    "graph": graph_stage.run,
+    "parse": parse.run,
+    "sitelinks": sitelinks.run,
+    "labels": labels.run,
+    "verbalize": verbalize.run,
+    "tokenize": tokenize.run,
+    "prefix_rows": prefix_rows.run,
+    "load": load.run,
+    "validate": validate.run,
+    "activate": activate.run,
+}
+
+
 @dataclass(frozen=True)
-class Stage:
-    name: str
-    module: str  # the module under refactx_pipeline whose run() does the work
-    description: str
-    needs_spark: bool = True
-    needs_database: bool = False
-    # works on the builds a load made: run(spark, cfg, dsn, build_ids), ids given explicitly
-    takes_builds: bool = False
+class Stage(StageSpec):
+    """A stage of the table with the ``run`` of its module."""
+
+    runner: Callable[..., dict[str, Any]] | None = None
 
     def run(self, cfg: Config, *, spark=None, dsn: str | None = None,
             build_ids: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -53,7 +86,7 @@ class Stage:
             raise ConfigError(f"stage {self.name} needs a Spark session")
         if build_ids and not self.takes_builds:
             raise ConfigError(f"stage {self.name} takes no build id (only {', '.join(BUILD_STAGES)} do)")
-        run = importlib.import_module(self.module).run
+        run = self.runner
         if self.needs_database:
             if not dsn:
                 raise ConfigError(f"stage {self.name} needs a PostgreSQL DSN")
@@ -63,30 +96,12 @@ class Stage:
         return run(spark, cfg)
 
 
-# execution order
-STAGES: tuple[Stage, ...] = (
-    # a team's own graph (graph.format set) replaces parse, sitelinks and labels
-    Stage("graph", "refactx_pipeline.graph.stage", "Read a graph's triples and labels tables into parse and labels outputs"),
-    Stage("parse", "refactx_pipeline.stages.parse", "Parse truthy N-Triples into statements, terms and properties"),
-    Stage("sitelinks", "refactx_pipeline.stages.sitelinks", "English Wikipedia titles per item from MySQL dumps"),
-    Stage("labels", "refactx_pipeline.stages.labels", "One display label per entity"),
-    Stage("verbalize", "refactx_pipeline.stages.verbalize", "Verbalize statements and descriptions into facts"),
-    # the module is not "tokenize": run as a script it would shadow the stdlib module
-    Stage("tokenize", "refactx_pipeline.stages.tokenize", "Tokenize the facts for every vocabulary"),
-    Stage("prefix_rows", "refactx_pipeline.stages.prefix_rows", "Prefix rows: each vocabulary's tree, sorted and cut into bounded rows"),
-    Stage("load", "refactx_pipeline.stages.load", "COPY prefix rows into a new PostgreSQL partition",
-          needs_spark=False, needs_database=True),
-    Stage("validate", "refactx_pipeline.stages.validate", "Validate loaded builds before activation",
-          needs_database=True, takes_builds=True),
-    Stage("activate", "refactx_pipeline.stages.activate", "Activate validated builds and apply retention",
-          needs_spark=False, needs_database=True, takes_builds=True),
+# execution order: the table's, each entry bound to its code
+STAGES: tuple[Stage, ...] = tuple(
+    Stage(s.name, s.description, s.needs_spark, s.needs_database, s.takes_builds, runner=RUNS[s.name])
+    for s in SPECS
 )
-STAGE_NAMES = tuple(stage.name for stage in STAGES)
-BUILD_STAGES = tuple(stage.name for stage in STAGES if stage.takes_builds)
-# the stages that work per vocabulary: the Airflow DAG runs them once per vocabulary, each run
-# restricted to it; the stages before them run once for all vocabularies
-PER_VOCABULARY_STAGES = ("tokenize", "prefix_rows", "load", "validate", "activate")
-_BY_NAME = {stage.name: stage for stage in STAGES}
+_BY_NAME = {s.name: s for s in STAGES}
 
 
 @dataclass
@@ -101,59 +116,6 @@ def stage(name: str) -> Stage:
         return _BY_NAME[name]
     except KeyError:
         raise ConfigError(f"unknown stage {name!r}; stages: {', '.join(STAGE_NAMES)}") from None
-
-
-def select_stages(cfg: Config, only: Iterable[str] | None = None) -> list[str]:
-    """The stages to run: ``only`` in pipeline order, or all that the config enables
-    (``sitelinks`` only when ``input`` names sitelinks dumps; ``graph`` instead of parse,
-    sitelinks and labels when ``graph.format`` is set)."""
-    wanted = list(only) if only else list(STAGE_NAMES)
-    for name in wanted:
-        stage(name)
-    if cfg.graph.format:
-        skipped = {"parse", "sitelinks", "labels"}
-    else:
-        skipped = {"graph"} | (set() if cfg.input.sitelinks_source() else {"sitelinks"})
-    return [s for s in STAGE_NAMES if s in wanted and s not in skipped]
-
-
-def parse_build_ids(values: Iterable[str], cfg: Config) -> dict[str, int]:
-    """``--build-id`` values: ``ID`` (the config names one vocabulary) or ``VOCABULARY=ID``,
-    repeated or comma-separated, into vocabulary -> build id."""
-    names = [v.name for v in cfg.tokenize.vocabularies]
-    ids: dict[str, int] = {}
-    for item in (part.strip() for value in values for part in value.split(",")):
-        if not item:
-            continue
-        vocab, sep, number = item.rpartition("=")
-        if not sep:
-            if len(names) != 1:
-                raise ConfigError(f"--build-id {item}: the config names {len(names)} vocabularies "
-                                  f"({', '.join(names)}); give VOCABULARY=ID for each")
-            vocab = names[0]
-        try:
-            ids[vocab.strip()] = int(number)
-        except ValueError:
-            raise ConfigError(f"--build-id {item!r}: expected ID or VOCABULARY=ID, ID an integer") from None
-    return ids
-
-
-def require_build_ids(stage_name: str, cfg: Config, build_ids: Mapping[str, int] | None) -> dict[str, int]:
-    """The build of every configured vocabulary, and of no other, or a ``ConfigError`` saying
-    what is missing (whether each build is the right one is the stage's check, in the catalog)."""
-    names = [v.name for v in cfg.tokenize.vocabularies]
-    given = dict(build_ids or {})
-    missing = [n for n in names if n not in given]
-    if missing:
-        raise ConfigError(
-            f"stage {stage_name} works on the builds a load made, and was given none for "
-            f"{', '.join(missing)}: run it after load in the same run, or pass --build-id "
-            f"VOCABULARY=ID (the load's counts name the ids; refactx-index builds lists them)")
-    extra = sorted(set(given) - set(names))
-    if extra:
-        raise ConfigError(f"stage {stage_name}: --build-id names {', '.join(extra)}, not among the "
-                          f"configured vocabularies ({', '.join(names)})")
-    return {n: int(given[n]) for n in names}
 
 
 def run_pipeline(

@@ -20,7 +20,7 @@ from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import read_counts
 from refactx_pipeline.config import Config
 from refactx_pipeline.db import connect
-from refactx_pipeline.orchestration.pipeline import PER_VOCABULARY_STAGES, STAGE_NAMES
+from refactx_pipeline.orchestration.table import PER_VOCABULARY_STAGES, STAGE_NAMES
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import TriggerRule, chain, task, task_group
 
 from refactx_pipeline.jvm import jar_path
-from refactx_pipeline.orchestration.pipeline import PER_VOCABULARY_STAGES
-from refactx_pipeline.orchestration.pipeline import stage as pipeline_stage
+from refactx_pipeline.orchestration.table import PER_VOCABULARY_STAGES
+from refactx_pipeline.orchestration.table import spec as pipeline_stage
 
 # the installed file spark-submit runs for every stage; located without importing it
 STAGE_ENTRY_POINT = Path(importlib.util.find_spec("refactx_pipeline.submit").origin)
