@@ -59,7 +59,7 @@ class _Result:
 def test_progress_off_a_terminal_is_plain_lines():
     import io
 
-    from refactx_pipeline.cli.commands import BuildProgress
+    from refactx_pipeline.cli.progress import BuildProgress
 
     out = io.StringIO()
     with BuildProgress(None, ["parse", "labels"], out=out, interactive=False) as progress:
@@ -80,7 +80,7 @@ def test_progress_off_a_terminal_is_plain_lines():
 def test_progress_on_a_terminal_is_a_bar():
     import io
 
-    from refactx_pipeline.cli.commands import BuildProgress
+    from refactx_pipeline.cli.progress import BuildProgress
 
     out = io.StringIO()
     with BuildProgress(None, ["parse"], out=out, interactive=True) as progress:

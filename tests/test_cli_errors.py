@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from refactx_pipeline.cli.commands import redact_text
+from refactx_pipeline.cli.failures import redact_text
 from refactx_pipeline.resources import example_graph
 
 

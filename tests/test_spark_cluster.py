@@ -105,7 +105,7 @@ def rows_of(build_root: Path, dump_date: str = "cluster") -> set[tuple[bytes, by
 
 def test_whole_pipeline_on_a_standalone_cluster_equals_a_local_build(spark_cluster, pg_dsn, tmp_path):
     url, master = spark_cluster
-    from refactx_pipeline.cli.commands import train_example_vocabulary
+    from refactx_pipeline.cli.vocabulary import train_example_vocabulary
     from refactx_pipeline.jvm import jar_path
     from refactx_pipeline.resources import example_graph
 
@@ -153,7 +153,7 @@ def test_the_dag_on_the_standalone_cluster_equals_a_local_build(spark_cluster, p
     master wins), and the index it activates equals a ``local[2]`` build's."""
     import json
 
-    from refactx_pipeline.cli.commands import train_example_vocabulary
+    from refactx_pipeline.cli.vocabulary import train_example_vocabulary
     from refactx_pipeline.resources import example_graph
 
     from .test_dag_run import airflow_env, dags_test

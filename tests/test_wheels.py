@@ -61,7 +61,7 @@ def fresh_venv(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def vocabularies(tmp_path_factory) -> tuple[Path, Path]:
     """Two small BPE vocabularies trained on the packaged example graph (no hub, no ../shared)."""
-    from refactx_pipeline.cli.commands import train_example_vocabulary
+    from refactx_pipeline.cli.vocabulary import train_example_vocabulary
     from refactx_pipeline.resources import example_graph
 
     base = tmp_path_factory.mktemp("vocab")

@@ -10,6 +10,8 @@ Commands:
 
 ``ask`` and the demo's question need the ``generation`` extra (torch, transformers). The
 command comes with the pipeline package; the runtime package (``refactx_index``) has none.
+Beside this module: the build's progress display (``progress``), a failure as one line
+(``failures``) and the small BPE vocabulary of the examples (``vocabulary``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,7 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,36 +31,14 @@ from refactx_index.vocab import open_tokenizer
 from refactx_pipeline.config import Config, add_config_arguments, config_from_args
 from refactx_pipeline.catalog.embedded import pg_dsn
 from refactx_pipeline.resources import example_graph
+from refactx_pipeline.cli.failures import describe_failure, redact_text
+from refactx_pipeline.cli.progress import BuildProgress, summary
+from refactx_pipeline.cli.vocabulary import train_example_vocabulary
 
 log = logging.getLogger("refactx_pipeline.cli")
 
 
-# counts shown in the per-stage summary line, when a stage reports them
-_SUMMARY_KEYS = (
-    "lines_in", "lines", "rows_in", "statements", "terms", "properties", "sitelinks", "labels",
-    "facts", "distinct_facts", "encoded", "reused", "rows", "rejected", "rejects", "build_id",
-)
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def _flatten(counts: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(counts, dict):
-        for key, value in counts.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
-    else:
-        out[prefix[:-1]] = counts
-    return out
-
-
-def _summary(counts: dict[str, Any]) -> str:
-    flat = _flatten(counts)
-    shown = [f"{k}={v}" for k, v in flat.items() if k.rsplit(".", 1)[-1] in _SUMMARY_KEYS]
-    if not shown:
-        shown = [f"{k}={v}" for k, v in list(flat.items())[:8]]
-    return ", ".join(shown[:14])
 
 
 def _config_from(args: argparse.Namespace, **overrides: Any) -> Config:
@@ -73,82 +51,6 @@ def _config_from(args: argparse.Namespace, **overrides: Any) -> Config:
         # one line (describe_failure); -v, or spark.log_level set anywhere, shows Spark's log
         cfg = cfg.updated({"spark.log_level": "OFF"})
     return cfg
-
-
-PROGRESS_INTERVAL_S = 30.0  # a plain progress line this often while a stage runs (no terminal)
-
-
-class BuildProgress:
-    """Progress of a build on stderr: a tqdm bar with the running stage's Spark tasks on a
-    terminal; elsewhere (CI logs, Airflow, a file) one line per stage start and end and a
-    Spark task count every ``PROGRESS_INTERVAL_S``, never a redrawn bar."""
-
-    def __init__(self, spark, stages: Sequence[str], out=None, interactive: bool | None = None,
-                 interval_s: float = PROGRESS_INTERVAL_S) -> None:
-        self.out = out if out is not None else sys.stderr
-        if interactive is None:
-            interactive = bool(getattr(self.out, "isatty", lambda: False)())
-        self.tracker = spark.sparkContext.statusTracker() if spark is not None else None
-        self.stage = ""
-        self.started = time.monotonic()
-        self.bar = None
-        if interactive:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=len(stages), desc="build", unit="stage", file=self.out, leave=True)
-        self.interval_s = 0.5 if self.bar is not None else interval_s
-        self.stop_event = threading.Event()
-        self.watcher = threading.Thread(target=self._watch, name="build-progress", daemon=True)
-
-    def __enter__(self) -> "BuildProgress":
-        self.watcher.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop_event.set()
-        self.watcher.join()
-        if self.bar is not None:
-            self.bar.close()
-
-    def on_stage(self, stage: str, result) -> None:
-        if result is None:
-            self.stage, self.started = stage, time.monotonic()
-            if self.bar is None:
-                self._line(f"  {stage:<12} started")
-            return
-        line = f"  {stage:<12} {result.seconds:6.1f}s  {_summary(result.counts)}"
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.write(line, file=self.out)
-        else:
-            self._line(line)
-
-    def _line(self, text: str) -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
-
-    def _spark_tasks(self) -> tuple[int, int]:
-        done = total = 0
-        if self.tracker is None:
-            return 0, 0
-        for stage_id in self.tracker.getActiveStageIds():
-            info = self.tracker.getStageInfo(stage_id)
-            if info is not None:
-                done += info.numCompletedTasks
-                total += info.numTasks
-        return done, total
-
-    def _watch(self) -> None:
-        """A running stage of a full dump takes hours: show its Spark tasks as it goes."""
-        while not self.stop_event.wait(self.interval_s):
-            if not self.stage:
-                continue
-            done, total = self._spark_tasks()
-            tasks = f"spark tasks {done}/{total}" if total else "no spark tasks running"
-            if self.bar is not None:
-                self.bar.set_postfix_str(f"{self.stage}: {tasks}", refresh=True)
-            else:
-                self._line(f"  {self.stage:<12} running {time.monotonic() - self.started:6.0f}s, {tasks}")
 
 
 def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None,
@@ -264,25 +166,6 @@ def display_label(cfg: Config, entity: str) -> str | None:
     return table.column("label")[0].as_py() if table.num_rows else None
 
 
-def train_example_vocabulary(source: Path, out_dir: Path, vocab_size: int = 2000) -> Path:
-    """Train a small byte-level BPE vocabulary on a graph's own text (no hub needed)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "tokenizer.json"
-    if path.exists():
-        return path
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
-    )
-    tok.train_from_iterator(source.read_text(encoding="utf-8").splitlines(), trainer=trainer)
-    tok.save(str(path))
-    return path
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from refactx_pipeline.common import read_counts
 
@@ -299,7 +182,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         results = _run_build(cfg, None, dsn=dsn)
         print("\nstage counts:")
         for r in results:
-            print(f"  {r.stage:<12} {r.seconds:6.1f}s  {_summary(r.counts)}")
+            print(f"  {r.stage:<12} {r.seconds:6.1f}s  {summary(r.counts)}")
         if not prefix_text:
             # Northern Ireland (Q26) under whatever display label the labels stage gave it
             prefix_text = f" <{display_label(cfg, 'Q26') or 'Northern Ireland'}> <"
@@ -319,7 +202,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"\nstage JSON files: {cfg.build_dir()}/<stage>/counts.json")
         validate = read_counts(cfg, "validate")
         if validate:
-            print(f"validation: {_summary(validate)}")
+            print(f"validation: {summary(validate)}")
         if not args.no_question:
             ask_name = cfg.index_name(ASK_VOCABULARY)
             print(f"\nasking SmolLM2-135M-Instruct, constrained to index {ask_name!r} after 'Fact:' "
@@ -597,39 +480,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"refactx-index: error: {message}\n")
         return 1
-
-
-# Java exceptions that say what went wrong with an input file (Spark wraps them deeply)
-_JAVA_CAUSE = re.compile(r"(?:Caused by: )?((?:java|org\.apache\.hadoop)\.[\w.$]+(?:Exception|Error)(?:: [^\n]*)?)")
-_READ_FILE = re.compile(r"reading file (\S+?)\.?(?:\s|$)")
-
-
-def describe_failure(exc: BaseException) -> str | None:
-    """A one-line account of a failure a user can act on, or None for a bug (traceback).
-
-    Refactx errors are already that; a Spark job that died reading an input (a truncated or
-    corrupt compressed dump, an unreadable file) names the file and the Java cause; a
-    database that refuses names the server (password masked)."""
-    if isinstance(exc, RefactxError):
-        return str(exc)
-    import psycopg
-
-    if isinstance(exc, psycopg.OperationalError):
-        return f"PostgreSQL refused: {redact_text(str(exc).strip())}"
-    if type(exc).__module__.startswith(("pyspark", "py4j")):
-        text = str(exc)
-        causes = _JAVA_CAUSE.findall(text)
-        files = _READ_FILE.findall(text)
-        where = f"reading {files[0]} failed" if files else "a Spark job failed"
-        cause = causes[-1].strip() if causes else text.strip().splitlines()[0][:500]
-        return f"{where}: {cause} (run with -v for the whole trace)"
-    return None
-
-
-def redact_text(text: str) -> str:
-    """``text`` with any password in a DSN (URL or key=value form) masked."""
-    text = re.sub(r"(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@", r"\1****@", text)
-    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1****", text)
 
 
 if __name__ == "__main__":
