@@ -2,7 +2,7 @@
 
 Importing the package loads only the exception classes; numpy and psycopg are
 imported when an index is opened, torch/transformers only by
-``refactx_index.generation`` (an optional extra).
+the engine adapters in ``refactx_index.engines`` (optional extras).
 
     from refactx_index import open_index
     index = open_index("postgresql://...", "wikidata-qwen2.5", tokenizer="path/to/tokenizer.json")
@@ -46,7 +46,7 @@ _LAZY = {
     "build_rows": ".memory",
     "PgTreeIndex": ".pg",
     "open_index": ".pg",
-    "RefactxLogitsProcessor": ".generation",
+    "RefactxLogitsProcessor": ".engines.transformers",
 }
 
 

@@ -1,7 +1,7 @@
 """Answer questions with constrained generation: the model fetches facts, then answers.
 
 ``ask(questions, index, loaded)`` builds the chat prompt (``refactx_index.prompt``),
-generates with :class:`~refactx_index.generation.RefactxLogitsProcessor` (beam search
+generates with :class:`~refactx_index.engines.transformers.RefactxLogitsProcessor` (beam search
 or greedy; a batch of questions is left-padded into one ``generate`` call), and reads
 each reply back: the facts it wrote (each checked against the index), the final answer,
 token counts and timings. :func:`check_model_vocabulary` makes sure, before any
@@ -173,7 +173,7 @@ def ask(
     import torch
     from transformers import LogitsProcessorList
 
-    from .generation import RefactxLogitsProcessor
+    from .engines.transformers import RefactxLogitsProcessor
 
     prompt = prompt or Prompt()
     tok = loaded.tokenizer
