@@ -15,8 +15,10 @@ lookup, so a lookup reads one build and a build's rows never answer for another.
 ``follow=True`` (the default) a background thread ``LISTEN``s on ``refactx_active`` --
 activation notifies it -- and re-reads the catalog every ``check_interval_s`` as a fallback;
 the index then serves the new build from the next lookup on. A lookup whose build was dropped
-under it switches to the active build and retries once; a cursor (one generation) stays on its
-build and gets :class:`BuildRetired`.
+under it retries on the served build whenever that differs from the one that failed (after its
+own ``refresh()``: the follower or another thread may have switched already). A cursor (one
+generation) stays on its build and gets :class:`BuildRetired`; the index has then switched, so
+the retried generation's ``root()`` reads the active build, with ``follow`` on or off.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from .errors import (
 )
 from .format import READABLE_VERSIONS
 from .index import (
+    Cursor,
     IndexInfo,
     NextTokens,
     RowTreeIndex,
     ServedBuild,
     check_vocabulary,
     PREFETCH_LEAVES,
+    _as_tuple,
     fragment_nbytes,
     key_successor,
 )
@@ -62,6 +66,9 @@ DEFAULT_SCHEMA = "refactx"
 DEFAULT_STATEMENT_TIMEOUT_MS = 5000
 # activation sends NOTIFY on this channel with the index name as payload
 ACTIVATION_CHANNEL = "refactx_active"
+# a lookup chases at most this many dropped builds in a row (each retry needs a newer active
+# build than the one that failed, so only retention outpacing the lookup itself reaches it)
+MAX_BUILD_SWITCHES = 8
 
 
 def open_index(
@@ -212,7 +219,8 @@ class PgTreeIndex(RowTreeIndex):
                     raise BuildRetired(
                         f"index {self._name!r}: build {info.build_id} ({table}) was dropped while "
                         "being read (retention); lookups switch to the active build, a generation "
-                        "in progress must be retried"
+                        "in progress must be retried (its new root() reads the active build)",
+                        build_id=info.build_id,
                     ) from exc
                 raise
             return {bytes(k): bytes(v) for k, v in found}
@@ -262,13 +270,54 @@ class PgTreeIndex(RowTreeIndex):
 
     # ------------------------------------------------------------------ lookups
     def next_tokens_batch(self, prefixes: Sequence[Sequence[int]]) -> list[NextTokens]:
-        try:
-            return super().next_tokens_batch(prefixes)
-        except BuildRetired:
-            # retention dropped the build this lookup read: serve the active one and retry once
-            if not self.refresh():
-                raise
-            return super().next_tokens_batch(prefixes)
+        prefs = [_as_tuple(p) for p in prefixes]
+        self.stats.lookups += len(prefs)
+        build = self._serving()
+        for _ in range(MAX_BUILD_SWITCHES):
+            try:
+                return self._next_tokens_on(build, prefs)
+            except BuildRetired as exc:
+                # retention dropped the build this lookup read. Whether our own refresh() or
+                # the follower's (or another lookup's) switched does not matter: what matters
+                # is that the served build is not the one that failed
+                build = self._switch_from(exc)
+        raise BuildRetired(
+            f"index {self._name!r}: {MAX_BUILD_SWITCHES} builds in a row were dropped while this "
+            "lookup read them (retention faster than a lookup: raise pg.retention_grace_s)",
+            build_id=build.info.build_id,
+        )
+
+    def advance_batch(self, moves: Sequence[tuple[Cursor | None, int]]) -> list[Cursor | None]:
+        for _ in range(MAX_BUILD_SWITCHES):
+            try:
+                return super().advance_batch(moves)
+            except BuildRetired as exc:
+                if any(cur is not None and cur.build.info.build_id == exc.build_id for cur, _ in moves):
+                    # cursors stay on their build: their generation must be retried. Switch now
+                    # if the index still serves the dropped build (follow may be off), so that
+                    # the retried generation's root() reads the active build
+                    if self._build.info.build_id == exc.build_id:
+                        self._switch_from(exc)
+                    raise
+                # only new generations (root requests) read the dropped build: nothing of it is
+                # in use yet, so they start on the active build instead
+                self._switch_from(exc)
+        raise BuildRetired(
+            f"index {self._name!r}: {MAX_BUILD_SWITCHES} builds in a row were dropped while a "
+            "generation started (retention faster than a lookup: raise pg.retention_grace_s)",
+            build_id=self._build.info.build_id,
+        )
+
+    def _switch_from(self, exc: BuildRetired) -> ServedBuild:
+        """The build to retry on after build ``exc.build_id`` was dropped: the served one once
+        the catalog is re-read. Raises ``exc`` again when the catalog still names that build."""
+        self.refresh()
+        current = self._build
+        if current.info.build_id == exc.build_id:
+            raise exc
+        log.info("index %r: build %s was dropped under a lookup; retrying on build %s",
+                 self._name, exc.build_id, current.info.build_id)
+        return current
 
     # ------------------------------------------------------------------ rows
     def _execute(self, query: Any, params: Sequence[Any], *, binary: bool = False) -> list[tuple]:
