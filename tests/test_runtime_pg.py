@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .conftest import tokenizer_dir
 from .pgtree import expected_next, load_tree, random_sequences
@@ -246,3 +249,55 @@ def test_refresh_serves_the_newly_activated_build(pg_dsn):
         load_tree(pg_dsn, "kg", {(1, 4)})
         assert index.refresh() is True
         assert index.next_tokens((1,)).tokens.tolist() == [4]
+
+
+@pytest.mark.parametrize("wrong,cause", [
+    ("dbname", 'database "refactx_absent_[0-9a-f]+" does not exist'),
+    ("user", 'role "refactx_absent_[0-9a-f]+" does not exist'),
+])
+def test_a_wrong_database_or_user_fails_at_once_with_its_cause(pg_server, caplog, wrong, cause):
+    """Issue 27, item 7: no waiting out connect_timeout_s through the pool's retries for
+    what waiting cannot fix, and the server's own words in the error."""
+    params = conninfo_to_dict(pg_server)
+    params[wrong] = f"refactx_absent_{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    with pytest.raises(DatabaseUnavailable, match=cause):
+        open_index(make_conninfo(**params), "kg", connect_timeout_s=30)
+    assert time.monotonic() - started < 10  # the pool alone would have waited 30 s
+    assert "error connecting" not in caplog.text  # no pool retries were logged
+
+
+@pytest.fixture()
+def password_server(tmp_path):
+    """A private PostgreSQL (pgserver, the embedded one) whose role ``refactx_owner`` logs in
+    with a password (scram-sha-256): the shared test server trusts every local connection, so
+    a wrong password could not fail there."""
+    pgserver = pytest.importorskip("pgserver")
+    server = pgserver.get_server(tmp_path / "pgdata", cleanup_mode="stop")
+    try:
+        uri = server.get_uri()
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute("CREATE ROLE refactx_owner LOGIN PASSWORD 'right-password'")
+            hba = conn.execute("SHOW hba_file").fetchone()[0]
+            with open(hba, encoding="utf-8") as fh:
+                rules = fh.read()
+            with open(hba, "w", encoding="utf-8") as fh:  # first match wins
+                fh.write("local all refactx_owner scram-sha-256\n" + rules)
+            conn.execute("SELECT pg_reload_conf()")
+        yield uri
+    finally:
+        server.cleanup()
+
+
+def test_a_wrong_password_fails_at_once_with_its_cause(password_server, caplog):
+    params = conninfo_to_dict(password_server)
+    params.update(user="refactx_owner", password="right-password", dbname="postgres")
+    with psycopg.connect(make_conninfo(**params)):  # the right one logs in
+        pass
+    params["password"] = "wrong-password"
+    started = time.monotonic()
+    with pytest.raises(DatabaseUnavailable, match="password authentication failed"):
+        open_index(make_conninfo(**params), "kg", connect_timeout_s=30)
+    assert time.monotonic() - started < 10
+    assert "error connecting" not in caplog.text

@@ -24,6 +24,7 @@ the retried generation's ``root()`` reads the active build, with ``follow`` on o
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any, Sequence
 
@@ -108,16 +109,21 @@ def open_index(
         # limit also covers anything that might
         "-c idle_in_transaction_session_timeout=60000"
     )
+    connect_kwargs = {
+        "autocommit": True,
+        "options": options,
+        "connect_timeout": max(1, int(connect_timeout_s)),
+        "application_name": f"refactx_index:{name}"[:63],
+    }
+    # one attempt of our own first: a wrong password or database name fails here at once with
+    # the server's words, where the pool would retry it for connect_timeout_s and then report
+    # only its timeout
+    first_failure = _first_connection(dsn, connect_kwargs)
     pool = ConnectionPool(
         dsn,
         min_size=1,
         max_size=pool_size,
-        kwargs={
-            "autocommit": True,
-            "options": options,
-            "connect_timeout": max(1, int(connect_timeout_s)),
-            "application_name": f"refactx_index:{name}"[:63],
-        },
+        kwargs=connect_kwargs,
         open=False,
         name=f"refactx_index:{name}",
         timeout=connect_timeout_s,
@@ -129,6 +135,7 @@ def open_index(
         pool.close()
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL within {connect_timeout_s:g} s: {exc}"
+            + (f"; first attempt: {first_failure}" if first_failure else "")
         ) from exc
     try:
         index = PgTreeIndex(pool, name, schema=schema, cache_bytes=cache_bytes,
@@ -141,6 +148,36 @@ def open_index(
         pool.close()
         raise
     return index
+
+
+# Connection failures that waiting does not cure (the server's FATAL message, or libpq's own
+# words, as they appear in the error text: a failed connection carries no SQLSTATE)
+_PERMANENT_CONNECT_FAILURES = re.compile(
+    r"password authentication failed|authentication failed for user|no password supplied"
+    r"|database \".*\" does not exist|role \".*\" does not exist|no pg_hba\.conf entry"
+    r"|is not permitted to log in|permission denied for database|invalid dsn|invalid (connection|URI)"
+    r"|missing \"=\"",
+    re.IGNORECASE,
+)
+
+
+def _first_connection(dsn: str, kwargs: dict[str, Any]) -> str | None:
+    """Try one connection. Raise :class:`DatabaseUnavailable` at once, naming the cause, when
+    it cannot succeed by waiting (wrong password, user or database, a malformed DSN); return
+    a transient failure's cause (the server starting, unreachable) for the pool to wait out."""
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, **kwargs):
+            return None
+    except psycopg.Error as exc:
+        cause = " ".join(str(exc).split())
+        if _PERMANENT_CONNECT_FAILURES.search(cause):
+            raise DatabaseUnavailable(
+                f"cannot connect to PostgreSQL: {cause} (not retried: check the DSN's user, "
+                "password and database name)"
+            ) from exc
+        return cause
 
 
 class PgTreeIndex(RowTreeIndex):
