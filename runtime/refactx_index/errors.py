@@ -36,6 +36,11 @@ class BuildRetired(IndexNotFound):
         self.build_id = build_id
 
 
+class InputRefused(RefactxError, ValueError):
+    """An input is refused before any work: empty, or past a configured limit (the message
+    names the limit and how to change it)."""
+
+
 class VocabularyMismatch(RefactxError):
     """The index was built for another tokenizer than the one supplied."""
 
