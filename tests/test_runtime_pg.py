@@ -267,6 +267,25 @@ def test_a_wrong_database_or_user_fails_at_once_with_its_cause(pg_server, caplog
     assert "error connecting" not in caplog.text  # no pool retries were logged
 
 
+def test_a_version_1_row_forged_into_a_version_2_build_is_refused(pg_dsn):
+    """Issue 27, item 5: a row without a checksum must not pass inside a build whose rows all
+    carry one (there a flipped bit would be a silent wrong answer)."""
+    from refactx_index.format import decode_prefix
+
+    seqs = random_sequences(seed=5)
+    build_id = load_tree(pg_dsn, "kg", seqs, threshold=1)
+    table = pgcatalog.table_name(build_id)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        key, node = conn.execute(
+            f"SELECT prefix, node FROM refactx.{table} WHERE prefix <> ''::bytea "
+            "ORDER BY prefix LIMIT 1").fetchone()
+        v1 = bytes([1]) + bytes(node[1:10]) + bytes(node[14:])  # the same row in version 1
+        conn.execute(f"UPDATE refactx.{table} SET node = %s WHERE prefix = %s", (v1, key))
+    with open_index(pg_dsn, "kg", follow=False) as index:
+        with pytest.raises(FormatError, match="version 1 row inside a format version 2 build"):
+            index.next_tokens(decode_prefix(bytes(key)).tolist())
+
+
 @pytest.fixture()
 def password_server(tmp_path):
     """A private PostgreSQL (pgserver, the embedded one) whose role ``refactx_owner`` logs in
