@@ -26,9 +26,10 @@ Fragment encoding, version 2 (all integers little-endian)::
             external      bitmap, ceil(n_nodes / 8) bytes
             ext_leaves    leaves_width x popcount(external)
 
-Version 1 is the same without the crc32 (``<BBBBBBI``); the runtime still reads it. The
-checksum turns a flipped bit (a token id, a count) into a ``FormatError`` instead of a
-silent wrong answer.
+Version 1 is the same without the crc32 (``<BBBBBBI``); the runtime still reads it, in a
+version 1 build only (``decode_fragment(row, version)``: a checksum-less row inside a version
+2 build is refused). The checksum turns a flipped bit (a token id, a count) into a
+``FormatError`` instead of a silent wrong answer.
 
 ``flags`` bit 0: the body is zlib-compressed (used when that is smaller). Widths
 are the smallest of 1, 2, 4, 8 bytes that hold the largest value. In BFS order

@@ -93,7 +93,8 @@ def open_index(
     a mismatch raises :class:`VocabularyMismatch`. Raises :class:`IndexNotFound`
     when no build is active under ``name``, :class:`FormatError` when the build was
     written in another format version, :class:`DatabaseUnavailable` when the server
-    cannot be reached within ``connect_timeout_s``. ``follow``: switch to a newly activated
+    cannot be reached within ``connect_timeout_s`` (at once, with the server's words, for a
+    wrong password, user or database name: waiting would not fix them). ``follow``: switch to a newly activated
     build by itself (``LISTEN``, plus a catalog check every ``check_interval_s``).
     ``prefetch_leaves``: a cursor reaching a row with at most this many facts below it
     fetches every row below in the same round trip (0: only the row itself).
