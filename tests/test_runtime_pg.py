@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -320,3 +321,13 @@ def test_a_wrong_password_fails_at_once_with_its_cause(password_server, caplog):
         open_index(make_conninfo(**params), "kg", connect_timeout_s=30)
     assert time.monotonic() - started < 10
     assert "error connecting" not in caplog.text
+
+
+def test_an_unreachable_server_is_waited_for_and_the_error_names_the_cause():
+    """Waiting may cure a server that is down or starting: the pool waits connect_timeout_s as
+    before, and the error quotes the first attempt's cause instead of the pool's timeout alone."""
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(DatabaseUnavailable, match=r"within 1 s: .*first attempt: .*refused"):
+        open_index(f"postgresql://postgres@127.0.0.1:{port}/postgres", "kg", connect_timeout_s=1)
