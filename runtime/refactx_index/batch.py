@@ -84,6 +84,8 @@ class _Arena:
         self.leaves = np.zeros(capacity, dtype=np.int64)
         self.ends = np.zeros(capacity, dtype=bool)
         self.external = np.zeros(capacity, dtype=bool)
+        # external node -> the arena node where its stored row starts, once a walk crossed it
+        self.link = np.full(capacity, -1, dtype=np.int64)
 
     def _grow(self, need: int) -> None:
         capacity = self.tokens.size
@@ -92,10 +94,10 @@ class _Arena:
         while capacity < need:
             capacity *= 2
         old = (self.tokens, self.keys, self.child_start, self.child_count, self.leaves,
-               self.ends, self.external)
+               self.ends, self.external, self.link)
         self._alloc(capacity)
         for new, prev in zip((self.tokens, self.keys, self.child_start, self.child_count,
-                              self.leaves, self.ends, self.external), old):
+                              self.leaves, self.ends, self.external, self.link), old):
             new[: self.size] = prev[: self.size]
 
     def add(self, frag: Fragment) -> int:
@@ -370,7 +372,15 @@ class BatchMatcher:
             self.node[hs[inner]] = hc[inner]
             self.ends[hs[inner]] = self.arena.ends[hc[inner]]
             if ext.any():
-                self._cross(hs[ext], ht[ext], parents[ext])
+                es, ec = hs[ext], hc[ext]
+                target = self.arena.link[ec]
+                known = target >= 0  # crossed before: the row is in the arena already
+                if known.any():
+                    self.node[es[known]] = target[known]
+                    self.ends[es[known]] = self.arena.ends[target[known]]
+                if not known.all():
+                    unknown = ~known
+                    self._cross(es[unknown], ht[ext][unknown], parents[ext][unknown], ec[unknown])
             # a node with nothing below and no fact ending (only a tree with ids beyond
             # the vocabulary leads there)
             stuck = hs[(self.mode[hs] == FACT) & ~self.ends[hs]
@@ -396,9 +406,11 @@ class BatchMatcher:
                 self.mode[slot] = DEAD
         return ended
 
-    def _cross(self, slots: np.ndarray, tokens: np.ndarray, parents: np.ndarray) -> None:
-        """Rows that reached an external node continue in the row stored under their prefix:
-        fetched for all of them in one :meth:`advance_batch` (one round trip at most)."""
+    def _cross(self, slots: np.ndarray, tokens: np.ndarray, parents: np.ndarray,
+               externals: np.ndarray) -> None:
+        """Rows that reached an external node for the first time continue in the row stored
+        under their prefix: fetched for all of them in one :meth:`advance_batch` (one round
+        trip at most), then linked in the arena so later crossings are array lookups."""
         moves: list[tuple[Cursor | None, int]] = []
         for slot, tok, g in zip(slots.tolist(), tokens.tolist(), parents.tolist()):
             frag, node = self.arena.locate(g)
@@ -406,11 +418,13 @@ class BatchMatcher:
             key = encode_prefix(self.prefix[slot, :n].tolist())
             moves.append((Cursor(frag, node, key, self.build[slot]), tok))  # type: ignore[arg-type]
         self.stats_rare_rows += len(moves)
-        for slot, cursor in zip(slots.tolist(), self.index.advance_batch(moves)):
+        cursors = self.index.advance_batch(moves)
+        for slot, external, cursor in zip(slots.tolist(), externals.tolist(), cursors):
             if cursor is None:
                 self._dead(slot, "the tree has no node for a fact prefix of %d tokens")
                 continue
             g = self.arena.add(cursor.frag) + cursor.node
+            self.arena.link[external] = g
             self.node[slot] = g
             self.ends[slot] = bool(self.arena.ends[g])
 
