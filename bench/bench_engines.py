@@ -332,7 +332,8 @@ def _replay(llm, spec: dict, written: list[tuple[list[int], list[int]]]) -> dict
 
 
 # ---------------------------------------------------------------------- CUDA
-def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[str], tokenizer_dir: str) -> dict:
+def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[str], tokenizer_dir: str,
+               device_name: str = "cuda") -> dict:
     import torch
     from transformers import LogitsProcessorList, Qwen2Config, Qwen2ForCausalLM
 
@@ -340,12 +341,13 @@ def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[s
     from refactx_index.memory import MemoryTreeIndex
     from refactx_index.vocab import open_tokenizer
 
-    device = torch.device("cuda")
+    device = torch.device(device_name)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     tok = open_tokenizer(str(Path(tokenizer_dir) / "tokenizer.json"))
     index = MemoryTreeIndex.from_facts(texts, str(Path(tokenizer_dir) / "tokenizer.json"))
     prompt = tok.encode("A fact about a country.\nFact:", add_special_tokens=False).ids
     eos = tok.token_to_id("<|endoftext|>")
-    out: dict = {"device": torch.cuda.get_device_name(), "shapes": {}}
+    out: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else device_name, "shapes": {}}
     for shape in shapes:
         torch.manual_seed(0)
         config = Qwen2Config(**SHAPES[shape], max_position_embeddings=4096, torch_dtype="bfloat16",
@@ -363,10 +365,10 @@ def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[s
                     kwargs["logits_processor"] = LogitsProcessorList([proc])
                 with torch.inference_mode():
                     model.generate(ids, **{**kwargs, "max_new_tokens": 2, "min_new_tokens": 2})
-                    torch.cuda.synchronize()
+                    sync()
                     started = time.perf_counter()
                     model.generate(ids, **kwargs)
-                    torch.cuda.synchronize()
+                    sync()
                 key = "constrained" if constrained else "free"
                 figures[f"{key}_ms_per_step"] = (time.perf_counter() - started) / tokens * 1e3
                 if constrained:
@@ -381,7 +383,8 @@ def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[s
                   f"matcher {figures['matcher_ms_per_step']:.3f} + mask {figures['mask_ms_per_step']:.3f}", flush=True)
         out["shapes"][shape] = results
         del model
-        torch.cuda.empty_cache()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return out
 
 
@@ -400,6 +403,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cuda", action="store_true", help="the CUDA section only (a GPU machine)")
     parser.add_argument("--shapes", default="qwen2.5-0.5b,qwen2.5-7b")
+    parser.add_argument("--device", default="cuda", help="the --cuda section's device (cpu: a smoke run of its code)")
     parser.add_argument("--tokenizer", default=str(SHARED / "tokenizers/qwen2.5"),
                         help="the vocabulary of the --cuda models (Qwen2.5's)")
     parser.add_argument("--json", help="write the figures here")
@@ -410,7 +414,7 @@ def main() -> None:
     model_batches = [int(b) for b in args.model_batches.split(",")]
     figures: dict = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "facts": len(texts)}
     if args.cuda:
-        figures["cuda"] = bench_cuda(texts, batches, args.tokens, args.shapes.split(","), args.tokenizer)
+        figures["cuda"] = bench_cuda(texts, batches, args.tokens, args.shapes.split(","), args.tokenizer, args.device)
     else:
         sections = args.sections.split(",")
         if "matcher" in sections:
