@@ -79,3 +79,26 @@ def test_facts_are_paged(graph):
     assert sorted(whole) == sorted(f"<{s}> <{p}> <{o}> ." for s, p, o in triples if s == subject)
     with pytest.raises(ValueError):
         facts_page(index, tok, "", offset=-1)
+
+
+def test_the_refactx_command_explores_an_index_file(graph, tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    index, tok, triples = graph
+    path = tmp_path / "sample.rfx"
+    index.save(path)
+    subject = Counter(s for s, _, _ in triples).most_common(1)[0][0]
+    refactx = Path(sys.executable).with_name("refactx")
+    base = [str(refactx), "explore", "--index-file", str(path), "--tokenizer", str(tokenizer_dir("qwen2.5"))]
+    run = subprocess.run(base + ["relations", subject, "--json", "--limit", "100"], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = {row["label"]: row["facts"] for row in json.loads(run.stdout)}
+    assert got == dict(Counter(p for s, p, _ in triples if s == subject))
+    run = subprocess.run(base + ["entities", "Zzzz no such entity"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3 and run.stdout == ""
+    run = subprocess.run(base + ["objects", subject], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "takes 2 text(s)" in run.stderr

@@ -1,0 +1,109 @@
+"""``refactx``: the serving side's command, installed with the runtime wheel alone.
+
+``refactx explore`` answers the questions a step-by-step graph explorer asks, from a
+served index (an active PostgreSQL build, or an index file) and its vocabulary::
+
+    refactx explore --index-file sample.rfx --tokenizer DIR entities "North"
+    refactx explore --dsn postgresql://... --index wikidata-qwen2.5 --tokenizer DIR relations "Germany"
+    refactx explore ... objects "Germany" "capital"
+    refactx explore ... facts "<Germany> <" --offset 0 --limit 20
+
+Each prints one label (or fact) a line with its fact count, or ``--json``. Exit status 3
+when nothing matches. Building indexes is the pipeline's (``refactx-index build``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Sequence
+
+from .errors import RefactxError
+
+log = logging.getLogger(__name__)
+
+NOTHING = 3
+
+
+def _open(args: argparse.Namespace):
+    if args.index_file:
+        from .memory import MemoryTreeIndex
+
+        return MemoryTreeIndex.load(args.index_file)
+    dsn = args.dsn or os.environ.get("REFACTX_DSN")
+    if not dsn or not args.index:
+        raise SystemExit("refactx: give --index-file FILE, or --dsn (or REFACTX_DSN) and --index NAME")
+    from .pg import open_index
+
+    return open_index(dsn, args.index, tokenizer=args.tokenizer)
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    from . import explore
+    from .vocab import open_tokenizer
+
+    tokenizer = open_tokenizer(args.tokenizer)
+    with _open(args) as index:
+        if args.what == "facts":
+            if len(args.text) != 1:
+                raise SystemExit("refactx explore facts takes one text (the start of the facts)")
+            found = explore.facts_page(index, tokenizer, args.text[0], offset=args.offset, limit=args.limit)
+            rows = [{"fact": f} for f in found]
+        else:
+            wanted = {"entities": 1, "relations": 1, "objects": 2}[args.what]
+            if len(args.text) != wanted:
+                raise SystemExit(f"refactx explore {args.what} takes {wanted} text(s), got {len(args.text)}")
+            call = {"entities": explore.entities, "relations": explore.relations, "objects": explore.objects}
+            labels = call[args.what](index, tokenizer, *args.text, limit=args.limit)
+            rows = [{"label": x.label, "facts": x.facts} for x in labels]
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False, indent=1))
+    else:
+        for row in rows:
+            print(row["fact"] if "fact" in row else f"{row['facts']:>8}  {row['label']}")
+    return 0 if rows else NOTHING
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="refactx", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO, tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ex = sub.add_parser("explore", help="entities, relations, objects and facts of a served index",
+                        description="Labels that continue a text, with the facts behind each, from the "
+                                    "tree's leaf counts (a count never enumerates the facts below).")
+    ex.add_argument("what", choices=["entities", "relations", "objects", "facts"],
+                    help="entities TEXT: subjects whose label starts with TEXT; relations ENTITY; "
+                         "objects ENTITY RELATION; facts TEXT: the facts starting with TEXT, paged")
+    ex.add_argument("text", nargs="+")
+    where = ex.add_argument_group("index")
+    where.add_argument("--index-file", help="an index file (.rfx)")
+    where.add_argument("--dsn", help="PostgreSQL (default: $REFACTX_DSN)")
+    where.add_argument("--index", help="the index name (its active build is read)")
+    ex.add_argument("--tokenizer", required=True,
+                    help="the index's vocabulary: tokenizer.json or its directory (checked against a PostgreSQL build)")
+    ex.add_argument("--limit", type=int, default=20, help="at most this many lines (default 20)")
+    ex.add_argument("--offset", type=int, default=0, help="facts: skip this many first")
+    ex.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    ex.set_defaults(func=cmd_explore)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except (RefactxError, OSError, ValueError) as exc:
+        if args.verbose:
+            raise
+        sys.stderr.write(f"refactx: {exc}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
