@@ -9,7 +9,15 @@ served index (an active PostgreSQL build, or an index file) and its vocabulary::
     refactx explore ... facts "<Germany> <" --offset 0 --limit 20
 
 Each prints one label (or fact) a line with its fact count, or ``--json``. Exit status 3
-when nothing matches. Building indexes is the pipeline's (``refactx-index build``).
+when nothing matches.
+
+``refactx serve`` starts the fact server (:mod:`refactx_index.server`; the ``server`` and
+``generation`` extras)::
+
+    refactx serve --index-file sample=sample.rfx --port 8000
+    refactx serve --dsn postgresql://reader@db/refactx --index wikidata-smollm2 --model smollm2
+
+Building indexes is the pipeline's (``refactx-index build``).
 """
 
 from __future__ import annotations
@@ -67,6 +75,50 @@ def cmd_explore(args: argparse.Namespace) -> int:
     return 0 if rows else NOTHING
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .engines.core import check_index_vocabulary
+    from .models import load_model
+    from .server.app import ServerSettings, create_app
+    from .server.engine import TransformersEngine
+
+    indexes = {}
+    for spec in args.index_file or []:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"refactx: --index-file takes NAME=PATH, not {spec!r}")
+        from .memory import MemoryTreeIndex
+
+        indexes[name] = MemoryTreeIndex.load(path)
+    if args.index:
+        dsn = args.dsn or os.environ.get("REFACTX_DSN")
+        if not dsn:
+            raise SystemExit("refactx: --index needs --dsn (or REFACTX_DSN)")
+        from .pg import open_index
+
+        for name in args.index:
+            indexes[name] = open_index(dsn, name, follow=True)
+    if not indexes:
+        raise SystemExit("refactx: give at least one --index-file NAME=PATH or --index NAME")
+    loaded = load_model(args.model)
+    for name, index in indexes.items():  # a model that does not write an index's ids is refused here
+        check_index_vocabulary(index, name, str(loaded.tokenizer_file), loaded.tokenizer)
+    default = args.default_index or next(iter(indexes))
+    if default not in indexes:
+        raise SystemExit(f"refactx: --default-index {default!r} is not among {sorted(indexes)}")
+    settings = ServerSettings(model_name=args.model_name or args.model, default_index=default,
+                              max_new_tokens=args.max_new_tokens, max_concurrent=args.max_concurrent,
+                              max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout)
+    engine = TransformersEngine(loaded, indexes, max_batch=args.max_batch)
+    try:
+        uvicorn.run(create_app(engine, settings), host=args.host, port=args.port,
+                    log_level="info" if args.verbose else "warning")
+    finally:
+        engine.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="refactx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,6 +141,26 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--offset", type=int, default=0, help="facts: skip this many first")
     ex.add_argument("--json", action="store_true", help="one JSON document on stdout")
     ex.set_defaults(func=cmd_explore)
+
+    sv = sub.add_parser("serve", help="the OpenAI-compatible fact server",
+                        description="An OpenAI-compatible HTTP server (chat and completions, streaming) whose "
+                                    "model may only write stored facts after 'Fact:'; requests name the index in "
+                                    '"refactx": {"index": NAME}. See docs/runtime.md.')
+    sv.add_argument("--index-file", action="append", metavar="NAME=PATH", help="serve an index file (repeatable)")
+    sv.add_argument("--index", action="append", metavar="NAME",
+                    help="serve the active PostgreSQL build of NAME, following activations (repeatable)")
+    sv.add_argument("--dsn", help="PostgreSQL for --index (default: $REFACTX_DSN)")
+    sv.add_argument("--default-index", help="the index of requests that name none (default: the first)")
+    sv.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
+    sv.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: --model)")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--max-batch", type=int, default=16, help="requests generated together (default 16)")
+    sv.add_argument("--max-new-tokens", type=int, default=256, help="the largest max_tokens a request may ask")
+    sv.add_argument("--max-concurrent", type=int, default=32, help="requests in flight before 429")
+    sv.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger bodies get 413")
+    sv.add_argument("--request-timeout", type=float, default=300.0, help="seconds before 504")
+    sv.set_defaults(func=cmd_serve)
     return parser
 
 
