@@ -184,3 +184,24 @@ def test_exploration_over_http_equals_the_python_api(server, sample_fact_texts):
     page = httpx.get(url + "/v1/indexes/sample/facts", params={"prefix": f"<{subject}> <", "limit": 5}).json()
     assert len(page["data"]) == 5
     assert httpx.get(url + "/v1/indexes/nosuch/relations", params={"entity": "x"}).status_code == 404
+
+
+def test_refactx_ask_answers_from_an_index_file(sample_fact_texts, stored, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.models import model_directory
+
+    path = tmp_path / "sample.rfx"
+    MemoryTreeIndex.from_facts(sample_fact_texts, str(model_directory("smollm2") / "tokenizer.json")).save(path)
+    refactx = str(Path(sys.executable).with_name("refactx"))
+    run = subprocess.run([refactx, "ask", "--index-file", str(path), "--beams", "1", "--max-new-tokens", "40",
+                          "--json", "What is the capital of Germany?"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["facts"] and all(tuple(f["token_ids"]) in stored for f in answer["facts"] if f["complete"])
+    missing = subprocess.run([refactx, "ask", "--index-file", str(tmp_path / "nope.rfx"), "Hi"],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr

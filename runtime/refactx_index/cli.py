@@ -11,6 +11,12 @@ served index (an active PostgreSQL build, or an index file) and its vocabulary::
 Each prints one label (or fact) a line with its fact count, or ``--json``. Exit status 3
 when nothing matches.
 
+``refactx ask QUESTION...`` answers with constrained generation (the ``generation``
+extra): the model reasons, writes ``Fact:`` lines that may only be stored facts, and
+answers from them::
+
+    refactx ask --index-file sample.rfx "What is the capital of Germany?"
+
 ``refactx serve`` starts the fact server (:mod:`refactx_index.server`; the ``server`` and
 ``generation`` extras)::
 
@@ -73,6 +79,57 @@ def cmd_explore(args: argparse.Namespace) -> int:
         for row in rows:
             print(row["fact"] if "fact" in row else f"{row['facts']:>8}  {row['label']}")
     return 0 if rows else NOTHING
+
+
+def print_answer(answer, out=None) -> None:
+    """The reply with its facts marked (checked against the index), and the final answer."""
+    out = out or sys.stdout
+    print(f"question: {answer.question}", file=out)
+    print("reply:", file=out)
+    facts = list(answer.facts)
+    for line in answer.reply.splitlines() or [""]:
+        mark = ""
+        fact = next((f for f in facts if f.text and f.text in line), None)
+        if fact is not None:
+            facts.remove(fact)
+            mark = "   [stored]" if fact.stored else (
+                "   [incomplete]" if not fact.complete else "   [NOT STORED]")
+        print(f"  {line}{mark}", file=out)
+    stored = sum(f.stored for f in answer.facts)
+    print(f"facts: {stored} of {len(answer.facts)} stored in the index", file=out)
+    print(f"answer: {answer.answer or '(no Answer: line)'}", file=out)
+    t = answer.timings
+    steps = max(int(t.get("steps", 0)), 1)
+    print(f"({answer.prompt_tokens} prompt tokens, {answer.generated_tokens} generated; model load "
+          f"{t.get('load_s', 0):.1f} s, generation {t['generate_s']:.1f} s, {t['ms_per_step']:.0f} ms/step, "
+          f"of which the fact constraint {1000 * t['processor_s'] / steps:.1f} ms/step)", file=out)
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    import time
+
+    from .ask import ask, check_model_vocabulary
+    from .models import load_model
+    from .prompt import Prompt
+    from .vocab import file_sha256
+
+    prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
+    with _open(args) as index:
+        started = time.perf_counter()
+        loaded = load_model(args.model)
+        load_s = time.perf_counter() - started
+        check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
+        answers = ask(args.question, index, loaded, prompt=prompt, num_beams=args.beams,
+                      max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained)
+    for answer in answers:
+        answer.timings["load_s"] = round(load_s, 3)
+    if args.json:
+        docs = [a.to_json() for a in answers]
+        print(json.dumps(docs if len(docs) > 1 else docs[0], indent=2, ensure_ascii=False))
+    else:
+        for answer in answers:
+            print_answer(answer)
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -141,6 +198,23 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--offset", type=int, default=0, help="facts: skip this many first")
     ex.add_argument("--json", action="store_true", help="one JSON document on stdout")
     ex.set_defaults(func=cmd_explore)
+
+    ak = sub.add_parser("ask", help="answer questions with a model that may only write stored facts",
+                        description="Answer each QUESTION (one batch) with constrained generation; the index is "
+                                    "an index file or an active PostgreSQL build built with the model's own "
+                                    "tokenizer.json.")
+    ak.add_argument("question", nargs="+")
+    where = ak.add_argument_group("index")
+    where.add_argument("--index-file", help="an index file (.rfx)")
+    where.add_argument("--dsn", help="PostgreSQL (default: $REFACTX_DSN)")
+    where.add_argument("--index", help="the index name (its active build is read)")
+    ak.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
+    ak.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
+    ak.add_argument("--max-new-tokens", type=int, default=128)
+    ak.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompt.py)")
+    ak.add_argument("--unconstrained", action="store_true", help="without the fact constraint (to compare)")
+    ak.add_argument("--json", action="store_true", help="the answers as JSON (reply, facts, answer, timings)")
+    ak.set_defaults(func=cmd_ask, tokenizer=None)
 
     sv = sub.add_parser("serve", help="the OpenAI-compatible fact server",
                         description="An OpenAI-compatible HTTP server (chat and completions, streaming) whose "
