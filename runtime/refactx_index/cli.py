@@ -168,9 +168,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               max_new_tokens=args.max_new_tokens, max_concurrent=args.max_concurrent,
                               max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout)
     engine = TransformersEngine(loaded, indexes, max_batch=args.max_batch)
+    app = create_app(engine, settings)
+    app.router.on_startup.append(lambda: print(
+        f"refactx: serving {sorted(indexes)} with {settings.model_name} on http://{args.host}:{args.port}",
+        file=sys.stderr, flush=True))
     try:
-        uvicorn.run(create_app(engine, settings), host=args.host, port=args.port,
-                    log_level="info" if args.verbose else "warning")
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     finally:
         engine.close()
     return 0
