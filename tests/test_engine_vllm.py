@@ -19,6 +19,7 @@ import pytest
 
 from .conftest import ROOT
 from .test_generation import corporate_facts
+from .test_generation import facts_after_triggers as facts_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -115,25 +116,6 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
                           cwd=work)
     assert proc.returncode == 0, proc.stderr[-6000:]
     return json.loads((work / "out.json").read_text())
-
-
-def facts_of(ids: list[int], trigger: tuple[int, ...], stored: set[tuple[int, ...]],
-             start_inside: bool = False) -> list[tuple[tuple[int, ...], bool]]:
-    """After each trigger (and at the start when the prompt ended with one), the longest
-    run of tokens on the tree, and whether the output ended inside it."""
-    prefixes = {s[:i] for s in stored for i in range(len(s) + 1)}
-    k = len(trigger)
-    starts = ([0] if start_inside else []) + [i + k for i in range(len(ids) - k + 1)
-                                              if tuple(ids[i:i + k]) == trigger]
-    runs = []
-    for start in starts:
-        run: tuple[int, ...] = ()
-        for tok in ids[start:]:
-            if run + (tok,) not in prefixes:
-                break
-            run += (tok,)
-        runs.append((run, start + len(run) == len(ids)))
-    return runs
 
 
 def _check_stored(outputs, trigger, stored, start_inside=False) -> int:

@@ -179,6 +179,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_argument_group("index")
+    where.add_argument("--index-file", help="an index file (.rfx)")
+    where.add_argument("--dsn", help="PostgreSQL (default: $REFACTX_DSN)")
+    where.add_argument("--index", help="the index name (its active build is read)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="refactx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -191,10 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="entities TEXT: subjects whose label starts with TEXT; relations ENTITY; "
                          "objects ENTITY RELATION; facts TEXT: the facts starting with TEXT, paged")
     ex.add_argument("text", nargs="+")
-    where = ex.add_argument_group("index")
-    where.add_argument("--index-file", help="an index file (.rfx)")
-    where.add_argument("--dsn", help="PostgreSQL (default: $REFACTX_DSN)")
-    where.add_argument("--index", help="the index name (its active build is read)")
+    _index_arguments(ex)
     ex.add_argument("--tokenizer", required=True,
                     help="the index's vocabulary: tokenizer.json or its directory (checked against a PostgreSQL build)")
     ex.add_argument("--limit", type=int, default=20, help="at most this many lines (default 20)")
@@ -207,10 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "an index file or an active PostgreSQL build built with the model's own "
                                     "tokenizer.json.")
     ak.add_argument("question", nargs="+")
-    where = ak.add_argument_group("index")
-    where.add_argument("--index-file", help="an index file (.rfx)")
-    where.add_argument("--dsn", help="PostgreSQL (default: $REFACTX_DSN)")
-    where.add_argument("--index", help="the index name (its active build is read)")
+    _index_arguments(ak)
     ak.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
     ak.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
     ak.add_argument("--max-new-tokens", type=int, default=128)
