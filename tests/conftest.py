@@ -110,3 +110,16 @@ def cfg(tmp_path):
         "spark.master": "local[2]",
         "spark.shuffle_partitions": 4,
     })
+
+
+@pytest.fixture(scope="session")
+def sample_fact_texts(spark, tmp_path_factory) -> list[str]:
+    """The shared sample's facts, verbalized by the pipeline's own stages (once per session)."""
+    import pyarrow.dataset as ds
+
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
+
+    cfg = sample_config(tmp_path_factory.mktemp("facts") / "build")
+    run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
+    table = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(columns=["text"])
+    return table.column("text").to_pylist()

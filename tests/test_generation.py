@@ -63,14 +63,17 @@ def model():
     return transformers.GPT2LMHeadModel(config).eval()
 
 
-def facts_after_triggers(ids: list[int], trigger: tuple[int, ...], stored) -> list[tuple]:
-    """Independent reading of a row: after each trigger, the longest run of tokens that
-    stays on the tree. Returns those runs (each must be a stored fact, or the row ends
+def facts_after_triggers(ids: list[int], trigger: tuple[int, ...], stored,
+                         start_inside: bool = False) -> list[tuple]:
+    """Independent reading of a row: after each trigger (and at its start, when its prompt
+    ended with one), the longest run of tokens that stays on the tree. Returns those runs
+    with whether the row ended inside them (each must be a stored fact, or the row ends
     inside the tree)."""
     prefixes = {s[:i] for s in stored for i in range(len(s) + 1)}
     runs = []
     k = len(trigger)
-    for start in [i + k for i in range(len(ids) - k + 1) if tuple(ids[i:i + k]) == trigger]:
+    starts = [i + k for i in range(len(ids) - k + 1) if tuple(ids[i:i + k]) == trigger]
+    for start in ([0] if start_inside else []) + starts:
         run: tuple[int, ...] = ()
         for tok in ids[start:]:
             if run + (tok,) not in prefixes:

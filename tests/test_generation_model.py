@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import sample_config, shared_path
+from .conftest import shared_path
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -31,19 +31,6 @@ def loaded():
     from refactx_index.models import load_model
 
     return load_model("smollm2")
-
-
-@pytest.fixture(scope="module")
-def sample_fact_texts(spark, tmp_path_factory) -> list[str]:
-    """The shared sample's facts, verbalized by the pipeline's own stages."""
-    import pyarrow.dataset as ds
-
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
-
-    cfg = sample_config(tmp_path_factory.mktemp("facts") / "build")
-    run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
-    table = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(columns=["text"])
-    return table.column("text").to_pylist()
 
 
 @pytest.fixture(scope="module")

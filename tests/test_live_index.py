@@ -118,6 +118,149 @@ def test_a_reader_across_retention_switches_or_gets_a_clear_error(pg_dsn):
             index.advance(cursor, token)
 
 
+def hold_next_fetch(index, build_id: int):
+    """Hold the next row fetch of build ``build_id`` just before its statement runs, until
+    released: a lookup deterministically in flight while the test activates and drops builds.
+    The statement itself then runs on the real server."""
+    reached, release = threading.Event(), threading.Event()
+    real = index._fetch
+
+    def held(build, keys):
+        if build.info.build_id == build_id and not reached.is_set():
+            reached.set()
+            if not release.wait(60):
+                raise RuntimeError("the test never released the held fetch")
+        return real(build, keys)
+
+    index._fetch = held
+    return reached, release
+
+
+@pytest.mark.parametrize("switcher", ["another thread", "the follower"])
+def test_a_lookup_in_flight_across_an_activation_and_a_drop_answers_from_the_new_build(pg_dsn, switcher):
+    """Issue 27, item 1: the lookup's build is dropped while it is in flight, and the index was
+    already switched by someone else (another thread's refresh, or the follower): its own
+    refresh finds nothing new, yet the served build differs from the one that failed, so it
+    retries there and answers."""
+    old_tree, new_tree = random_sequences(seed=5), random_sequences(seed=6)
+    first = load_tree(pg_dsn, "kg", old_tree, threshold=1)
+    follow = switcher == "the follower"
+    prefix = sorted(new_tree)[0][:2]
+    outcome: dict[str, object] = {}
+    with open_index(pg_dsn, "kg", follow=follow, check_interval_s=3600) as index:
+        reached, release = hold_next_fetch(index, first)
+
+        def lookup() -> None:
+            try:
+                outcome["answer"] = index.next_tokens(prefix)
+            except BaseException as exc:  # surfaced below
+                outcome["error"] = exc
+
+        reader = threading.Thread(target=lookup)
+        reader.start()
+        try:
+            assert reached.wait(60)  # the lookup took build `first` and is about to read it
+            newest = load_tree(pg_dsn, "kg", new_tree, threshold=1)
+            if follow:
+                assert index.wait_for_build(newest, timeout_s=20)
+            else:
+                assert index.refresh() is True
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                assert first in apply_retention(conn, "refactx", "kg", keep=1, grace_s=0)
+        finally:
+            release.set()
+            reader.join(60)
+        assert not reader.is_alive()
+    assert "error" not in outcome, repr(outcome.get("error"))
+    assert as_dict(outcome["answer"]) == expected_next(new_tree, prefix)
+
+
+def test_lookups_of_many_threads_failing_on_one_dropped_build_all_answer(pg_dsn):
+    """Two lookups fail on the same dropped build: the first to refresh switches, the other's
+    refresh finds the switch done; both retry on the active build (follow off)."""
+    old_tree, new_tree = random_sequences(seed=5), random_sequences(seed=6)
+    first = load_tree(pg_dsn, "kg", old_tree, threshold=1)
+    prefixes = [p[:2] for p in sorted(new_tree)[:2]]
+    with open_index(pg_dsn, "kg", follow=False, pool_size=2) as index:
+        arrived = threading.Barrier(3)  # both lookups hold a fetch of `first`, and the test
+        release = threading.Event()
+        real = index._fetch
+
+        def held(build, keys):
+            if build.info.build_id == first:
+                arrived.wait(60)
+                if not release.wait(60):
+                    raise RuntimeError("never released")
+            return real(build, keys)
+
+        index._fetch = held
+        outcome: dict[int, object] = {}
+
+        def lookup(i: int) -> None:
+            try:
+                outcome[i] = index.next_tokens(prefixes[i])
+            except BaseException as exc:
+                outcome[i] = exc
+
+        readers = [threading.Thread(target=lookup, args=(i,)) for i in range(2)]
+        for t in readers:
+            t.start()
+        try:
+            arrived.wait(60)
+            load_tree(pg_dsn, "kg", new_tree, threshold=1)
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                assert first in apply_retention(conn, "refactx", "kg", keep=1, grace_s=0)
+        finally:
+            release.set()
+            for t in readers:
+                t.join(60)
+    for i, p in enumerate(prefixes):
+        assert not isinstance(outcome[i], BaseException), repr(outcome[i])
+        assert as_dict(outcome[i]) == expected_next(new_tree, p)
+
+
+def walk(index, fact):
+    """A generation's walk of ``fact`` with cursors: the answers met on the way."""
+    cur, answers = index.root(), []
+    for tok in fact:
+        answers.append(as_dict(cur.next_tokens()))
+        cur = index.advance(cur, tok)
+    answers.append(as_dict(cur.next_tokens()))
+    return answers
+
+
+def test_with_follow_off_a_generation_retried_after_build_retired_reads_the_active_build(pg_dsn):
+    """Issue 27, item 2: with follow off, the retry the BuildRetired message asks for (a new
+    generation from ``root()``) meets the active build, not the dropped one again."""
+    old_tree, new_tree = random_sequences(seed=5), random_sequences(seed=6)
+    first = load_tree(pg_dsn, "kg", old_tree, threshold=1)
+    with open_index(pg_dsn, "kg", follow=False) as index:
+        cursor = index.root()  # a generation on `first`; its root row is cached
+        newest = load_tree(pg_dsn, "kg", new_tree, threshold=1)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert first in apply_retention(conn, "refactx", "kg", keep=1, grace_s=0)
+        token = int(cursor.next_tokens().tokens[0])
+        with pytest.raises(BuildRetired, match="dropped while being read"):
+            index.advance(cursor, token)
+        for fact in sorted(new_tree)[:20]:  # the retried generation
+            assert walk(index, fact) == [expected_next(new_tree, fact[:k]) for k in range(len(fact) + 1)]
+        assert index.info.build_id == newest
+
+
+def test_with_follow_off_a_generation_started_after_a_drop_reads_the_active_build(pg_dsn):
+    """A generation that starts after its index's build was dropped: ``root()`` switches to the
+    active build by itself (nothing of the dropped build is in use yet)."""
+    first = load_tree(pg_dsn, "kg", random_sequences(seed=5), threshold=1)
+    new_tree = random_sequences(seed=6)
+    with open_index(pg_dsn, "kg", follow=False) as index:
+        newest = load_tree(pg_dsn, "kg", new_tree, threshold=1)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert first in apply_retention(conn, "refactx", "kg", keep=1, grace_s=0)
+        fact = sorted(new_tree)[0]
+        assert walk(index, fact) == [expected_next(new_tree, fact[:k]) for k in range(len(fact) + 1)]
+        assert index.info.build_id == newest
+
+
 @pytest.fixture()
 def reader_role(pg_dsn):
     role = f"refactx_reader_{uuid.uuid4().hex[:8]}"

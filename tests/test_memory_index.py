@@ -161,3 +161,37 @@ def test_package_import_is_light():
             "print(sorted(m for m in ('numpy', 'psycopg', 'torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_changed_header_byte_is_caught_by_the_checksum(graph, tmp_path):
+    """Issue 27, item 5: the JSON header (vocabulary, fact prefix, depth) is covered too."""
+    _, _, index = graph
+    path = tmp_path / "corp.rfx"
+    index.save(path)
+    data = path.read_bytes()
+    at = data.index(b'"fact_prefix": " "') + len('"fact_prefix": "')
+    for changed in (b"_", b"!"):  # still valid JSON, a plausible header: only the checksum tells
+        (tmp_path / "bad.rfx").write_bytes(data[:at] + changed + data[at + 1:])
+        with pytest.raises(FormatError, match="checksum"):
+            MemoryTreeIndex.load(tmp_path / "bad.rfx")
+
+
+def test_a_file_of_the_first_layout_is_read_with_a_warning_naming_the_rewrite(graph, tmp_path, caplog):
+    import json
+    import struct
+    import zlib
+    from dataclasses import asdict
+
+    _, seqs, index = graph
+    records = b"".join(struct.pack("<II", len(k), len(index.rows[k])) + k + index.rows[k]
+                       for k in sorted(index.rows))
+    header = {**asdict(index.info), "records": len(index.rows), "crc32": zlib.crc32(records)}
+    head = json.dumps(header, sort_keys=True).encode()
+    old = tmp_path / "old.rfx"
+    old.write_bytes(b"RFXTREE1" + struct.pack("<I", len(head)) + head + records)
+    loaded = MemoryTreeIndex.load(old)
+    assert loaded.info == index.info and dict(loaded.rows) == dict(index.rows)
+    assert "not covered by its checksum" in caplog.text and ".save(path)" in caplog.text
+    loaded.save(old)  # the rewrite the warning names: the new layout, no warning
+    caplog.clear()
+    assert MemoryTreeIndex.load(old).info == index.info and "checksum" not in caplog.text

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
+import uuid
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .conftest import tokenizer_dir
 from .pgtree import expected_next, load_tree, random_sequences
@@ -246,3 +250,84 @@ def test_refresh_serves_the_newly_activated_build(pg_dsn):
         load_tree(pg_dsn, "kg", {(1, 4)})
         assert index.refresh() is True
         assert index.next_tokens((1,)).tokens.tolist() == [4]
+
+
+@pytest.mark.parametrize("wrong,cause", [
+    ("dbname", 'database "refactx_absent_[0-9a-f]+" does not exist'),
+    ("user", 'role "refactx_absent_[0-9a-f]+" does not exist'),
+])
+def test_a_wrong_database_or_user_fails_at_once_with_its_cause(pg_server, caplog, wrong, cause):
+    """Issue 27, item 7: no waiting out connect_timeout_s through the pool's retries for
+    what waiting cannot fix, and the server's own words in the error."""
+    params = conninfo_to_dict(pg_server)
+    params[wrong] = f"refactx_absent_{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    with pytest.raises(DatabaseUnavailable, match=cause):
+        open_index(make_conninfo(**params), "kg", connect_timeout_s=30)
+    assert time.monotonic() - started < 10  # the pool alone would have waited 30 s
+    assert "error connecting" not in caplog.text  # no pool retries were logged
+
+
+def test_a_version_1_row_forged_into_a_version_2_build_is_refused(pg_dsn):
+    """Issue 27, item 5: a row without a checksum must not pass inside a build whose rows all
+    carry one (there a flipped bit would be a silent wrong answer)."""
+    from refactx_index.format import decode_prefix
+
+    seqs = random_sequences(seed=5)
+    build_id = load_tree(pg_dsn, "kg", seqs, threshold=1)
+    table = pgcatalog.table_name(build_id)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        key, node = conn.execute(
+            f"SELECT prefix, node FROM refactx.{table} WHERE prefix <> ''::bytea "
+            "ORDER BY prefix LIMIT 1").fetchone()
+        v1 = bytes([1]) + bytes(node[1:10]) + bytes(node[14:])  # the same row in version 1
+        conn.execute(f"UPDATE refactx.{table} SET node = %s WHERE prefix = %s", (v1, key))
+    with open_index(pg_dsn, "kg", follow=False) as index:
+        with pytest.raises(FormatError, match="version 1 row inside a format version 2 build"):
+            index.next_tokens(decode_prefix(bytes(key)).tolist())
+
+
+@pytest.fixture()
+def password_server(tmp_path):
+    """A private PostgreSQL (pgserver, the embedded one) whose role ``refactx_owner`` logs in
+    with a password (scram-sha-256): the shared test server trusts every local connection, so
+    a wrong password could not fail there."""
+    pgserver = pytest.importorskip("pgserver")
+    server = pgserver.get_server(tmp_path / "pgdata", cleanup_mode="stop")
+    try:
+        uri = server.get_uri()
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute("CREATE ROLE refactx_owner LOGIN PASSWORD 'right-password'")
+            hba = conn.execute("SHOW hba_file").fetchone()[0]
+            with open(hba, encoding="utf-8") as fh:
+                rules = fh.read()
+            with open(hba, "w", encoding="utf-8") as fh:  # first match wins
+                fh.write("local all refactx_owner scram-sha-256\n" + rules)
+            conn.execute("SELECT pg_reload_conf()")
+        yield uri
+    finally:
+        server.cleanup()
+
+
+def test_a_wrong_password_fails_at_once_with_its_cause(password_server, caplog):
+    params = conninfo_to_dict(password_server)
+    params.update(user="refactx_owner", password="right-password", dbname="postgres")
+    with psycopg.connect(make_conninfo(**params)):  # the right one logs in
+        pass
+    params["password"] = "wrong-password"
+    started = time.monotonic()
+    with pytest.raises(DatabaseUnavailable, match="password authentication failed"):
+        open_index(make_conninfo(**params), "kg", connect_timeout_s=30)
+    assert time.monotonic() - started < 10
+    assert "error connecting" not in caplog.text
+
+
+def test_an_unreachable_server_is_waited_for_and_the_error_names_the_cause():
+    """Waiting may cure a server that is down or starting: the pool waits connect_timeout_s as
+    before, and the error quotes the first attempt's cause instead of the pool's timeout alone."""
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(DatabaseUnavailable, match=r"within 1 s: .*first attempt: .*refused"):
+        open_index(f"postgresql://postgres@127.0.0.1:{port}/postgres", "kg", connect_timeout_s=1)

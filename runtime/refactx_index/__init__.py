@@ -2,7 +2,7 @@
 
 Importing the package loads only the exception classes; numpy and psycopg are
 imported when an index is opened, torch/transformers only by
-``refactx_index.generation`` (an optional extra).
+the engine adapters in ``refactx_index.engines`` (optional extras).
 
     from refactx_index import open_index
     index = open_index("postgresql://...", "wikidata-qwen2.5", tokenizer="path/to/tokenizer.json")
@@ -19,6 +19,7 @@ from .errors import (
     DatabaseUnavailable,
     FormatError,
     IndexNotFound,
+    InputRefused,
     LoadError,
     QueryTimeout,
     RefactxError,
@@ -46,7 +47,7 @@ _LAZY = {
     "build_rows": ".memory",
     "PgTreeIndex": ".pg",
     "open_index": ".pg",
-    "RefactxLogitsProcessor": ".generation",
+    "RefactxLogitsProcessor": ".engines.transformers",
 }
 
 
@@ -65,6 +66,7 @@ __all__ = [
     "FormatError",
     "IndexInfo",
     "IndexNotFound",
+    "InputRefused",
     "LoadError",
     "MemoryTreeIndex",
     "NextTokens",

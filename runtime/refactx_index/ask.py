@@ -1,7 +1,7 @@
 """Answer questions with constrained generation: the model fetches facts, then answers.
 
 ``ask(questions, index, loaded)`` builds the chat prompt (``refactx_index.prompt``),
-generates with :class:`~refactx_index.generation.RefactxLogitsProcessor` (beam search
+generates with :class:`~refactx_index.engines.transformers.RefactxLogitsProcessor` (beam search
 or greedy; a batch of questions is left-padded into one ``generate`` call), and reads
 each reply back: the facts it wrote (each checked against the index), the final answer,
 token counts and timings. :func:`check_model_vocabulary` makes sure, before any
@@ -17,13 +17,37 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from .errors import VocabularyMismatch
+from .errors import InputRefused, VocabularyMismatch
 from .index import TreeIndex
 from .matcher import FACT
 from .models import LoadedModel
 from .prompt import Prompt, final_answer
 
 log = logging.getLogger(__name__)
+
+
+# A question is a sentence or two. Generation's time and memory grow with the prompt (a
+# 20,000-character question ran 53 s and took 1.4 GB), so a longer one is refused, not answered
+DEFAULT_MAX_QUESTION_CHARS = 2000
+
+
+def check_questions(questions: Sequence[str], max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> None:
+    """Raise :class:`InputRefused` for no question, an empty (or blank) question, or one longer
+    than ``max_chars`` characters: an empty one would be answered by a question the model
+    invents, an oversized one costs minutes and gigabytes."""
+    if not questions:
+        raise InputRefused("no question to answer")
+    for i, question in enumerate(questions):
+        where = f"question {i + 1}" if len(questions) > 1 else "the question"
+        if not isinstance(question, str):
+            raise InputRefused(f"{where} is not text: {type(question).__name__}")
+        if not question.strip():
+            raise InputRefused(f"{where} is empty: ask something")
+        if len(question) > max_chars:
+            raise InputRefused(
+                f"{where} has {len(question):,} characters; at most {max_chars:,} are answered "
+                "(max_question_chars)"
+            )
 
 
 @dataclass(frozen=True)
@@ -168,12 +192,17 @@ def ask(
     num_beams: int = 3,
     max_new_tokens: int = 128,
     constrained: bool = True,
+    max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS,
 ) -> list[Answer]:
-    """Answer ``questions`` in one left-padded batch (see the module doc)."""
+    """Answer ``questions`` in one left-padded batch (see the module doc).
+
+    Raises :class:`InputRefused`, before anything is generated, for an empty question or one
+    longer than ``max_question_chars`` (:func:`check_questions`)."""
+    check_questions(questions, max_question_chars)
     import torch
     from transformers import LogitsProcessorList
 
-    from .generation import RefactxLogitsProcessor
+    from .engines.transformers import RefactxLogitsProcessor
 
     prompt = prompt or Prompt()
     tok = loaded.tokenizer

@@ -28,7 +28,17 @@ class BuildRetired(IndexNotFound):
     """The build a lookup or a generation was reading was dropped (retention) under it.
 
     A plain lookup switches to the active build by itself; a generation in progress, which
-    stays on one build, gets this error and should be retried."""
+    stays on one build, gets this error and should be retried (its new ``root()`` reads the
+    active build). ``build_id``: the build that was dropped."""
+
+    def __init__(self, message: str, *, build_id: int | None = None) -> None:
+        super().__init__(message)
+        self.build_id = build_id
+
+
+class InputRefused(RefactxError, ValueError):
+    """An input is refused before any work: empty, or past a configured limit (the message
+    names the limit and how to change it)."""
 
 
 class VocabularyMismatch(RefactxError):

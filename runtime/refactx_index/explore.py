@@ -9,6 +9,7 @@ path whose decoding agrees with the text. ``text`` is fact text; the index's
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 from .index import TreeIndex
@@ -35,9 +36,13 @@ def _frontier(index: TreeIndex, tokenizer: object, full: str) -> Iterator[tuple[
     """Minimal tree prefixes whose decoding starts with ``full``: (ids, decoded, leaves)."""
     ids = _encode(tokenizer, full)
     base: tuple[int, ...] = ()
-    for cut in range(len(ids), -1, -1):
+    # start at a word boundary of the text, not at its last tokens: they may merge with what
+    # follows in a stored fact (" <Germ" is " <", "G", "erm", but "Germany" is one token)
+    for cut in range(max(len(ids) - 1, 0), -1, -1):
         cand = tuple(ids[:cut])
-        if full.startswith(_decode(tokenizer, cand)) and not index.next_tokens(cand).empty:
+        decoded = _decode(tokenizer, cand)
+        at_boundary = decoded.endswith("<") or full[len(decoded):len(decoded) + 1] in (" ", "")
+        if full.startswith(decoded) and at_boundary and not index.next_tokens(cand).empty:
             base = cand
             break
     stack = [(base, index.next_tokens(base).total_leaves)]
@@ -102,3 +107,68 @@ def enumerate_facts(
                 if limit is not None and count >= limit:
                     return
             stack.extend(p + (t,) for t in answer.tokens.tolist()[::-1])
+
+
+# ---------------------------------------------------------------------- graph exploration
+# The operations a step-by-step graph explorer asks for (for an entity, its relations; for an
+# entity and a relation, its objects), answered from the tree's leaf counts: the walk stops
+# at the ``>`` that closes the label asked for, so a count never enumerates the facts below.
+
+@dataclass(frozen=True)
+class Label:
+    """A label that continues the text asked about, and the number of facts behind it."""
+
+    label: str
+    facts: int
+
+
+def labels_after(index: TreeIndex, tokenizer: object, text: str, limit: int | None = None) -> list[Label]:
+    """The labels that continue ``text`` up to the ``>`` that closes them, with the facts
+    below each, most facts first (then by label). ``text`` ends where a label starts
+    (``"<"``, ``"<Danny Boyle> <"``, or inside a label: ``"<Danny"``, whose entities are
+    then the labels that start with ``Danny``)."""
+    full = _full_text(index, text)
+    open_at = full.rfind("<")
+    head = full[open_at + 1:] if open_at >= 0 else ""
+    counts: dict[str, int] = {}
+    stack = [(p, leaves) for p, _, leaves in _frontier(index, tokenizer, full)]
+    while stack:
+        p, leaves = stack.pop()
+        rest = _decode(tokenizer, p)[len(full):]
+        close = rest.find(">")
+        if close >= 0:  # every fact below shares the label through its ">"
+            label = head + rest[:close]
+            counts[label] = counts.get(label, 0) + leaves
+            continue
+        answer = index.next_tokens(p)
+        stack.extend((p + (t,), n) for t, n in zip(answer.tokens.tolist(), answer.leaves.tolist()))
+    found = sorted((Label(k, v) for k, v in counts.items()), key=lambda x: (-x.facts, x.label))
+    return found if limit is None else found[:limit]
+
+
+def entities(index: TreeIndex, tokenizer: object, label_start: str, limit: int | None = 20) -> list[Label]:
+    """Subjects whose label starts with ``label_start``, with their fact counts."""
+    return labels_after(index, tokenizer, "<" + label_start, limit)
+
+
+def relations(index: TreeIndex, tokenizer: object, entity: str, limit: int | None = None) -> list[Label]:
+    """The relations (properties) of ``entity``, ranked by how many facts each leads to."""
+    return labels_after(index, tokenizer, f"<{entity}> <", limit)
+
+
+def objects(index: TreeIndex, tokenizer: object, entity: str, relation: str,
+            limit: int | None = None) -> list[Label]:
+    """The objects of (``entity``, ``relation``)."""
+    return labels_after(index, tokenizer, f"<{entity}> <{relation}> <", limit)
+
+
+def facts_page(index: TreeIndex, tokenizer: object, text: str = "", *, offset: int = 0,
+               limit: int = 50) -> list[str]:
+    """The facts under ``text`` in token order, ``limit`` of them after the first ``offset``."""
+    if offset < 0 or limit < 0:
+        raise ValueError("offset and limit must not be negative")
+    page = []
+    for i, (fact, _) in enumerate(enumerate_facts(index, tokenizer, text, limit=offset + limit)):
+        if i >= offset:
+            page.append(fact)
+    return page

@@ -26,9 +26,10 @@ Fragment encoding, version 2 (all integers little-endian)::
             external      bitmap, ceil(n_nodes / 8) bytes
             ext_leaves    leaves_width x popcount(external)
 
-Version 1 is the same without the crc32 (``<BBBBBBI``); the runtime still reads it. The
-checksum turns a flipped bit (a token id, a count) into a ``FormatError`` instead of a
-silent wrong answer.
+Version 1 is the same without the crc32 (``<BBBBBBI``); the runtime still reads it, in a
+version 1 build only (``decode_fragment(row, version)``: a checksum-less row inside a version
+2 build is refused). The checksum turns a flipped bit (a token id, a count) into a
+``FormatError`` instead of a silent wrong answer.
 
 ``flags`` bit 0: the body is zlib-compressed (used when that is smaller). Widths
 are the smallest of 1, 2, 4, 8 bytes that hold the largest value. In BFS order
@@ -58,11 +59,26 @@ _FLAG_ZLIB = 1
 _COMPRESS_MIN_BYTES = 64
 _MAX_TOKEN = 2**32 - 1
 # Bounds a row must respect before it is trusted (encoders refuse to write past them, the
-# decoder refuses to read past them): a corrupt or hostile row costs at most a few tens of
-# MB and milliseconds. A row holds one expanded level (at most a vocabulary's worth of
-# children) or a subtree of at most T facts; a fact has at most 4096 tokens (tokenize.max_tokens).
+# decoder refuses to read past them): a corrupt or hostile row costs memory and time in
+# proportion to its stored size (below). A row holds one expanded level (at most a
+# vocabulary's worth of children) or a subtree of at most T facts; a fact has at most 4096
+# tokens (tokenize.max_tokens).
 MAX_FRAGMENT_NODES = 1 << 21
 MAX_FRAGMENT_LEVELS = 4096
+# Decoding costs memory per node (55-72 bytes at peak, measured: docs/tree.md), so a row
+# may not claim more nodes than its stored size accounts for: at most
+# max(NODES_ANY_ROW, NODES_PER_STORED_BYTE x stored bytes). A forged row that compresses
+# two million identical nodes into 10 KB is refused before anything is allocated. Real rows
+# stay far inside: an expanded row stores at least a byte per ~0.7 node (distinct sorted
+# tokens), a complete row of the default B (32,768 tokens) has fewer nodes than NODES_ANY_ROW,
+# and the encoder stores a row uncompressed rather than past the ratio (2+ bytes per node).
+NODES_ANY_ROW = 1 << 16
+NODES_PER_STORED_BYTE = 16
+
+
+def max_nodes_for(stored_bytes: int) -> int:
+    """The most nodes a row of ``stored_bytes`` bytes (header included) may hold."""
+    return min(MAX_FRAGMENT_NODES, max(NODES_ANY_ROW, NODES_PER_STORED_BYTE * stored_bytes))
 
 
 # --------------------------------------------------------------------------- prefixes
@@ -167,7 +183,9 @@ def _frame(body: bytes, n: int, tw: int, cw: int, lw: int, compress: bool) -> by
     flags = 0
     if compress and len(body) >= _COMPRESS_MIN_BYTES:
         packed = zlib.compress(body, 6)
-        if len(packed) < len(body):
+        # compressed past what the decoder accepts for its node count (a huge, very repetitive
+        # subtree): stored plain instead, which always fits (2+ bytes per node)
+        if len(packed) < len(body) and n <= max_nodes_for(_HEADER.size + len(packed)):
             body, flags = packed, _FLAG_ZLIB
     head = _HEADER_V1.pack(FORMAT_VERSION, flags, tw, cw, lw, 0, n)
     return head + struct.pack("<I", zlib.crc32(body, zlib.crc32(head))) + body
@@ -405,13 +423,22 @@ class Fragment:
         return -1
 
 
-def decode_fragment(data: bytes | memoryview) -> Fragment:
+def decode_fragment(data: bytes | memoryview, version: int | None = None) -> Fragment:
+    """Decode a stored row. ``version``: the format version of the build it belongs to; a row
+    of any other version is refused (a version 1 row, which has no checksum, must not slip
+    into a version 2 build). ``None`` accepts every readable version."""
     data = bytes(data)
     if len(data) < _HEADER_V1.size:
         raise FormatError("fragment shorter than its header")
-    version, flags, tw, cw, lw, _, n = _HEADER_V1.unpack_from(data)
-    if version not in READABLE_VERSIONS:
-        raise FormatError(f"fragment format version {version}; this runtime reads {READABLE_VERSIONS}")
+    row_version, flags, tw, cw, lw, _, n = _HEADER_V1.unpack_from(data)
+    if row_version not in READABLE_VERSIONS:
+        raise FormatError(f"fragment format version {row_version}; this runtime reads {READABLE_VERSIONS}")
+    if version is not None and row_version != version:
+        raise FormatError(
+            f"a format version {row_version} row inside a format version {version} build: "
+            "the row is corrupt or forged"
+        )
+    version = row_version
     header_size = _HEADER_V1.size
     if version >= 2:
         if len(data) < _HEADER.size:
@@ -424,6 +451,11 @@ def decode_fragment(data: bytes | memoryview) -> Fragment:
         raise FormatError("fragment header is corrupt")
     if n > MAX_FRAGMENT_NODES:
         raise FormatError(f"fragment header claims {n} nodes; at most {MAX_FRAGMENT_NODES} are read")
+    if n > max_nodes_for(len(data)):
+        raise FormatError(
+            f"fragment header claims {n} nodes in {len(data)} stored bytes; at most "
+            f"{max_nodes_for(len(data))} are read from a row of that size"
+        )
     nb = (n + 7) // 8
     # the largest body the header allows (every node external): nothing bigger is inflated
     most = tw * (n - 1) + cw * n + 2 * nb + lw * n
@@ -461,6 +493,15 @@ def decode_fragment(data: bytes | memoryview) -> Fragment:
     leaves = ends.astype(np.int64)
     leaves[external] += ext_leaves
     parent = np.repeat(np.arange(n), child_count)  # parent of nodes 1..n-1
+    # BFS order: a node's parent comes before it (else the counts make a cycle), and siblings
+    # are strictly increasing (a lookup's binary search needs it; a duplicate child would
+    # count its facts twice)
+    if n > 1:
+        if np.any(parent >= np.arange(1, n)):
+            raise FormatError("fragment child counts put a node before its parent")
+        siblings = parent[1:] == parent[:-1]
+        if np.any(siblings & (tokens[2:] <= tokens[1:-1])):
+            raise FormatError("fragment has duplicate or unsorted sibling tokens")
     if n <= _SMALL_FRAGMENT_NODES:
         # a subtree row: one plain pass from the last node back (BFS puts children after
         # their parent), cheaper than numpy's per-level calls on a few hundred nodes

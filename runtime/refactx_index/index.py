@@ -98,11 +98,12 @@ def tokenizer_sha256(path: str | os.PathLike[str]) -> str:
     return file_sha256(resolve_tokenizer_file(os.fspath(path)))
 
 
-def decode_row(node: bytes | memoryview) -> "Fragment":
-    """Decode a stored row and freeze its arrays (they are shared through the cache)."""
+def decode_row(node: bytes | memoryview, version: int | None = None) -> "Fragment":
+    """Decode a stored row of a build in format ``version`` (a row of another version is a
+    ``FormatError``) and freeze its arrays (they are shared through the cache)."""
     from .format import decode_fragment
 
-    frag = decode_fragment(node)
+    frag = decode_fragment(node, version)
     for arr in (frag.tokens, frag.child_start, frag.child_count, frag.ends, frag.external,
                 frag.leaves):
         arr.flags.writeable = False
@@ -261,7 +262,7 @@ class RowTreeIndex:
         return frag
 
     def _decode(self, build: ServedBuild, key: bytes, node: bytes) -> "Fragment":
-        frag = decode_row(node)
+        frag = decode_row(node, build.info.format_version)
         self.stats.rows_decoded += 1
         build.cache.put(key, frag)
         return frag

@@ -1,6 +1,6 @@
 """The fact matcher: which tokens a row may write next, engine-neutral.
 
-A generation engine (transformers today: ``refactx_index.generation``) owns the model
+A generation engine (an adapter in ``refactx_index.engines``) owns the model
 and the scores; the matcher owns the rules. Per row it keeps a :class:`RowState`, and
 per step it advances every row by the token the row just wrote -- all rows of a step
 in one :meth:`FactMatcher.step_batch` call, which asks the index for the rows it lacks

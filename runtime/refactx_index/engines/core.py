@@ -1,0 +1,255 @@
+"""What every engine adapter shares: requests in slots, one matcher per index, one mask.
+
+:class:`FactConstraint` is the whole adapter contract from the engine's side. Per step an
+engine gives it:
+
+1. the changes to its batch -- a request entering a slot (:meth:`FactConstraint.add`:
+   its prompt ids and the index it asked for, or none), leaving it
+   (:meth:`~FactConstraint.remove`), moving or swapping slots (:meth:`~FactConstraint.move`);
+2. the token each constrained slot wrote last step (:meth:`~FactConstraint.step`);
+3. the logits of the step with the slot of each row (:meth:`~FactConstraint.apply`), which
+   it masks in place: one :class:`~refactx_index.batch.StepMask` for all rows of all
+   indexes, one copy and three kernels (:mod:`refactx_index.masking`).
+
+Slots of requests that asked for no index are never touched: their logits stay
+bit-identical. Each index has its own :class:`~refactx_index.batch.BatchMatcher`;
+``matcher_seconds`` and ``mask_seconds`` add up the time of each part (benchmarks).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import numpy as np
+
+from ..batch import BatchMatcher, StepMask
+from ..errors import ConfigError, VocabularyMismatch
+from ..index import TreeIndex, vocabulary_size
+from ..masking import MaskApplier
+from ..matcher import FactMatcher
+from ..vocab import CONTEXT
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FactConstraint", "open_indexes", "trigger_variants"]
+
+
+def trigger_variants(tokenizer: object, trigger: str = CONTEXT) -> list[list[int]]:
+    """The ids a model may write for ``trigger``: alone, after a space, after a newline.
+
+    The newline variant is read as a continuation (the ids of ``"\\n" + trigger`` after
+    those of ``"\\n"``): SentencePiece vocabularies write ``Fact`` without the word-start
+    mark there, which neither of the other two encodings gives.
+    """
+    from ..memory import encode_texts
+
+    alone, spaced, newline, nl = encode_texts(tokenizer, [trigger, " " + trigger, "\n" + trigger, "\n"])
+    variants = [alone, spaced]
+    if newline[: len(nl)] == nl and len(newline) > len(nl):
+        variants.append(newline[len(nl):])
+    return variants
+
+
+def open_indexes(spec: Mapping[str, str], *, follow: bool = True) -> dict[str, TreeIndex]:
+    """Open the indexes an engine serves, by name: ``{"name": "path/to/file.rfx"}`` (an
+    in-memory index file) or ``{"name": "postgresql://..."}`` (the active build of that
+    name, following activations)."""
+    opened: dict[str, TreeIndex] = {}
+    for name, where in spec.items():
+        if not isinstance(where, str) or not where:
+            raise ConfigError(f"index {name!r}: give a .rfx file or a postgresql:// DSN, not {where!r}")
+        if where.startswith(("postgresql://", "postgres://")):
+            from ..pg import open_index
+
+            opened[name] = open_index(where, name, follow=follow)
+        else:
+            from ..memory import MemoryTreeIndex
+
+            opened[name] = MemoryTreeIndex.load(where)
+    return opened
+
+
+def check_index_vocabulary(index: TreeIndex, name: str, tokenizer_file: str | None, tokenizer: object) -> None:
+    """Refuse an index built for another vocabulary than the model's: by the sha256 of
+    ``tokenizer.json`` where the index records one, else by vocabulary size."""
+    from ..index import check_vocabulary
+
+    info = index.info
+    if info.tokenizer_hash and tokenizer_file:
+        check_vocabulary(info, tokenizer_file)
+    elif info.vocab_size and info.vocab_size != vocabulary_size(tokenizer):
+        raise VocabularyMismatch(f"index {name!r} was built for a vocabulary of {info.vocab_size} "
+                                 f"tokens; the model's has {vocabulary_size(tokenizer)}")
+
+
+@dataclass
+class _Slot:
+    index: str
+
+
+class FactConstraint:
+    """Requests in slots over one :class:`BatchMatcher` per index (see the module doc)."""
+
+    def __init__(self, indexes: Mapping[str, TreeIndex], trigger_ids: Sequence[Sequence[int]],
+                 eos_ids: Sequence[int], *, vocab_size: int,
+                 device: "torch.device | str | None" = None, pin_memory: bool | None = None) -> None:
+        if not indexes:
+            raise ConfigError("no index to constrain by")
+        self.indexes = dict(indexes)
+        self.matchers = {name: BatchMatcher(FactMatcher(ix, trigger_ids, eos_ids))
+                         for name, ix in self.indexes.items()}
+        self.vocab_size = vocab_size
+        self.applier = MaskApplier(device, pin_memory=pin_memory)
+        self.slots: dict[int, _Slot] = {}
+        self._names = list(self.matchers)
+        self._owner = np.full(64, -1, dtype=np.int64)  # slot -> position in _names, -1: none
+        self._refused: set[int] = set()  # slots that asked for an index this engine lacks
+        self.eos = np.asarray(sorted({int(e) for e in eos_ids}), dtype=np.int64)
+        self.matcher_seconds = 0.0
+        self.mask_seconds = 0.0
+        self.steps = 0
+        self.rows_masked = 0
+
+    # ------------------------------------------------------------------ batch changes
+    def index_names(self) -> list[str]:
+        return sorted(self.indexes)
+
+    def add(self, slot: int, index: str, prompt_ids: Sequence[int], *, in_fact: bool = False,
+            output_ids: Sequence[int] = ()) -> None:
+        """A request enters ``slot``, constrained by ``index``; ``output_ids`` are tokens it
+        already generated (a request resumed after preemption)."""
+        if index not in self.matchers:
+            raise KeyError(f"unknown index {index!r}; this engine serves {self.index_names()}")
+        self.remove([slot])
+        started = time.perf_counter()
+        matcher = self.matchers[index]
+        matcher.add([slot], [prompt_ids], in_fact=[in_fact])
+        self.slots[slot] = _Slot(index)
+        self._sync_owner()
+        for tok in output_ids:
+            matcher.step(np.asarray([slot]), np.asarray([int(tok)]))
+        self.matcher_seconds += time.perf_counter() - started
+
+    def refuse(self, slot: int) -> None:
+        """``slot`` asked for a constraint this engine cannot give: it may only end (an
+        answer that was asked to be constrained is never given unconstrained)."""
+        self.remove([slot])
+        self._refused.add(int(slot))
+
+    def remove(self, slots: Sequence[int]) -> None:
+        for slot in slots:
+            self._refused.discard(int(slot))
+            held = self.slots.pop(int(slot), None)
+            if held is not None:
+                self.matchers[held.index].remove([int(slot)])
+        self._sync_owner()
+
+    def move(self, src: int, dst: int, *, swap: bool = False) -> None:
+        """The request in ``src`` moves to ``dst`` (``swap``: the two exchange slots)."""
+        ra, rb = src in self._refused, dst in self._refused
+        self._refused -= {src, dst}
+        if ra:
+            self._refused.add(dst)
+        if rb and swap:
+            self._refused.add(src)
+        a, b = self.slots.pop(src, None), self.slots.pop(dst, None)
+        if swap:
+            if a is not None and b is not None and a.index == b.index:
+                self.matchers[a.index].move(src, dst, swap=True)
+            else:
+                # parked beyond every slot the engine uses, so the two moves never collide
+                park = max(m.capacity for m in self.matchers.values()) + 1
+                if a is not None:
+                    self.matchers[a.index].move(src, park)
+                if b is not None:
+                    self.matchers[b.index].move(dst, src)
+                if a is not None:
+                    self.matchers[a.index].move(park, dst)
+            if a is not None:
+                self.slots[dst] = a
+            if b is not None:
+                self.slots[src] = b
+            self._sync_owner()
+            return
+        if b is not None:
+            self.matchers[b.index].remove([dst])
+        if a is not None:
+            self.matchers[a.index].move(src, dst)
+            self.slots[dst] = a
+        self._sync_owner()
+
+    def constrained_slots(self) -> list[int]:
+        return sorted(self.slots)
+
+    def index_of(self, slot: int) -> str | None:
+        held = self.slots.get(slot)
+        return held.index if held is not None else None
+
+    # ------------------------------------------------------------------ steps
+    def step(self, slots: np.ndarray, tokens: np.ndarray) -> None:
+        """Each ``slots[i]`` (constrained or not) wrote ``tokens[i]``."""
+        started = time.perf_counter()
+        slots = np.asarray(slots, dtype=np.int64)
+        tokens = np.asarray(tokens, dtype=np.int64)
+        for name, sel in self._by_index(slots):
+            self.matchers[name].step(slots[sel], tokens[sel])
+        self.matcher_seconds += time.perf_counter() - started
+
+    def mask(self, row_slots: np.ndarray) -> StepMask:
+        """The step's mask for logits whose row ``r`` belongs to slot ``row_slots[r]``."""
+        started = time.perf_counter()
+        row_slots = np.asarray(row_slots, dtype=np.int64)
+        parts = []
+        for name, sel in self._by_index(row_slots):
+            rows = np.flatnonzero(sel)
+            part = self.matchers[name].mask(row_slots[rows], self.vocab_size)
+            if not part.empty:
+                parts.append(StepMask(rows[part.rows], rows[part.token_rows], part.tokens))
+        if self._refused:
+            rows = np.flatnonzero(np.isin(row_slots, np.fromiter(self._refused, dtype=np.int64)))
+            if rows.size:
+                parts.append(StepMask(rows, np.repeat(rows, self.eos.size), np.tile(self.eos, rows.size)))
+        if not parts:
+            mask = StepMask(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        elif len(parts) == 1:
+            mask = parts[0]
+        else:
+            rows = np.concatenate([p.rows for p in parts])
+            mask = StepMask(np.sort(rows), np.concatenate([p.token_rows for p in parts]),
+                            np.concatenate([p.tokens for p in parts]))
+        self.matcher_seconds += time.perf_counter() - started
+        return mask
+
+    def apply(self, logits: "torch.Tensor", row_slots: np.ndarray) -> "torch.Tensor":
+        """Mask ``logits`` in place (row ``r`` is slot ``row_slots[r]``) and return them."""
+        mask = self.mask(row_slots)
+        started = time.perf_counter()
+        self.applier(logits, mask)
+        self.mask_seconds += time.perf_counter() - started
+        self.steps += 1
+        self.rows_masked += int(mask.rows.size)
+        return logits
+
+    def _sync_owner(self) -> None:
+        """Rebuild the slot -> index array after the batch changed (not per step)."""
+        top = max(self.slots, default=-1) + 1
+        if top > self._owner.size:
+            self._owner = np.full(max(top, 2 * self._owner.size), -1, dtype=np.int64)
+        else:
+            self._owner.fill(-1)
+        for slot, held in self.slots.items():
+            self._owner[slot] = self._names.index(held.index)
+
+    def _by_index(self, slots: np.ndarray) -> list[tuple[str, np.ndarray]]:
+        """``(index name, boolean selector over slots)`` for each index with a slot among them."""
+        if not self.slots or slots.size == 0:
+            return []
+        inside = slots < self._owner.size
+        owner = np.where(inside, self._owner[np.where(inside, slots, 0)], -1)
+        return [(name, owner == k) for k, name in enumerate(self._names) if (owner == k).any()]

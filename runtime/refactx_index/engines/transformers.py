@@ -1,0 +1,183 @@
+"""The fact constraint for transformers ``generate``: a thin adapter over the batch matcher.
+
+:class:`RefactxLogitsProcessor` is a ``transformers`` logits processor. The rules are the
+matcher's (:mod:`refactx_index.matcher`); the states live in a
+:class:`~refactx_index.batch.BatchMatcher` whose slot ``r`` is row ``r`` of the batch, and
+each step is masked with one :class:`~refactx_index.batch.StepMask`
+(:mod:`refactx_index.masking`). This module only finds where the prompt ends and which
+row of the last step each row continues.
+
+* **Where the prompt ends.** ``generate`` first calls the processor with the prompt
+  alone (left-padded: every row's prompt ends at the same column), then with one more
+  column per step. A call that does not continue the previous one (one column more,
+  every row's ids minus the last equal to a row of the previous call) starts a new
+  generation: its width is the prompt length. So one processor may serve several
+  ``generate`` calls in turn; :meth:`RefactxLogitsProcessor.reset` forces a new start.
+* **Which row continues which.** Greedy search and sampling keep their rows in place
+  (one array compare tells). Beam search reorders, copies and drops rows: each row's
+  parent is found by sorting the previous rows' ids (a vectorized search, no Python per
+  row), and the slots are gathered from their parents.
+* **One round trip per step** at most: all rows advance in one batch step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..batch import BatchMatcher
+from ..index import TreeIndex
+from ..masking import MaskApplier
+from ..matcher import DEAD, FACT, FREE, FactMatcher, RowState
+from ..vocab import CONTEXT
+from .core import trigger_variants
+
+if TYPE_CHECKING:
+    import torch
+
+try:  # the optional extra: a plain class still works with transformers' processor lists
+    from transformers import LogitsProcessor as _Base
+except ImportError:  # pragma: no cover - depends on the install
+    _Base = object  # type: ignore[assignment,misc]
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEAD", "FACT", "FREE", "RefactxLogitsProcessor", "RowState", "trigger_variants"]
+
+
+class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
+    """Restrict generation after the trigger to facts of ``index`` (see the module docs).
+
+    ``tokenizer`` (a ``tokenizers.Tokenizer`` or a transformers tokenizer) is used only
+    to tokenize the trigger; pass ``trigger_ids`` instead to skip it. ``eos_token_id``
+    is what a dead end is forced to. ``prompt_length`` fixes where the prompt ends for
+    the next generation instead of taking the first call's width.
+
+    ``steps``, ``constrained_steps``, ``seconds`` (all of this processor's time),
+    ``matcher_seconds`` and ``mask_seconds`` count its calls, the rows it masked and its
+    time (benchmarks).
+    """
+
+    supports_continuous_batching = False
+
+    def __init__(
+        self,
+        index: TreeIndex,
+        tokenizer: object | None = None,
+        *,
+        eos_token_id: int | Sequence[int],
+        trigger: str = CONTEXT,
+        trigger_ids: Sequence[Sequence[int]] | None = None,
+        prompt_length: int | None = None,
+    ) -> None:
+        self.index = index
+        eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+        if trigger_ids is None:
+            if tokenizer is None:
+                raise ValueError("give a tokenizer (to tokenize the trigger) or trigger_ids")
+            trigger_ids = trigger_variants(tokenizer, trigger)
+        self.matcher = FactMatcher(index, trigger_ids, eos)
+        self.batch = BatchMatcher(self.matcher)
+        self.applier = MaskApplier()
+        self._next_prompt_length = prompt_length
+        self._prompt_length: int | None = None
+        self._prev: np.ndarray | None = None  # the previous call's ids
+        self._lock = threading.Lock()
+        self.steps = 0
+        self.constrained_steps = 0
+        self.seconds = 0.0
+        self.matcher_seconds = 0.0
+        self.mask_seconds = 0.0
+
+    # ------------------------------------------------------------------ states
+    @property
+    def trigger_ids(self) -> list[tuple[int, ...]]:
+        return list(self.matcher.triggers)
+
+    @property
+    def prompt_length(self) -> int | None:
+        """Where the prompt of the current generation ends (``None`` before the first call)."""
+        return self._prompt_length
+
+    def reset(self, prompt_length: int | None = None) -> None:
+        """Start a new generation at the next call (its prompt ends at ``prompt_length``,
+        or at that call's width)."""
+        with self._lock:
+            self._prev = None
+            self._prompt_length = None
+            self._next_prompt_length = prompt_length
+
+    def state(self, ids: Sequence[int] | np.ndarray, prompt_length: int | None = None) -> RowState:
+        """The state of a row whose token ids are ``ids``, the prompt being the first
+        ``prompt_length`` of them (default: the current generation's prompt length),
+        computed by the reference matcher from the ids alone."""
+        if prompt_length is None:
+            prompt_length = self._prompt_length
+            if prompt_length is None:
+                raise ValueError("no generation has started: give prompt_length")
+        row = np.asarray(ids, dtype=np.int64).tolist()
+        return self.matcher.scan(row, prompt_length)
+
+    def _advance(self, ids: np.ndarray) -> None:
+        """Every row's slot after this call's last column (the prompt's end on a new start)."""
+        rows, width = ids.shape
+        prev = self._prev
+        slots = np.arange(rows)
+        parents = None
+        if prev is not None and width == prev.shape[1] + 1:
+            if rows == prev.shape[0] and np.array_equal(ids[:, :-1], prev):
+                parents = slots  # greedy, sampling: rows stay in place
+            else:
+                parents = _parents(prev, ids[:, :-1])  # beams: reordered, copied, dropped
+        if parents is not None:
+            if parents is not slots:
+                self.batch.gather(parents)
+            self.batch.step(slots, ids[:, -1])
+        else:  # a new generation: the prompt ends here (or where the caller said)
+            prompt_length = self._next_prompt_length
+            self._next_prompt_length = None
+            if prompt_length is None or prompt_length >= width:
+                prompt_length = width
+            self._prompt_length = prompt_length
+            self.batch.add(slots, ids[:, :prompt_length])
+            for col in range(prompt_length, width):  # generated columns given at the start
+                self.batch.step(slots, ids[:, col])
+        self._prev = ids
+
+    # ------------------------------------------------------------------ masking
+    def __call__(self, input_ids: "torch.LongTensor", scores: "torch.Tensor") -> "torch.Tensor":
+        started = time.perf_counter()
+        ids = np.ascontiguousarray(input_ids.detach().cpu().numpy().astype(np.int64, copy=False))
+        with self._lock:
+            self._advance(ids)
+            mask = self.batch.mask(np.arange(ids.shape[0]), scores.shape[-1])
+        masking = time.perf_counter()
+        self.applier(scores, mask)
+        done = time.perf_counter()
+        self.steps += 1
+        self.constrained_steps += int(mask.rows.size)
+        self.matcher_seconds += masking - started
+        self.mask_seconds += done - masking
+        self.seconds += done - started
+        return scores
+
+
+def _parents(prev: np.ndarray, heads: np.ndarray) -> np.ndarray | None:
+    """For each row of ``heads`` the row of ``prev`` with the same ids, or None when a
+    row has none (a new generation). Rows are compared as whole byte strings, sorted once."""
+    prev = np.ascontiguousarray(prev)
+    heads = np.ascontiguousarray(heads)
+    row_type = np.dtype((np.void, prev.dtype.itemsize * prev.shape[1]))
+    keys = prev.view(row_type).ravel()
+    order = np.argsort(keys, kind="stable")
+    wanted = heads.view(row_type).ravel()
+    pos = np.searchsorted(keys[order], wanted)
+    pos = np.minimum(pos, keys.size - 1)
+    parents = order[pos]
+    if not np.array_equal(prev[parents], heads):
+        return None
+    return parents

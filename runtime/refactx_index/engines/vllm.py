@@ -1,0 +1,277 @@
+"""The fact constraint inside vLLM: logits processors for both of its model runners.
+
+Load by qualified name, and say which indexes the engine serves in its
+``additional_config`` (or the environment variable ``REFACTX_VLLM_CONFIG``, the same
+JSON, which the API server's process also reads to refuse unknown index names early)::
+
+    LLM(model=..., logits_processors=["refactx_index.engines.vllm:RefactxLogitsProcessor"],
+        additional_config={"refactx": {"indexes": {"sample": "/data/sample.rfx"}}})
+
+    vllm serve MODEL --logits-processors refactx_index.engines.vllm:RefactxLogitsProcessor \\
+        --additional-config '{"refactx": {"indexes": {"wikidata-qwen2.5": "postgresql://..."}}}'
+
+``indexes`` maps a name to an index file (``.rfx``) or a PostgreSQL DSN (the active build
+of that name, followed across activations); ``trigger`` (default ``"Fact:"``) is what
+opens a fact. Each worker process opens the indexes once and checks each against the
+model's vocabulary at start-up (:class:`~refactx_index.errors.VocabularyMismatch`).
+
+A request switches the constraint on with ``SamplingParams(extra_args={"refactx_index":
+NAME})`` -- over HTTP, ``"vllm_xargs": {"refactx_index": NAME}`` -- and may add
+``"refactx_in_fact": 1`` when its prompt ends inside a fact (the ids after the prompt's
+last trigger are the fact's first tokens). Every other request is left alone: its logits
+are not touched. A name the engine does not serve is refused at admission where the
+server knows the names (the environment variable), else the request may only end.
+
+* ``RefactxLogitsProcessor`` -- the V1 model runner (``update_state(BatchUpdate)`` with
+  added, removed and moved rows, then ``apply(logits)``); what vLLM runs on CPUs.
+* ``RefactxLogitsProcessorV2`` -- Model Runner V2 (``add_request``, ``apply(logits,
+  ctx)``), which vLLM uses on GPUs with Triton. It reads the prompt of a new request and
+  the batch's last tokens from the runner's buffers: one small device-to-host copy per step.
+
+Neither is argmax-invariant (the constraint changes greedy choices). vLLM rejects custom
+logits processors with speculative decoding, and its beam search runs outside the engine
+without ``extra_args``: see docs/runtime.md for what to use instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..vocab import CONTEXT
+from .core import FactConstraint, check_index_vocabulary, open_indexes, trigger_variants
+
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+
+try:  # Model Runner V2 (vLLM >= 0.2x); absent from older releases
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as _V2Base
+except ImportError:  # pragma: no cover - depends on the vLLM release
+    _V2Base = object  # type: ignore[assignment,misc]
+
+if TYPE_CHECKING:
+    import torch
+    from vllm import SamplingParams
+    from vllm.config import VllmConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["INDEX_ARG", "IN_FACT_ARG", "RefactxLogitsProcessor", "RefactxLogitsProcessorV2"]
+
+INDEX_ARG = "refactx_index"
+IN_FACT_ARG = "refactx_in_fact"
+CONFIG_ENV = "REFACTX_VLLM_CONFIG"
+
+
+def _settings(vllm_config: "VllmConfig | None") -> dict[str, Any]:
+    extra = getattr(vllm_config, "additional_config", None) if vllm_config is not None else None
+    conf = extra.get("refactx") if isinstance(extra, dict) else None
+    if conf is None and os.environ.get(CONFIG_ENV):
+        try:
+            conf = json.loads(os.environ[CONFIG_ENV]).get("refactx")
+        except (ValueError, AttributeError) as exc:
+            raise ConfigError(f"{CONFIG_ENV} is not JSON of the form "
+                              '{"refactx": {"indexes": {...}}}: ' f"{exc}") from exc
+    if not isinstance(conf, dict) or not isinstance(conf.get("indexes"), dict) or not conf["indexes"]:
+        raise ConfigError('the refactx logits processor needs additional_config={"refactx": '
+                          '{"indexes": {"NAME": "file.rfx or postgresql://..."}}} '
+                          f"(or the same JSON in {CONFIG_ENV})")
+    return conf
+
+
+def requested(params: "SamplingParams") -> tuple[str | None, bool]:
+    """The index a request asked for (``None``: unconstrained) and whether its prompt
+    ends inside a fact."""
+    extra = params.extra_args or {}
+    name = extra.get(INDEX_ARG)
+    if name is None:
+        return None, False
+    return str(name), bool(extra.get(IN_FACT_ARG, False))
+
+
+def _validate(params: "SamplingParams") -> None:
+    extra = params.extra_args or {}
+    if INDEX_ARG not in extra:
+        return
+    name = extra[INDEX_ARG]
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{INDEX_ARG} must name an index, not {name!r}")
+    if not isinstance(extra.get(IN_FACT_ARG, False), (bool, int)):
+        raise ValueError(f"{IN_FACT_ARG} must be true or false")
+    if params.n > 1 and params.temperature == 0:
+        raise ValueError("the fact constraint follows each sequence: use n=1 for greedy requests")
+    if os.environ.get(CONFIG_ENV):  # the server knows the names: refuse an unknown one now
+        served = _settings(None)["indexes"]
+        if name not in served:
+            raise ValueError(f"unknown index {name!r}; this server constrains by {sorted(served)}")
+
+
+def _constraint(vllm_config: "VllmConfig", device: "torch.device | str", pin_memory: bool) -> FactConstraint:
+    """Open the configured indexes, check them against the model's vocabulary, and
+    build the engine-neutral constraint (once per worker process)."""
+    from tokenizers import Tokenizer
+
+    conf = _settings(vllm_config)
+    model_config = vllm_config.model_config
+    tokenizer_dir = Path(getattr(model_config, "tokenizer", None) or model_config.model)
+    tokenizer_file = tokenizer_dir / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise ConfigError(f"the refactx constraint needs the model's tokenizer.json ({tokenizer_file} is missing)")
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    indexes = open_indexes(conf["indexes"])
+    for name, index in indexes.items():
+        check_index_vocabulary(index, name, str(tokenizer_file), tokenizer)
+    eos = model_config.hf_config.eos_token_id
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    generation = getattr(model_config, "hf_generation_config", None) or {}
+    extra_eos = generation.get("eos_token_id") if isinstance(generation, dict) else None
+    if extra_eos is not None:
+        eos_ids += [extra_eos] if isinstance(extra_eos, int) else list(extra_eos)
+    if not eos_ids:
+        raise ConfigError("the model config names no eos_token_id: a dead end could not be ended")
+    trigger = trigger_variants(tokenizer, conf.get("trigger", CONTEXT))
+    log.info("refactx: constraining by %s", ", ".join(f"{n} ({ix.info.facts} facts)" for n, ix in indexes.items()))
+    return FactConstraint(indexes, trigger, eos_ids, vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+                          device=device, pin_memory=pin_memory)
+
+
+class RefactxLogitsProcessor(LogitsProcessor):
+    """The V1 model runner's logits processor (module doc). Slot = persistent batch index."""
+
+    def __init__(self, vllm_config: "VllmConfig", device: "torch.device", is_pin_memory: bool) -> None:
+        self.constraint = _constraint(vllm_config, device, is_pin_memory)
+        self._outputs: dict[int, list[int]] = {}  # slot -> the request's live output ids
+        self._seen: dict[int, int] = {}  # slot -> output ids already given to the matcher
+
+    @classmethod
+    def validate_params(cls, sampling_params: "SamplingParams") -> None:
+        _validate(sampling_params)
+
+    def is_argmax_invariant(self) -> bool:
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if batch_update is not None:
+            self._change(batch_update)
+        if not self._outputs:
+            return
+        slots = np.fromiter(self._outputs, dtype=np.int64, count=len(self._outputs))
+        outs = list(self._outputs.values())
+        lengths = np.fromiter(map(len, outs), dtype=np.int64, count=len(outs))
+        seen = np.fromiter(self._seen.values(), dtype=np.int64, count=len(outs))
+        fresh = lengths > seen
+        if not fresh.any():
+            return
+        if (lengths - seen).max() == 1:  # the common step: one new token per row
+            pick = np.flatnonzero(fresh)
+            tokens = np.fromiter((outs[i][-1] for i in pick.tolist()), dtype=np.int64, count=pick.size)
+            self.constraint.step(slots[pick], tokens)
+        else:  # several tokens at once (a resumed request): one step per token
+            for i in np.flatnonzero(fresh).tolist():
+                for tok in outs[i][seen[i]:]:
+                    self.constraint.step(slots[i:i + 1], np.asarray([tok]))
+        for slot, n in zip(slots.tolist(), lengths.tolist()):
+            self._seen[slot] = n
+
+    def _change(self, update: BatchUpdate) -> None:
+        for slot in update.removed:
+            self._drop(slot)
+        for slot, params, prompt, outputs in update.added:
+            self._drop(slot)
+            name, in_fact = requested(params)
+            if name is None:
+                continue
+            if name not in self.constraint.matchers:
+                log.error("request asked for index %r, which this engine does not serve (%s): it "
+                          "may only end", name, self.constraint.index_names())
+                self.constraint.refuse(slot)
+                continue
+            try:
+                self.constraint.add(slot, name, prompt or [], in_fact=in_fact, output_ids=outputs)
+            except ValueError as exc:  # a prompt said to end inside a fact that is not stored
+                log.error("request in slot %d: %s; it may only end", slot, exc)
+                self.constraint.refuse(slot)
+                continue
+            self._outputs[slot] = outputs
+            self._seen[slot] = len(outputs)
+        for src, dst, direction in update.moved:
+            swap = direction == MoveDirectionality.SWAP
+            self.constraint.move(src, dst, swap=swap)
+            for table in (self._outputs, self._seen):
+                a, b = table.pop(src, None), table.pop(dst, None)
+                if a is not None:
+                    table[dst] = a  # type: ignore[assignment]
+                if swap and b is not None:
+                    table[src] = b  # type: ignore[assignment]
+
+    def _drop(self, slot: int) -> None:
+        self.constraint.remove([slot])
+        self._outputs.pop(slot, None)
+        self._seen.pop(slot, None)
+
+    def apply(self, logits: "torch.Tensor") -> "torch.Tensor":
+        if not self.constraint.slots and not self.constraint._refused:
+            return logits
+        return self.constraint.apply(logits, np.arange(logits.shape[0]))
+
+
+class RefactxLogitsProcessorV2(_V2Base):  # type: ignore[misc,valid-type]
+    """Model Runner V2's logits processor (module doc). Slot = the runner's request slot."""
+
+    def __init__(self, vllm_config: "VllmConfig", req_states: Any) -> None:
+        self.req_states = req_states
+        device = req_states.device
+        self.constraint = _constraint(vllm_config, device, getattr(device, "type", "cpu") != "cpu")
+        self._pending: dict[int, tuple[str, bool]] = {}  # slots added, prompt not read yet
+        self._known = np.zeros(req_states.max_num_reqs, dtype=np.int64)  # ids given per slot
+
+    @classmethod
+    def validate_params(cls, sampling_params: "SamplingParams") -> None:
+        _validate(sampling_params)
+
+    def add_request(self, req_idx: int, sampling_params: "SamplingParams") -> bool:
+        self.constraint.remove([req_idx])
+        self._pending.pop(req_idx, None)
+        name, in_fact = requested(sampling_params)
+        if name is None:
+            return False
+        if name not in self.constraint.matchers:
+            log.error("request asked for index %r, which this engine does not serve: it may only end", name)
+            self.constraint.refuse(req_idx)
+            return True
+        self._pending[req_idx] = (name, in_fact)
+        return True
+
+    def apply(self, logits: "torch.Tensor", ctx: Any) -> "torch.Tensor":
+        row_slots = np.asarray(ctx.idx_mapping_np, dtype=np.int64)
+        if self._pending:
+            self._start(row_slots)
+        if not self.constraint.slots and not self.constraint._refused:
+            return logits
+        # the token each row was fed is the one its request wrote last step: one copy
+        fed = ctx.input_ids.to("cpu", non_blocking=False).numpy().astype(np.int64, copy=False)
+        pos = ctx.pos.to("cpu", non_blocking=False).numpy().astype(np.int64, copy=False)
+        new = (pos >= self._known[row_slots]) & np.isin(row_slots, self.constraint.constrained_slots())
+        if new.any():
+            self.constraint.step(row_slots[new], fed[new])
+            self._known[row_slots[new]] = pos[new] + 1
+        return self.constraint.apply(logits, row_slots)
+
+    def _start(self, row_slots: np.ndarray) -> None:
+        """Requests added since the last step: read their prompts from the runner."""
+        prompt_len = self.req_states.prompt_len.np
+        for slot in [s for s in row_slots.tolist() if s in self._pending]:
+            name, in_fact = self._pending.pop(slot)
+            n = int(prompt_len[slot])
+            prompt = self.req_states.all_token_ids.gpu[slot, :n].to("cpu").tolist()
+            try:
+                self.constraint.add(slot, name, prompt, in_fact=in_fact)
+            except ValueError as exc:
+                log.error("request in slot %d: %s; it may only end", slot, exc)
+                self.constraint.refuse(slot)
+            self._known[slot] = n

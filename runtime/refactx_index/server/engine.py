@@ -1,0 +1,232 @@
+"""The server's generation engine: transformers in process, concurrent requests batched.
+
+Requests wait in a queue; one worker thread takes up to ``max_batch`` of them at a time
+and runs them as one left-padded ``generate`` call, each row constrained by the index its
+request named (one :class:`~refactx_index.engines.core.FactConstraint` over every served
+index) or not at all. Each new token is handed to its request as it is written (streaming),
+and a row stops at its own end of sequence, its own token limit, or when its client went
+away. Requests that arrive while a batch runs wait for the next one (no continuous
+batching: transformers' ``generate`` takes its rows at the start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..ask import GeneratedFact, read_reply
+from ..engines.core import FactConstraint, trigger_variants
+from ..index import TreeIndex
+from ..matcher import FactMatcher
+from ..models import LoadedModel
+
+log = logging.getLogger(__name__)
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Job:
+    """One request in the engine: its prompt ids, index (None: unconstrained), limits, and
+    where its tokens go (``on_token`` runs on the engine's thread)."""
+
+    prompt_ids: list[int]
+    index: str | None
+    max_new_tokens: int
+    temperature: float = 0.0
+    on_token: Callable[[int], None] | None = None
+    on_done: Callable[["Job"], None] | None = None
+    id: int = field(default_factory=lambda: next(_ids))
+    output_ids: list[int] = field(default_factory=list)
+    facts: list[GeneratedFact] = field(default_factory=list)
+    finish_reason: str = "stop"
+    cancelled: bool = False
+    error: BaseException | None = None
+    build_id: int | None = None
+    constraint_seconds: float = 0.0
+
+
+class _Rows:
+    """A transformers logits processor and stopping criterion for one batch of jobs."""
+
+    def __init__(self, engine: "TransformersEngine", jobs: list[Job], width: int) -> None:
+        self.engine, self.jobs, self.width = engine, jobs, width
+        self.rows = np.arange(len(jobs))
+        self.done = np.zeros(len(jobs), dtype=bool)
+
+    def __call__(self, input_ids, scores):  # the logits processor
+        constraint = self.engine.constraint
+        if input_ids.shape[1] > self.width:
+            new = input_ids[:, -1].detach().cpu().numpy().astype(np.int64)
+            self._deliver(new)
+            started = time.perf_counter()
+            constraint.step(self.rows, new)
+            self.engine.constraint_seconds += time.perf_counter() - started
+        started = time.perf_counter()
+        constraint.apply(scores, self.rows)
+        self.engine.constraint_seconds += time.perf_counter() - started
+        return scores
+
+    def _deliver(self, new: np.ndarray) -> None:
+        eos = self.engine.eos
+        for r, job in enumerate(self.jobs):
+            if self.done[r]:
+                continue
+            tok = int(new[r])
+            if tok in eos:
+                self.done[r] = True
+                continue
+            job.output_ids.append(tok)
+            if job.on_token is not None:
+                job.on_token(tok)
+            if len(job.output_ids) >= job.max_new_tokens:
+                job.finish_reason = "length"
+                self.done[r] = True
+
+    def stop(self, input_ids, scores, **kwargs):  # the stopping criterion, per row
+        import torch
+
+        for r, job in enumerate(self.jobs):
+            if job.cancelled:
+                self.done[r] = True
+        return torch.from_numpy(self.done.copy())
+
+
+class TransformersEngine:
+    """Generation for the server (module doc). ``indexes``: name -> index."""
+
+    def __init__(self, loaded: LoadedModel, indexes: dict[str, TreeIndex], *, max_batch: int = 16) -> None:
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.indexes = dict(indexes)
+        self.max_batch = max_batch
+        self.eos = frozenset(loaded.eos_token_ids)
+        trigger = trigger_variants(self.tokenizer)
+        self.matchers = {name: FactMatcher(ix, trigger, list(self.eos)) for name, ix in self.indexes.items()}
+        self.constraint = FactConstraint(self.indexes, trigger, sorted(self.eos),
+                                         vocab_size=len(self.tokenizer))
+        self.constraint_seconds = 0.0
+        self.batches = 0
+        self._pending: list[Job] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="refactx-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ requests
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("the engine is shutting down")
+            self._pending.append(job)
+            self._cond.notify()
+
+    async def run(self, job: Job) -> Job:
+        """Submit ``job`` and wait for it without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        previous = job.on_done
+
+        def finished(j: Job) -> None:
+            if previous is not None:
+                previous(j)
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(j))
+
+        job.on_done = finished
+        self.submit(job)
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            job.cancelled = True
+            raise
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout=60)
+
+    # ------------------------------------------------------------------ the worker
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                if self._stopping and not self._pending:
+                    return
+                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+            jobs = [j for j in jobs if not j.cancelled] or []
+            if not jobs:
+                continue
+            try:
+                self._generate(jobs)
+            except BaseException as exc:  # noqa: BLE001 - every job must hear of it
+                log.exception("generation failed for %d requests", len(jobs))
+                for job in jobs:
+                    job.error = exc
+            finally:
+                self.constraint.remove(range(len(jobs)))
+                for job in jobs:
+                    if job.on_done is not None:
+                        job.on_done(job)
+
+    def _generate(self, jobs: list[Job]) -> None:
+        import torch
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        self.batches += 1
+        width = max(len(j.prompt_ids) for j in jobs)
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = min(self.eos)
+        ids = torch.full((len(jobs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(jobs), width), dtype=torch.long)
+        for r, job in enumerate(jobs):
+            n = len(job.prompt_ids)
+            ids[r, width - n:] = torch.tensor(job.prompt_ids)
+            mask[r, width - n:] = 1
+            if job.index is not None:
+                self.constraint.add(r, job.index, job.prompt_ids)
+        rows = _Rows(self, jobs, width)
+        sample = any(j.temperature > 0 for j in jobs)
+        kwargs: dict[str, Any] = dict(do_sample=sample, num_beams=1, pad_token_id=pad,
+                                      eos_token_id=sorted(self.eos),
+                                      max_new_tokens=max(j.max_new_tokens for j in jobs))
+        if sample:
+            kwargs["temperature"] = max(j.temperature for j in jobs)
+        before = self.constraint_seconds
+        with torch.inference_mode():
+            self.loaded.model.generate(input_ids=ids, attention_mask=mask,
+                                       logits_processor=LogitsProcessorList([rows]),
+                                       stopping_criteria=StoppingCriteriaList([rows.stop]), **kwargs)
+        spent = self.constraint_seconds - before
+        for job in jobs:
+            job.constraint_seconds = spent
+            if job.cancelled:
+                job.finish_reason = "cancelled"
+            if job.index is not None:
+                self._read_facts(job)
+
+    def _read_facts(self, job: Job) -> None:
+        index = self.indexes[job.index]  # type: ignore[index]
+        reader = _MatcherHolder(self.matchers[job.index])  # type: ignore[index]
+        row = list(job.prompt_ids) + list(job.output_ids)
+        _, job.facts = read_reply(reader, self.tokenizer, index, row, len(job.prompt_ids))
+        job.build_id = index.info.build_id
+
+
+@dataclass
+class _MatcherHolder:
+    matcher: FactMatcher
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])

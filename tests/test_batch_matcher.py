@@ -1,0 +1,187 @@
+"""The batch matcher (state per slot, one numpy pass per step) against the row-by-row
+reference (``FactMatcher.step_batch``): random walks through the real gpt2 vocabulary's
+facts -- triggers, facts followed to their end, repeated facts, free text, tokens the mask
+forbade -- give the same mode, prefix, generated facts and allowed ids at every step,
+and the one-mask path equals a plain row-by-row mask for 1, 4 and 256 rows."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from refactx_index.batch import BatchMatcher
+from refactx_index.matcher import DEAD, FACT, FREE, FactMatcher
+from refactx_index.memory import MemoryTreeIndex, encode_texts
+from refactx_index.vocab import open_tokenizer
+
+from .conftest import tokenizer_dir
+from .test_generation import EOS, corporate_facts
+
+torch = pytest.importorskip("torch")
+
+from refactx_index.masking import MaskApplier, apply_mask_reference  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return open_tokenizer(str(tokenizer_dir("gpt2")))
+
+
+@pytest.fixture(scope="module", params=[1, 2, 64], ids=lambda t: f"threshold{t}")
+def index(request, tokenizer):
+    # threshold 1 and 2: many small rows, so walks cross into other rows often
+    return MemoryTreeIndex.from_facts(corporate_facts(), tokenizer, threshold=request.param)
+
+
+def _trigger(tokenizer) -> list[list[int]]:
+    return [tokenizer.encode(t, add_special_tokens=False).ids for t in ("Fact:", " Fact:")]
+
+
+def _choose(rng: random.Random, allowed: np.ndarray | None, free_pool: list[int],
+            trigger: list[int], pending: list[int]) -> int:
+    """A token as a sampling model would write it: mostly what the mask allows."""
+    if pending:
+        return pending.pop(0)
+    if allowed is not None:
+        if allowed.size and rng.random() < 0.97:
+            return int(allowed[rng.randrange(allowed.size)])
+        return rng.choice([EOS, rng.choice(free_pool)])  # a forced end, or a mask ignored
+    roll = rng.random()
+    if roll < 0.35:
+        pending.extend(trigger[1:])
+        return trigger[0]
+    return rng.choice(free_pool)
+
+
+def _same(bm: BatchMatcher, slot: int, st, ref: FactMatcher) -> None:
+    mode = bm.mode_of(slot)
+    assert mode == st.mode, (slot, mode, st)
+    assert bm.generated(slot) == list(st.done)
+    if st.mode == FACT:
+        assert bm.fact_prefix(slot) == st.prefix
+        assert bool(bm.ends[slot]) == st.ends
+    mask = bm.mask(np.asarray([slot]))
+    expected = ref.allowed(st)
+    if expected is None:
+        assert mask.empty
+    else:
+        assert mask.rows.tolist() == [0]
+        assert mask.tokens.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_walks_equal_the_reference(index, tokenizer, seed):
+    rng = random.Random(seed)
+    trigger = _trigger(tokenizer)
+    ref = FactMatcher(index, trigger, [EOS])
+    bm = BatchMatcher(FactMatcher(index, trigger, [EOS]), capacity=2, arena_nodes=64)
+    free_pool = [tokenizer.encode(w, add_special_tokens=False).ids[0]
+                 for w in (" the", " and", ".", "\n", " Answer", " <", " Acme")]
+    rows = 9
+    prompts = [tokenizer.encode(p, add_special_tokens=False).ids for p in
+               ["Question one. Fact:", "Q", "Fact: <Acme", "Fact:", "x Fact:", "Hi", "Fact:",
+                "Fact", "Two Fact:"]]
+    slots = np.asarray(rng.sample(range(40), rows))  # slots need not be 0..n-1
+    bm.add(slots, prompts)
+    states = ref.start_batch(prompts)
+    histories = [list(p) for p in prompts]
+    pending: list[list[int]] = [[] for _ in range(rows)]
+    seen = {FREE: 0, FACT: 0, DEAD: 0}
+    for _ in range(120):
+        for i, st in enumerate(states):
+            _same(bm, int(slots[i]), st, ref)
+            seen[st.mode] += 1
+            if st.mode == DEAD and rng.random() < 0.5:  # a new request in the same slot
+                bm.add([int(slots[i])], [prompts[i]])
+                states[i] = ref.start_batch([prompts[i]])[0]
+                histories[i] = list(prompts[i])
+                _same(bm, int(slots[i]), states[i], ref)
+        tokens = [_choose(rng, ref.allowed(st), free_pool, trigger[1], pending[i])
+                  for i, st in enumerate(states)]
+        for i, tok in enumerate(tokens):
+            histories[i].append(tok)
+        tails = [h[-ref.tail_length:] for h in histories]
+        states = ref.step_batch(states, tokens, tails)
+        bm.step(slots, np.asarray(tokens))
+    assert seen[FACT] > 100 and seen[FREE] > 50
+    assert sum(len(st.done) for st in states) > 5  # facts ended, some repeated prefixes
+    assert bm.arena.size > 0
+
+
+def test_beams_move_and_swap_keep_each_slots_state(index, tokenizer):
+    trigger = _trigger(tokenizer)
+    ref = FactMatcher(index, trigger, [EOS])
+    bm = BatchMatcher(FactMatcher(index, trigger, [EOS]))
+    prompt = tokenizer.encode("Fact:", add_special_tokens=False).ids
+    bm.add([0, 1, 2], [prompt] * 3)
+    fact = encode_texts(tokenizer, [" " + corporate_facts()[0]])[0]
+    other = encode_texts(tokenizer, [" " + corporate_facts()[5]])[0]
+    bm.step(np.asarray([0, 1, 2]), np.asarray([fact[0], other[0], fact[0]]))
+    bm.step(np.asarray([0, 1, 2]), np.asarray([fact[1], other[1], fact[1]]))
+    bm.gather(np.asarray([1, 1, 0]))  # beams: rows 0 and 1 continue old row 1, row 2 old row 0
+    assert bm.fact_prefix(0) == bm.fact_prefix(1) == tuple(other[:2])
+    assert bm.fact_prefix(2) == tuple(fact[:2])
+    bm.move(2, 5, swap=True)
+    assert bm.fact_prefix(5) == tuple(fact[:2]) and bm.mode_of(2) == FREE
+    bm.move(5, 3)
+    assert bm.fact_prefix(3) == tuple(fact[:2]) and bm.mode_of(5) == FREE
+    st = ref.scan(prompt + list(fact[:2]), len(prompt))
+    assert bm.mask(np.asarray([3])).tokens.tolist() == ref.allowed(st).tolist()
+
+
+def test_a_prompt_ending_inside_a_fact_starts_there(index, tokenizer):
+    trigger = _trigger(tokenizer)
+    bm = BatchMatcher(FactMatcher(index, trigger, [EOS]))
+    fact = encode_texts(tokenizer, [" " + corporate_facts()[0]])[0]
+    prompt = tokenizer.encode("Q. Fact:", add_special_tokens=False).ids + list(fact[:3])
+    bm.add([0], [prompt], in_fact=[True])
+    assert bm.mode_of(0) == FACT and bm.fact_prefix(0) == tuple(fact[:3])
+    assert fact[3] in bm.mask(np.asarray([0])).tokens.tolist()
+    bm.add([1], [prompt])  # not said: the prompt is context, the row is free
+    assert bm.mode_of(1) == FREE
+    with pytest.raises(ValueError, match="not a prefix of a stored fact"):
+        bm.add([2], [tokenizer.encode("Fact: <Nobody", add_special_tokens=False).ids], in_fact=[True])
+
+
+def test_tree_ids_beyond_the_vocabulary_are_left_out_and_force_eos(tokenizer):
+    small = MemoryTreeIndex.from_sequences([(60000, 1), (60001, 2), (7, 8)])
+    bm = BatchMatcher(FactMatcher(small, _trigger(tokenizer), [EOS]))
+    bm.add([0], [tokenizer.encode("Fact:", add_special_tokens=False).ids])
+    assert bm.mask(np.asarray([0]), vocab_size=50257).tokens.tolist() == [7]
+    bm.step(np.asarray([0]), np.asarray([7]))
+    assert bm.mask(np.asarray([0]), vocab_size=50257).tokens.tolist() == [8]
+    only_big = MemoryTreeIndex.from_sequences([(60000, 1)])
+    bm = BatchMatcher(FactMatcher(only_big, _trigger(tokenizer), [EOS]))
+    bm.add([0], [tokenizer.encode("Fact:", add_special_tokens=False).ids])
+    mask = bm.mask(np.asarray([0]), vocab_size=50257)
+    assert mask.rows.tolist() == [0] and mask.tokens.tolist() == [EOS]
+
+
+@pytest.mark.parametrize("rows", [1, 4, 256])
+def test_one_mask_per_step_equals_the_row_by_row_reference(index, tokenizer, rows):
+    trigger = _trigger(tokenizer)
+    bm = BatchMatcher(FactMatcher(index, trigger, [EOS]))
+    facts = encode_texts(tokenizer, [" " + f for f in corporate_facts()])
+    rng = random.Random(rows)
+    prompt = tokenizer.encode("Fact:", add_special_tokens=False).ids
+    slots = np.arange(rows)
+    # a third of the rows free text, the rest inside a fact at various depths
+    prompts = [prompt if i % 3 else tokenizer.encode("Hello", add_special_tokens=False).ids
+               for i in range(rows)]
+    bm.add(slots, prompts)
+    walks = [rng.choice(facts) for _ in range(rows)]
+    for step in range(3):
+        toks = np.asarray([w[step] if i % 3 else 13 for i, w in enumerate(walks)])
+        bm.step(slots, toks)
+    mask = bm.mask(slots, vocab_size=50257)
+    assert mask.rows.size == len([i for i in range(rows) if i % 3])
+    logits = torch.randn(rows, 50257)
+    expected = apply_mask_reference(logits, mask)
+    got = MaskApplier()(logits.clone(), mask)
+    assert torch.equal(got, expected)
+    # the torch path (what an accelerator runs), here on CPU tensors
+    applier = MaskApplier("cpu")
+    assert torch.equal(applier._apply_torch(logits.clone(), mask), expected)
+    assert applier.copies == 1 and applier.kernels == 3  # whatever the number of rows

@@ -1,0 +1,207 @@
+"""The fact server, live: uvicorn on a free loopback port, the real SmolLM2-135M-Instruct,
+an index of the shared sample's facts, and the real ``openai`` client (plus plain HTTP for
+what the client does not send: malformed JSON, oversized bodies)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
+
+QUESTIONS = {"What is the capital of Germany?": "Germany",
+             "Which country is Northern Ireland part of?": "Northern Ireland",
+             "Which continent is Japan in?": "Japan",
+             "Which countries share a border with France?": "France"}
+
+
+@pytest.fixture(scope="module")
+def stored(sample_fact_texts):
+    from refactx_index.models import model_directory
+    from refactx_index.vocab import encode_facts, open_tokenizer
+
+    encoded = encode_facts(open_tokenizer(str(model_directory("smollm2") / "tokenizer.json")),
+                           sample_fact_texts, ())
+    return {tuple(encoded.ids(i)) for i in range(len(sample_fact_texts))}
+
+
+@pytest.fixture(scope="module")
+def server(sample_fact_texts):
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.models import load_model
+    from refactx_index.server.app import ServerSettings, create_app
+    from refactx_index.server.engine import TransformersEngine
+
+    loaded = load_model("smollm2")
+    index = MemoryTreeIndex.from_facts(sample_fact_texts, str(loaded.tokenizer_file))
+    engine = TransformersEngine(loaded, {"sample": index}, max_batch=16)
+    settings = ServerSettings(default_index="sample", max_new_tokens=64, max_concurrent=20,
+                              max_body_bytes=64 << 10)
+    app = create_app(engine, settings)
+    started = threading.Event()
+    app.router.on_startup.append(started.set)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    assert started.wait(60), "the server did not start"
+    yield {"url": f"http://127.0.0.1:{port}", "engine": engine, "settings": settings}
+    srv.should_exit = True
+    thread.join(30)
+    engine.close()
+
+
+@pytest.fixture()
+def client(server):
+    return openai.OpenAI(base_url=server["url"] + "/v1", api_key="none", max_retries=0, timeout=300)
+
+
+def _ask(client, question: str, **extra):
+    return client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": question}],
+                                          max_tokens=48, temperature=0, **extra)
+
+
+def test_a_chat_completion_writes_only_stored_facts(client, stored):
+    reply = _ask(client, "What is the capital of Germany?")
+    facts = reply.model_extra["facts"]
+    assert facts and reply.choices[0].message.content
+    assert all(f["stored"] for f in facts if f["complete"])
+    assert all(tuple(f["token_ids"]) in stored for f in facts if f["complete"])
+    assert any("Germany" in f["text"] for f in facts)
+
+
+def test_streaming_gives_the_same_text_as_not_streaming(client):
+    plain = _ask(client, "Which continent is Japan in?")
+    chunks = list(_ask(client, "Which continent is Japan in?", stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content
+    assert chunks[-1].model_extra["facts"] == plain.model_extra["facts"]
+
+
+def test_sixteen_concurrent_clients_each_get_their_own_answer(client, server, stored):
+    batches = server["engine"].batches
+    questions = list(QUESTIONS) * 4
+    with ThreadPoolExecutor(16) as pool:
+        replies = list(pool.map(lambda q: _ask(client, q), questions))
+    assert server["engine"].batches - batches < len(questions)  # batched, not one by one
+    for question, reply in zip(questions, replies):
+        facts = reply.model_extra["facts"]
+        assert all(tuple(f["token_ids"]) in stored for f in facts if f["complete"]), question
+        assert facts and QUESTIONS[question] in facts[0]["text"], (question, facts)
+
+
+def test_the_unconstrained_model_is_asked_with_a_null_index(client):
+    reply = _ask(client, "What is the capital of Germany?", extra_body={"refactx": {"index": None}})
+    assert reply.choices[0].message.content and "facts" in reply.model_extra
+
+
+def test_bad_requests_get_their_status_and_the_next_request_succeeds(client, server):
+    url = server["url"]
+    with pytest.raises(openai.NotFoundError, match="served: \\['sample'\\]"):
+        _ask(client, "Hi", extra_body={"refactx": {"index": "nosuch"}})
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
+                                       max_tokens=10_000)
+    r = httpx.post(url + "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
+    big = json.dumps({"model": "smollm2", "messages": [{"role": "user", "content": "x" * (70 << 10)}]})
+    r = httpx.post(url + "/v1/chat/completions", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    r = httpx.post(url + "/v1/completions", json={"model": "smollm2", "prompt": ""})
+    assert r.status_code == 400
+    assert _ask(client, "What is the capital of Germany?").model_extra["facts"]
+
+
+def test_too_many_requests_in_flight_get_429(client, server):
+    settings = server["settings"]
+    url = server["url"]
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Tell me about France."}],
+            "max_tokens": 48, "stream": True}
+    streams = []
+    try:
+        with httpx.Client(timeout=300) as http:
+            for _ in range(settings.max_concurrent):  # each held open after its first event
+                cm = http.stream("POST", url + "/v1/chat/completions", json=body)
+                response = cm.__enter__()
+                streams.append(cm)
+                assert response.status_code == 200
+            r = httpx.post(url + "/v1/chat/completions", json={**body, "stream": False})
+            assert r.status_code == 429
+    finally:
+        for cm in streams:
+            cm.__exit__(None, None, None)
+    assert _ask(client, "Which continent is Japan in?").choices[0].message.content
+
+
+def test_a_client_that_disconnects_mid_stream_stops_its_row(client, server):
+    url = server["url"]
+    engine = server["engine"]
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Tell me about Germany."}],
+            "max_tokens": 64, "stream": True}
+    with httpx.Client(timeout=300) as http:
+        with http.stream("POST", url + "/v1/chat/completions", json=body) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    break  # the first token arrived: leave
+    # the next request is served (the engine did not wait for the abandoned row's 64 tokens)
+    assert _ask(client, "What is the capital of Germany?").model_extra["facts"]
+    metrics = httpx.get(url + "/metrics").text
+    assert "refactx_cancelled_total" in metrics and engine.batches >= 1
+
+
+def test_models_health_ready_and_metrics(server):
+    url = server["url"]
+    assert httpx.get(url + "/health").json() == {"status": "ok"}
+    assert httpx.get(url + "/ready").json()["indexes"] == ["sample"]
+    assert httpx.get(url + "/v1/models").json()["data"][0]["id"] == "smollm2"
+    metrics = httpx.get(url + "/metrics").text
+    assert "refactx_requests_total" in metrics and "refactx_index_lookups_total" in metrics
+
+
+def test_exploration_over_http_equals_the_python_api(server, sample_fact_texts):
+    import re
+    from collections import Counter
+
+    url = server["url"]
+    triples = [re.match(r"^<(.*?)> <(.*?)> <(.*)> \.$", t).groups() for t in sample_fact_texts]
+    subject = Counter(s for s, _, _ in triples).most_common(1)[0][0]
+    got = httpx.get(url + "/v1/indexes/sample/relations", params={"entity": subject}).json()["data"]
+    assert {x["label"]: x["facts"] for x in got} == dict(Counter(p for s, p, _ in triples if s == subject))
+    relation = got[0]["label"]
+    objs = httpx.get(url + "/v1/indexes/sample/objects", params={"entity": subject, "relation": relation}).json()
+    assert {x["label"] for x in objs["data"]} == {o for s, p, o in triples if s == subject and p == relation}
+    page = httpx.get(url + "/v1/indexes/sample/facts", params={"prefix": f"<{subject}> <", "limit": 5}).json()
+    assert len(page["data"]) == 5
+    assert httpx.get(url + "/v1/indexes/nosuch/relations", params={"entity": "x"}).status_code == 404
+
+
+def test_refactx_ask_answers_from_an_index_file(sample_fact_texts, stored, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.models import model_directory
+
+    path = tmp_path / "sample.rfx"
+    MemoryTreeIndex.from_facts(sample_fact_texts, str(model_directory("smollm2") / "tokenizer.json")).save(path)
+    refactx = str(Path(sys.executable).with_name("refactx"))
+    run = subprocess.run([refactx, "ask", "--index-file", str(path), "--beams", "1", "--max-new-tokens", "40",
+                          "--json", "What is the capital of Germany?"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["facts"] and all(tuple(f["token_ids"]) in stored for f in answer["facts"] if f["complete"])
+    missing = subprocess.run([refactx, "ask", "--index-file", str(tmp_path / "nope.rfx"), "Hi"],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr

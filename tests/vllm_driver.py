@@ -1,0 +1,122 @@
+"""Runs vLLM for tests/test_engine_vllm.py, in the vLLM virtual environment (.venv-vllm).
+
+vLLM pins its own transformers, so it lives in a virtual environment of its own with the
+runtime wheel; this script is what the tests run there. It reads a JSON spec (argv[1]),
+starts each engine of the spec in turn (with or without the refactx logits processor),
+runs its generations and writes what came out (argv[2]): token ids and text per prompt,
+plus the Model Runner V2 processor driven directly through vLLM's own interface types.
+
+Spec: {"model": DIR, "indexes": {NAME: FILE.rfx}, "engines": [{"name": ..., "processor":
+bool, "runs": [{"name": ..., "prompts": [str], "chat": bool, "alone": bool,
+"params": {SamplingParams keywords}}]}], "v2": {"index": NAME, "prompt": str, "tokens": [int]}}
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+
+PROCESSOR = "refactx_index.engines.vllm:RefactxLogitsProcessor"
+
+
+def _engine(spec: dict, engine: dict):
+    from vllm import LLM
+
+    kwargs = dict(model=spec["model"], dtype="bfloat16", gpu_memory_utilization=0.25, max_model_len=2048,
+                  enforce_eager=True, seed=0, max_num_seqs=16)
+    if engine["processor"]:
+        kwargs["logits_processors"] = [PROCESSOR]
+        kwargs["additional_config"] = {"refactx": {"indexes": spec["indexes"]}}
+    return LLM(**kwargs)
+
+
+def _run(llm, run: dict) -> list[dict]:
+    from vllm import SamplingParams
+
+    tok = llm.get_tokenizer()
+    prompts = run["prompts"]
+    if run.get("chat"):
+        from refactx_index.prompt import Prompt
+
+        prompts = [tok.apply_chat_template(Prompt().messages(q), tokenize=False, add_generation_prompt=True)
+                   for q in prompts]
+    params = SamplingParams(**run["params"])
+    if run.get("alone"):
+        outputs = [llm.generate([p], params, use_tqdm=False)[0] for p in prompts]
+    else:
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+    return [{"prompt_ids": list(o.prompt_token_ids), "ids": list(o.outputs[0].token_ids),
+             "text": o.outputs[0].text, "finish": o.outputs[0].finish_reason} for o in outputs]
+
+
+def _v2(spec: dict) -> dict:
+    """The V2 processor through vLLM's own LogitsContext, on CPU tensors: each step feeds
+    the token the request wrote, as the V2 runner does, and reads the mask back."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    from tokenizers import Tokenizer
+    from vllm import SamplingParams
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
+
+    from refactx_index.engines.vllm import RefactxLogitsProcessorV2
+
+    v2 = spec["v2"]
+    tokenizer = Tokenizer.from_file(os.path.join(spec["model"], "tokenizer.json"))
+    prompt = tokenizer.encode(v2["prompt"], add_special_tokens=False).ids
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    slots, slot = 4, 2
+    all_ids = torch.zeros(slots, 256, dtype=torch.int64)
+    all_ids[slot, : len(prompt)] = torch.tensor(prompt)
+    prompt_len = np.zeros(slots, dtype=np.int64)
+    prompt_len[slot] = len(prompt)
+    req_states = SimpleNamespace(device=torch.device("cpu"), max_num_reqs=slots, vocab_size=vocab,
+                                 all_token_ids=SimpleNamespace(gpu=all_ids),
+                                 prompt_len=SimpleNamespace(np=prompt_len))
+    config = SimpleNamespace(additional_config={"refactx": {"indexes": spec["indexes"]}},
+                             model_config=SimpleNamespace(tokenizer=spec["model"], model=spec["model"],
+                                                          hf_config=SimpleNamespace(eos_token_id=2),
+                                                          hf_generation_config={}))
+    proc = RefactxLogitsProcessorV2(config, req_states)
+    assert proc.add_request(slot, SamplingParams(extra_args={"refactx_index": v2["index"]}))
+    assert not proc.add_request(0, SamplingParams())
+    allowed: list[list[int]] = []
+    written = list(prompt)
+    for tok in [None] + v2["tokens"]:
+        if tok is not None:
+            written.append(tok)
+        fed = written[-1]
+        ctx = LogitsContext(expanded_idx_mapping=torch.tensor([0, slot]), idx_mapping=torch.tensor([0, slot]),
+                            idx_mapping_np=np.asarray([0, slot]), expanded_local_pos=torch.zeros(2, dtype=torch.int64),
+                            input_ids=torch.tensor([5, fed]), pos=torch.tensor([3, len(written) - 1]),
+                            seq_lens_upper_bound_np=np.asarray([4, len(written)]))
+        logits = torch.zeros(2, vocab)
+        proc.apply(logits, ctx)
+        if not torch.isfinite(logits[0]).all():
+            raise AssertionError("the unconstrained request's row was masked")
+        allowed.append(torch.isfinite(logits[1]).nonzero().flatten().tolist())
+    return {"allowed": allowed, "prompt_ids": prompt}
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    result: dict = {"engines": {}}
+    for engine in spec["engines"]:
+        llm = _engine(spec, engine)
+        result["engines"][engine["name"]] = {run["name"]: _run(llm, run) for run in engine["runs"]}
+        del llm
+        gc.collect()
+    if spec.get("v2"):
+        result["v2"] = _v2(spec)
+    with open(sys.argv[2], "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":  # vLLM starts its engine in a child process
+    main()
