@@ -12,7 +12,7 @@ written once as ``verbalize/facts`` Parquet. For each ``local[N]`` of ``--cores`
   ``Tokenizer.encode_batch`` and ``encode_batch_fast`` of ``fact_prefix + text`` in
   ``--batch`` slices on N threads (``RAYON_NUM_THREADS=N``; one thread: parallelism off),
   with the process's default allocator (glibc malloc) and again with jemalloc preloaded;
-- **tokenize stage**: ``refactx_pipeline.tokenize_facts.run`` as the pipeline runs it
+- **tokenize stage**: ``refactx_pipeline.stages.tokenize.run`` as the pipeline runs it
   (Parquet in, one encoding job, tokens/rejects/meta/counts out) on ``local[N]``, its
   Python workers already started (a warm-up run on 1,000 facts first).
 

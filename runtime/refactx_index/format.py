@@ -10,10 +10,10 @@ A build is a set of rows ``(prefix, node)``:
   *external*: its children live in the row keyed by its own full prefix, and the
   fragment records only its leaf count.
 
-Which prefixes get rows is the build's cut rule (see ``refactx_pipeline/prefix_rows.py``):
+Which prefixes get rows is the build's cut rule (see ``refactx_pipeline/stages/prefix_rows.py``):
 a prefix with more than ``T`` facts below it and shorter than ``D`` tokens is
 expanded one level (its children are external); any other row root stores its
-whole subtree. ``T = 1`` is the "single-fact tail" of DESIGN.md, ``len == D`` its
+whole subtree. ``T = 1`` makes every single-fact tail its own row; ``len == D`` is the
 depth cut.
 
 Fragment encoding, version 2 (all integers little-endian)::

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from refactx_index.cli import print_answer  # the serving command's, one way to show an answer
 from refactx_index.errors import RefactxError
 from refactx_index.vocab import open_tokenizer
 
@@ -281,28 +282,6 @@ def cmd_builds(args: argparse.Namespace) -> int:
         for run in runs:
             print(describe_run(run))
     return 0
-
-
-def print_answer(answer, out=sys.stdout) -> None:
-    """The reply with its facts marked (checked against the index), and the final answer."""
-    print(f"question: {answer.question}", file=out)
-    print("reply:", file=out)
-    facts = list(answer.facts)
-    for line in answer.reply.splitlines() or [""]:
-        mark = ""
-        fact = next((f for f in facts if f.text and f.text in line), None)
-        if fact is not None:
-            facts.remove(fact)
-            mark = "   [stored]" if fact.stored else (
-                "   [incomplete]" if not fact.complete else "   [NOT STORED]")
-        print(f"  {line}{mark}", file=out)
-    stored = sum(f.stored for f in answer.facts)
-    print(f"facts: {stored} of {len(answer.facts)} stored in the index", file=out)
-    print(f"answer: {answer.answer or '(no Answer: line)'}", file=out)
-    t = answer.timings
-    print(f"({answer.prompt_tokens} prompt tokens, {answer.generated_tokens} generated; model load "
-          f"{t.get('load_s', 0):.1f} s, generation {t['generate_s']:.1f} s, {t['ms_per_step']:.0f} ms/step, "
-          f"of which the fact constraint {1000 * t['processor_s']:.0f} ms)", file=out)
 
 
 def open_served_index(args: argparse.Namespace, cfg: Config, dsn: str | None):

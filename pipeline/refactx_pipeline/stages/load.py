@@ -4,7 +4,7 @@ Per vocabulary: apply ``sql/schema.sql``; clean leftovers of killed loads; inser
 ``loading`` build; create ``{schema}.tree_b<build_id>`` (no index); bulk binary COPY
 from the Parquet files, the files dealt over ``cfg.pg.load_workers`` connections,
 with the PGCOPY stream pre-encoded by numpy per Arrow batch; then the unique B-tree,
-ANALYZE, CHECK + ATTACH (``refactx_pipeline.pgcatalog.attach``); record counts and bytes, status
+ANALYZE, CHECK + ATTACH (``refactx_pipeline.catalog.pgcatalog.attach``); record counts and bytes, status
 ``loaded``. The served index is never touched: activation is a separate step, and
 validate and activate are handed the build ids this stage returns (``build_ids_of``).
 A load killed half-way leaves an unattached table and a ``loading`` row whose lock is
