@@ -37,8 +37,9 @@ PIPELINE_MODULES = {
     "pydantic_settings",
     "refactx_pipeline",
 }
-# Runtime submodules that exist to use an optional extra (generation: torch, transformers)
-OPTIONAL_EXTRA_SUBMODULES = re.compile(r"^refactx_index\.(generat\w*|logits\w*|hf\w*)$")
+# Runtime submodules that exist to use an optional extra (generation: torch, transformers;
+# an engine adapter imports its engine: vLLM lives in its own virtual environment)
+OPTIONAL_EXTRA_SUBMODULES = re.compile(r"^refactx_index\.(generat\w*|logits\w*|hf\w*|engines\.(transformers|vllm))$")
 
 
 def _pinned(requirement_file: Path, name: str) -> str | None:
