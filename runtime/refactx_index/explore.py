@@ -36,9 +36,14 @@ def _frontier(index: TreeIndex, tokenizer: object, full: str) -> Iterator[tuple[
     """Minimal tree prefixes whose decoding starts with ``full``: (ids, decoded, leaves)."""
     ids = _encode(tokenizer, full)
     base: tuple[int, ...] = ()
+    # the text's ids stay on the tree only so far: no longer prefix can be a start (and a
+    # long text that matches nothing costs a few lookups, not a decoding of every prefix)
+    on_tree = 0
+    while on_tree < len(ids) and ids[on_tree] in set(index.next_tokens(ids[:on_tree]).tokens.tolist()):
+        on_tree += 1
     # start at a word boundary of the text, not at its last tokens: they may merge with what
     # follows in a stored fact (" <Germ" is " <", "G", "erm", but "Germany" is one token)
-    for cut in range(max(len(ids) - 1, 0), -1, -1):
+    for cut in range(min(max(len(ids) - 1, 0), on_tree), -1, -1):
         cand = tuple(ids[:cut])
         decoded = _decode(tokenizer, cand)
         at_boundary = decoded.endswith("<") or full[len(decoded):len(decoded) + 1] in (" ", "")

@@ -68,6 +68,13 @@ def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None
         spark.stop()
 
 
+def quoted_head(text: str, limit: int = 80) -> str:
+    """``text`` quoted for a message: at most its first ``limit`` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
 def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) -> int:
     """Print the continuations of ``text`` with their leaf counts, and whole facts below it.
 
@@ -77,7 +84,7 @@ def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) ->
 
     continuations = complete(index, tokenizer, text, limit)
     total = sum(n for _, n in continuations)
-    print(f"completions of {text!r} ({len(continuations)} shown, most facts first):", file=out)
+    print(f"completions of {quoted_head(text)} ({len(continuations)} shown, most facts first):", file=out)
     for continuation, leaves in continuations:
         print(f"  {leaves:>8}  {continuation!r}", file=out)
     facts = list(enumerate_facts(index, tokenizer, text, limit))
@@ -247,7 +254,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
     ) as index:
         shown = show_completions(index, open_tokenizer(args.tokenizer), args.text, args.limit)
     if shown == 0:
-        sys.stderr.write(f"refactx-index: no fact of index {args.index!r} starts with {args.text!r}\n")
+        sys.stderr.write(f"refactx-index: no fact of index {args.index!r} starts with {quoted_head(args.text)}\n")
         return 3
     return 0
 
