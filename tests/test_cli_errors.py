@@ -66,3 +66,20 @@ def test_a_truncated_bz2_dump_names_the_file_and_the_cause(tmp_path):
     assert "cut.nt.bz2" in line, line
     assert "Exception" in line or "Error" in line, line
     assert len(proc.stderr) < 20_000  # not a 432-line trace
+
+
+@pytest.mark.spark
+def test_a_missing_enwiki_sql_dump_is_one_line_naming_it(tmp_path):
+    proc = refactx("build", "--stages", "parse,sitelinks", "--set", f"paths.build_root={tmp_path / 'b'}",
+                   "--set", f"input.dumps={example_graph()}",
+                   "--set", f"input.enwiki_page={tmp_path / 'absent-page.sql'}",
+                   "--set", f"input.enwiki_page_props={tmp_path / 'absent-props.sql'}", cwd=tmp_path)
+    line = one_error_line(proc)
+    assert "cannot read" in line and "absent-page.sql" in line
+
+
+def test_a_missing_index_file_for_ask_is_one_line_naming_it(tmp_path):
+    proc = refactx("ask", "--index-file", str(tmp_path / "absent.rfx"), "What is the capital of Germany?",
+                   cwd=tmp_path)
+    line = one_error_line(proc)
+    assert "cannot read" in line and "absent.rfx" in line

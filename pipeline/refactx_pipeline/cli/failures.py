@@ -15,14 +15,17 @@ def describe_failure(exc: BaseException) -> str | None:
     """A one-line account of a failure a user can act on, or None for a bug (traceback).
 
     Refactx errors are already that; a Spark job that died reading an input (a truncated or
-    corrupt compressed dump, an unreadable file) names the file and the Java cause; a
-    database that refuses names the server (password masked)."""
+    corrupt compressed dump, an unreadable file) names the file and the Java cause; a file
+    that cannot be opened (a missing enwiki SQL dump or index file) is named with the reason;
+    a database that refuses names the server (password masked)."""
     if isinstance(exc, RefactxError):
         return str(exc)
     import psycopg
 
     if isinstance(exc, psycopg.OperationalError):
         return f"PostgreSQL refused: {redact_text(str(exc).strip())}"
+    if isinstance(exc, OSError) and exc.filename is not None:  # an input path given by the user
+        return f"cannot read {exc.filename}: {exc.strerror or exc}"
     if type(exc).__module__.startswith(("pyspark", "py4j")):
         text = str(exc)
         causes = _JAVA_CAUSE.findall(text)
