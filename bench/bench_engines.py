@@ -314,7 +314,7 @@ def _replay(llm, spec: dict, written: list[tuple[list[int], list[int]]]) -> dict
     outputs: list[list[int]] = [[] for _ in range(rows)]
     params = SamplingParams(extra_args={"refactx_index": "sample"})
     added = [(i, params, written[i][0], outputs[i]) for i in range(rows)]
-    logits = torch.zeros(rows, llm.get_tokenizer().vocab_size if hasattr(llm.get_tokenizer(), "vocab_size") else 49152)
+    logits = torch.zeros(rows, len(llm.get_tokenizer()))
     steps = min(len(w[1]) for w in written)
     proc.update_state(BatchUpdate(batch_size=rows, removed=[], added=added, moved=[]))
     proc.apply(logits)

@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from refactx_index.batch import BatchMatcher
+from refactx_index.batch import BatchMatcher, StepMask
 from refactx_index.matcher import DEAD, FACT, FREE, FactMatcher
 from refactx_index.memory import MemoryTreeIndex, encode_texts
 from refactx_index.vocab import open_tokenizer
@@ -21,7 +21,20 @@ from .test_generation import EOS, corporate_facts
 
 torch = pytest.importorskip("torch")
 
-from refactx_index.masking import MaskApplier, apply_mask_reference  # noqa: E402
+from refactx_index.masking import MaskApplier  # noqa: E402
+
+
+def apply_mask_reference(logits: "torch.Tensor", mask: StepMask) -> "torch.Tensor":
+    """The plain definition, row by row (tests compare the fast path with it)."""
+    import torch
+
+    out = logits.clone()
+    for r in mask.rows.tolist():
+        allowed = torch.from_numpy(mask.tokens[mask.token_rows == r])
+        keep = torch.zeros(out.shape[-1], dtype=torch.bool)
+        keep[allowed] = True
+        out[r, ~keep.to(out.device)] = float("-inf")
+    return out
 
 
 @pytest.fixture(scope="module")

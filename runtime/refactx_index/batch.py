@@ -225,15 +225,10 @@ class BatchMatcher:
         self.prefix = wider
 
     def _clear(self, slot: int) -> None:
-        self.mode[slot] = FREE
-        self.node[slot] = -1
-        self.ends[slot] = False
-        self.slow[slot] = False
-        self.plen[slot] = 0
+        """A slot as a new request finds it: free text, no history, nothing generated."""
+        self._to_free(slot)
         self.hist[slot] = -1
         self.done[slot] = []
-        self.shadow[slot] = []
-        self.net[slot] = None
         self.build[slot] = None
 
     # ------------------------------------------------------------------ slots

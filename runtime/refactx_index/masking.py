@@ -25,7 +25,7 @@ from .batch import StepMask
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MaskApplier", "apply_mask_reference"]
+__all__ = ["MaskApplier"]
 
 
 class MaskApplier:
@@ -94,16 +94,3 @@ class MaskApplier:
             capacity = max(size, 2 * (self._host.numel() if self._host is not None else 4096))
             self._host = torch.empty(capacity, dtype=torch.int64, pin_memory=self.pin_memory)
         return self._host
-
-
-def apply_mask_reference(logits: "torch.Tensor", mask: StepMask) -> "torch.Tensor":
-    """The plain definition, row by row (tests compare the fast path with it)."""
-    import torch
-
-    out = logits.clone()
-    for r in mask.rows.tolist():
-        allowed = torch.from_numpy(mask.tokens[mask.token_rows == r])
-        keep = torch.zeros(out.shape[-1], dtype=torch.bool)
-        keep[allowed] = True
-        out[r, ~keep.to(out.device)] = float("-inf")
-    return out

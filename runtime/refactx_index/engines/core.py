@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
@@ -88,11 +87,6 @@ def check_index_vocabulary(index: TreeIndex, name: str, tokenizer_file: str | No
                                  f"tokens; the model's has {vocabulary_size(tokenizer)}")
 
 
-@dataclass
-class _Slot:
-    index: str
-
-
 class FactConstraint:
     """Requests in slots over one :class:`BatchMatcher` per index (see the module doc)."""
 
@@ -106,7 +100,7 @@ class FactConstraint:
                          for name, ix in self.indexes.items()}
         self.vocab_size = vocab_size
         self.applier = MaskApplier(device, pin_memory=pin_memory)
-        self.slots: dict[int, _Slot] = {}
+        self.slots: dict[int, str] = {}  # slot -> the index its request asked for
         self._names = list(self.matchers)
         self._owner = np.full(64, -1, dtype=np.int64)  # slot -> position in _names, -1: none
         self._refused: set[int] = set()  # slots that asked for an index this engine lacks
@@ -130,7 +124,7 @@ class FactConstraint:
         started = time.perf_counter()
         matcher = self.matchers[index]
         matcher.add([slot], [prompt_ids], in_fact=[in_fact])
-        self.slots[slot] = _Slot(index)
+        self.slots[slot] = index
         self._sync_owner()
         for tok in output_ids:
             matcher.step(np.asarray([slot]), np.asarray([int(tok)]))
@@ -147,7 +141,7 @@ class FactConstraint:
             self._refused.discard(int(slot))
             held = self.slots.pop(int(slot), None)
             if held is not None:
-                self.matchers[held.index].remove([int(slot)])
+                self.matchers[held].remove([int(slot)])
         self._sync_owner()
 
     def move(self, src: int, dst: int, *, swap: bool = False) -> None:
@@ -160,17 +154,17 @@ class FactConstraint:
             self._refused.add(src)
         a, b = self.slots.pop(src, None), self.slots.pop(dst, None)
         if swap:
-            if a is not None and b is not None and a.index == b.index:
-                self.matchers[a.index].move(src, dst, swap=True)
+            if a is not None and b is not None and a == b:
+                self.matchers[a].move(src, dst, swap=True)
             else:
                 # parked beyond every slot the engine uses, so the two moves never collide
                 park = max(m.capacity for m in self.matchers.values()) + 1
                 if a is not None:
-                    self.matchers[a.index].move(src, park)
+                    self.matchers[a].move(src, park)
                 if b is not None:
-                    self.matchers[b.index].move(dst, src)
+                    self.matchers[b].move(dst, src)
                 if a is not None:
-                    self.matchers[a.index].move(park, dst)
+                    self.matchers[a].move(park, dst)
             if a is not None:
                 self.slots[dst] = a
             if b is not None:
@@ -178,9 +172,9 @@ class FactConstraint:
             self._sync_owner()
             return
         if b is not None:
-            self.matchers[b.index].remove([dst])
+            self.matchers[b].remove([dst])
         if a is not None:
-            self.matchers[a.index].move(src, dst)
+            self.matchers[a].move(src, dst)
             self.slots[dst] = a
         self._sync_owner()
 
@@ -188,8 +182,7 @@ class FactConstraint:
         return sorted(self.slots)
 
     def index_of(self, slot: int) -> str | None:
-        held = self.slots.get(slot)
-        return held.index if held is not None else None
+        return self.slots.get(slot)
 
     # ------------------------------------------------------------------ steps
     def step(self, slots: np.ndarray, tokens: np.ndarray) -> None:
@@ -244,7 +237,7 @@ class FactConstraint:
         else:
             self._owner.fill(-1)
         for slot, held in self.slots.items():
-            self._owner[slot] = self._names.index(held.index)
+            self._owner[slot] = self._names.index(held)
 
     def _by_index(self, slots: np.ndarray) -> list[tuple[str, np.ndarray]]:
         """``(index name, boolean selector over slots)`` for each index with a slot among them."""

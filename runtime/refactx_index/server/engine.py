@@ -24,7 +24,6 @@ import numpy as np
 from ..ask import GeneratedFact, read_reply
 from ..engines.core import FactConstraint, trigger_variants
 from ..index import TreeIndex
-from ..matcher import FactMatcher
 from ..models import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -109,7 +108,6 @@ class TransformersEngine:
         self.max_batch = max_batch
         self.eos = frozenset(loaded.eos_token_ids)
         trigger = trigger_variants(self.tokenizer)
-        self.matchers = {name: FactMatcher(ix, trigger, list(self.eos)) for name, ix in self.indexes.items()}
         self.constraint = FactConstraint(self.indexes, trigger, sorted(self.eos),
                                          vocab_size=len(self.tokenizer))
         self.constraint_seconds = 0.0
@@ -216,15 +214,11 @@ class TransformersEngine:
 
     def _read_facts(self, job: Job) -> None:
         index = self.indexes[job.index]  # type: ignore[index]
-        reader = _MatcherHolder(self.matchers[job.index])  # type: ignore[index]
         row = list(job.prompt_ids) + list(job.output_ids)
-        _, job.facts = read_reply(reader, self.tokenizer, index, row, len(job.prompt_ids))
+        # read_reply scans the row with the batch matcher's own FactMatcher (its .matcher)
+        batch = self.constraint.matchers[job.index]  # type: ignore[index]
+        _, job.facts = read_reply(batch, self.tokenizer, index, row, len(job.prompt_ids))
         job.build_id = index.info.build_id
-
-
-@dataclass
-class _MatcherHolder:
-    matcher: FactMatcher
 
 
 def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
