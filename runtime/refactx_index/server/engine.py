@@ -160,7 +160,11 @@ class TransformersEngine:
                 if self._stopping and not self._pending:
                     return
                 jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
-            jobs = [j for j in jobs if not j.cancelled] or []
+            for job in jobs:
+                if job.cancelled and job.on_done is not None:  # its client left while it waited
+                    job.finish_reason = "cancelled"
+                    job.on_done(job)
+            jobs = [j for j in jobs if not j.cancelled]
             if not jobs:
                 continue
             try:
