@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from .errors import InputRefused, VocabularyMismatch
-from .index import TreeIndex
+from .index import ServedBuild, TreeIndex
 from .matcher import FACT
 from .models import LoadedModel
 from .prompt import Prompt, final_answer
@@ -151,9 +151,10 @@ def check_model_vocabulary(index: TreeIndex, tokenizer: Any, tokenizer_sha256: s
 
 
 def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[int],
-               prompt_length: int, constrained: bool = True) -> tuple[str, list[GeneratedFact]]:
+               prompt_length: int, constrained: bool = True, *,
+               build: ServedBuild | None = None) -> tuple[str, list[GeneratedFact]]:
     """The reply text of a generated row and the facts it wrote, in order, each checked
-    against the index.
+    against the index's ``build`` (the one the generation read; default: the serving one).
 
     Constrained, the facts are read on token ids by the matcher (what it let through).
     Unconstrained, they are the text after each trigger up to the line's end, encoded as
@@ -165,7 +166,7 @@ def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[i
     fast = _fact_tokenizer(tokenizer)
     written: list[tuple[tuple[int, ...], bool]] = []
     if constrained:
-        state = processor.matcher.scan(row, prompt_length)
+        state = processor.matcher.scan(row, prompt_length, build=build)
         written = [(fact, True) for fact in state.done]
         if state.mode == FACT and state.prefix:  # generation stopped inside or at the end of a fact
             written.append((state.prefix, state.ends))
@@ -174,7 +175,7 @@ def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[i
         texts = [m.group(1).strip() for m in re.finditer(r"Fact:(.*)", reply)]
         encoded = encode_facts(fast, texts, (), info.fact_prefix, info.fact_suffix)
         written = [(tuple(encoded.ids(i)), True) for i in range(len(texts)) if texts[i]]
-    checks = index.next_tokens_batch([f for f, _ in written]) if written else []
+    checks = index.next_tokens_batch([f for f, _ in written], build=build) if written else []
     facts = [
         GeneratedFact(text=decode_continuation(fast, f).strip(), token_ids=f, stored=check.ends,
                       complete=complete)
@@ -215,7 +216,9 @@ def ask(
     finally:
         tok.padding_side = side
     eos = loaded.eos_token_ids
-    processor = RefactxLogitsProcessor(index, tok, eos_token_id=eos)
+    # one build for the whole batch, from the first step to the check of the facts written
+    build = index.serving_build()
+    processor = RefactxLogitsProcessor(index, tok, eos_token_id=eos, build=build)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
@@ -239,7 +242,7 @@ def ask(
         while generated and generated[-1] == pad:
             generated.pop()
         reply, facts = read_reply(processor, tok, index, row[: width + len(generated)], width,
-                                  constrained)
+                                  constrained, build=build)
         answers.append(Answer(
             question=question,
             reply=reply,

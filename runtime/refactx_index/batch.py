@@ -233,17 +233,23 @@ class BatchMatcher:
 
     # ------------------------------------------------------------------ slots
     def add(self, slots: Sequence[int], prompts: Sequence[Sequence[int]],
-            in_fact: Sequence[bool] | None = None) -> None:
+            in_fact: Sequence[bool] | None = None, *, build: ServedBuild | None = None) -> None:
         """Start each slot at the end of its prompt (the rules: the prompt is context; a
         prompt ending with the trigger starts inside a fact). ``in_fact[i]`` says the
         prompt ends *inside* a fact: the ids after its last trigger are the fact's first
-        tokens (a :class:`ValueError` if they are not a prefix of a stored fact)."""
+        tokens (a :class:`ValueError` if they are not a prefix of a stored fact).
+
+        Each slot reads one build from now to its end: ``build``, default the index's
+        serving build at this call (every fact the request writes comes from it, even when
+        another build is activated meanwhile)."""
+        pinned = build or self.index.serving_build()
         starts: list[tuple[int, list[int]]] = []  # slot, fact tokens already in the prompt
         entering: list[int] = []
         for i, (slot, prompt) in enumerate(zip(slots, prompts)):
             slot = int(slot)
             self._ensure(slot)
             self._clear(slot)
+            self.build[slot] = pinned
             ids = [int(t) for t in prompt]
             if in_fact is not None and in_fact[i]:
                 cut = self._last_trigger_end(ids)
@@ -424,10 +430,14 @@ class BatchMatcher:
             self.ends[slot] = bool(self.arena.ends[g])
 
     def _enter(self, slots: np.ndarray) -> None:
-        """``slots`` wrote a trigger: each starts a fact at the root (one lookup for all)."""
-        root = self.index.advance_batch([(None, 0)])[0]
-        if root is None:  # pragma: no cover - advance_batch raises on a missing root row
-            raise RuntimeError("the index has no root row")
+        """``slots`` wrote a trigger: each starts a fact at the root of its build (one
+        lookup per build, almost always one for all)."""
+        builds = [self.build[slot] for slot in slots.tolist()]
+        for build in dict.fromkeys(builds):  # distinct, in order
+            group = slots[np.fromiter((b is build for b in builds), dtype=bool, count=len(builds))]
+            self._enter_on(self.index.root(build), group)
+
+    def _enter_on(self, root: Cursor, slots: np.ndarray) -> None:
         g = self.arena.add(root.frag) + root.node
         self.mode[slots] = FACT
         self.node[slots] = g

@@ -79,11 +79,15 @@ class TreeIndex(Protocol):
 
     def next_tokens(self, prefix: Sequence[int]) -> NextTokens: ...
 
-    def next_tokens_batch(self, prefixes: Sequence[Sequence[int]]) -> list[NextTokens]: ...
+    def next_tokens_batch(self, prefixes: Sequence[Sequence[int]], *,
+                          build: "ServedBuild | None" = None) -> list[NextTokens]: ...
 
-    def root(self) -> "Cursor": ...
+    def serving_build(self) -> "ServedBuild": ...
 
-    def advance_batch(self, moves: Sequence[tuple["Cursor | None", int]]) -> list["Cursor | None"]: ...
+    def root(self, build: "ServedBuild | None" = None) -> "Cursor": ...
+
+    def advance_batch(self, moves: Sequence[tuple["Cursor | None", int]], *,
+                      build: "ServedBuild | None" = None) -> list["Cursor | None"]: ...
 
     def close(self) -> None: ...
 
@@ -233,6 +237,15 @@ class RowTreeIndex:
         """The build a new lookup reads (subclasses may switch builds here)."""
         return self._build
 
+    def serving_build(self) -> ServedBuild:
+        """The build a request starting now reads. A request that must see one build from
+        its first token to its last (a generation, the check of the facts it wrote) takes it
+        once and passes it as ``build=`` to :meth:`root`, :meth:`advance_batch` and
+        :meth:`next_tokens_batch`: activations after that do not reach it, and a drop of its
+        build is a :class:`~refactx_index.errors.BuildRetired`, never an answer from another
+        build."""
+        return self._serving()
+
     def _fetch(self, build: ServedBuild, keys: list[bytes]) -> Mapping[bytes, bytes]:
         self.stats.round_trips += 1
         found = build.fetch_rows(keys)
@@ -280,11 +293,13 @@ class RowTreeIndex:
         """Allowed next tokens, their leaf counts, and whether ``prefix`` is a fact."""
         return self.next_tokens_batch([prefix])[0]
 
-    def next_tokens_batch(self, prefixes: Sequence[Sequence[int]]) -> list[NextTokens]:
-        """:meth:`next_tokens` for many prefixes, fetching missing rows in one round trip."""
+    def next_tokens_batch(self, prefixes: Sequence[Sequence[int]], *,
+                          build: ServedBuild | None = None) -> list[NextTokens]:
+        """:meth:`next_tokens` for many prefixes, fetching missing rows in one round trip
+        (on ``build``, default the serving one: see :meth:`serving_build`)."""
         prefs = [_as_tuple(p) for p in prefixes]
         self.stats.lookups += len(prefs)
-        return self._next_tokens_on(self._serving(), prefs)
+        return self._next_tokens_on(build or self._serving(), prefs)
 
     def _next_tokens_on(self, build: ServedBuild, prefs: list[tuple[int, ...]]) -> list[NextTokens]:
         # rows of this call, even if the cache drops them; raw bytes until a walk needs one
@@ -315,16 +330,18 @@ class RowTreeIndex:
         return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ cursors
-    def root(self) -> Cursor:
-        """A cursor at the root (the empty prefix)."""
-        return self.advance_batch([(None, 0)])[0]  # type: ignore[return-value]
+    def root(self, build: ServedBuild | None = None) -> Cursor:
+        """A cursor at the root (the empty prefix) of ``build`` (default: the serving one)."""
+        return self.advance_batch([(None, 0)], build=build)[0]  # type: ignore[return-value]
 
     def advance(self, cursor: Cursor, token: int) -> Cursor | None:
         """The cursor one ``token`` further, or ``None`` when ``token`` is not a child."""
         return self.advance_batch([(cursor, token)])[0]
 
-    def advance_batch(self, moves: Sequence[tuple[Cursor | None, int]]) -> list[Cursor | None]:
-        """Advance each ``(cursor, token)``; ``(None, _)`` asks for the root.
+    def advance_batch(self, moves: Sequence[tuple[Cursor | None, int]], *,
+                      build: ServedBuild | None = None) -> list[Cursor | None]:
+        """Advance each ``(cursor, token)``; ``(None, _)`` asks for the root of ``build``
+        (default: the serving one). A cursor stays on the build it was made on.
 
         Rows not in the cache (the external nodes just reached) are fetched in one
         round trip for the whole batch; a cursor that stays inside its row costs one
@@ -335,10 +352,10 @@ class RowTreeIndex:
         need: dict[ServedBuild, dict[bytes, list[int]]] = {}
         small: set[bytes] = set()  # keys whose whole subtree comes in the same round trip
         self.stats.lookups += len(moves)
-        serving = None
+        roots = build
         for i, (cur, tok) in enumerate(moves):
             if cur is None:
-                build = serving = serving or self._serving()
+                build = roots = roots or self._serving()
                 key = b""
             else:
                 build = cur.build

@@ -38,7 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .index import Cursor, TreeIndex
+from .index import Cursor, ServedBuild, TreeIndex
 
 log = logging.getLogger(__name__)
 
@@ -106,20 +106,23 @@ class FactMatcher:
         return any(tail[-len(t):] == t for t in self.triggers if len(tail) >= len(t))
 
     # ------------------------------------------------------------------ states
-    def start_batch(self, prompts: Sequence[Sequence[int]]) -> list[RowState]:
-        """The states at the end of each prompt (fact mode only where it ends with the trigger)."""
+    def start_batch(self, prompts: Sequence[Sequence[int]], *,
+                    build: ServedBuild | None = None) -> list[RowState]:
+        """The states at the end of each prompt (fact mode only where it ends with the trigger).
+        Facts start at the root of ``build`` (default: the index's serving build)."""
         entering = [i for i, p in enumerate(prompts) if self.ends_with_trigger(p)]
         states = [FREE_START] * len(prompts)
         if entering:
-            roots = self.index.advance_batch([(None, 0)] * len(entering))
+            roots = self.index.advance_batch([(None, 0)] * len(entering), build=build)
             for i, root in zip(entering, roots):
                 states[i] = self._fact_state(root, (), ())  # type: ignore[arg-type]
         return states
 
     def step_batch(self, states: Sequence[RowState], tokens: Sequence[int],
-                   tails: Sequence[Sequence[int]]) -> list[RowState]:
+                   tails: Sequence[Sequence[int]], *, build: ServedBuild | None = None) -> list[RowState]:
         """Each row's state after writing ``tokens[i]``; ``tails[i]`` are the row's last
-        ids, ending with that token (for the trigger). One index round trip at most."""
+        ids, ending with that token (for the trigger). One index round trip at most. A
+        fact in progress stays on its cursor's build; a new one starts on ``build``."""
         out: list[RowState | None] = [None] * len(states)
         moves: list[tuple[Cursor | None, int]] = []
         pending: list[tuple[int, Fact, tuple[Fact, ...]]] = []  # row, prefix, done
@@ -149,7 +152,7 @@ class FactMatcher:
             else:
                 out[i] = st if done is st.done and st.mode == FREE else RowState(FREE, (), done)
         if moves:
-            for (i, prefix, done), cursor in zip(pending, self.index.advance_batch(moves)):
+            for (i, prefix, done), cursor in zip(pending, self.index.advance_batch(moves, build=build)):
                 if cursor is None:  # the mask allowed a token the tree does not hold
                     log.warning("the tree has no node for a fact prefix of %d tokens: dead end",
                                 len(prefix))
@@ -158,15 +161,19 @@ class FactMatcher:
                     out[i] = self._fact_state(cursor, prefix, done)
         return out  # type: ignore[return-value]
 
-    def scan(self, ids: Sequence[int], prompt_length: int) -> RowState:
+    def scan(self, ids: Sequence[int], prompt_length: int, *,
+             build: ServedBuild | None = None) -> RowState:
         """The state of a row from scratch: ``ids[:prompt_length]`` is the prompt, the rest
-        was generated. One index round trip per generated token at most."""
+        was generated. One index round trip per generated token at most. Read on ``build``
+        (default: the serving build at this call) from first token to last."""
         ids = [int(t) for t in ids]
         if not 0 <= prompt_length <= len(ids):
             raise ValueError(f"prompt_length {prompt_length} outside [0, {len(ids)}]")
-        st = self.start_batch([ids[:prompt_length]])[0]
+        build = build or self.index.serving_build()
+        st = self.start_batch([ids[:prompt_length]], build=build)[0]
         for j in range(prompt_length, len(ids)):
-            st = self.step_batch([st], [ids[j]], [ids[max(0, j + 1 - self.tail_length): j + 1]])[0]
+            st = self.step_batch([st], [ids[j]], [ids[max(0, j + 1 - self.tail_length): j + 1]],
+                                 build=build)[0]
         return st
 
     def allowed(self, state: RowState) -> np.ndarray | None:

@@ -23,6 +23,7 @@ the retried generation's ``root()`` reads the active build, with ``follow`` on o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -307,7 +308,11 @@ class PgTreeIndex(RowTreeIndex):
             self._follower.start()
 
     # ------------------------------------------------------------------ lookups
-    def next_tokens_batch(self, prefixes: Sequence[Sequence[int]]) -> list[NextTokens]:
+    def next_tokens_batch(self, prefixes: Sequence[Sequence[int]], *,
+                          build: ServedBuild | None = None) -> list[NextTokens]:
+        if build is not None:  # the caller's request reads this build only (serving_build)
+            with self._switch_if_dropped():
+                return super().next_tokens_batch(prefixes, build=build)
         prefs = [_as_tuple(p) for p in prefixes]
         self.stats.lookups += len(prefs)
         build = self._serving()
@@ -325,17 +330,18 @@ class PgTreeIndex(RowTreeIndex):
             build_id=build.info.build_id,
         )
 
-    def advance_batch(self, moves: Sequence[tuple[Cursor | None, int]]) -> list[Cursor | None]:
+    def advance_batch(self, moves: Sequence[tuple[Cursor | None, int]], *,
+                      build: ServedBuild | None = None) -> list[Cursor | None]:
+        if build is not None:  # roots of the caller's build only (serving_build)
+            with self._switch_if_dropped():
+                return super().advance_batch(moves, build=build)
         for _ in range(MAX_BUILD_SWITCHES):
             try:
                 return super().advance_batch(moves)
             except BuildRetired as exc:
                 if any(cur is not None and cur.build.info.build_id == exc.build_id for cur, _ in moves):
-                    # cursors stay on their build: their generation must be retried. Switch now
-                    # if the index still serves the dropped build (follow may be off), so that
-                    # the retried generation's root() reads the active build
-                    if self._build.info.build_id == exc.build_id:
-                        self._switch_from(exc)
+                    # cursors stay on their build: their generation must be retried
+                    self._leave(exc)
                     raise
                 # only new generations (root requests) read the dropped build: nothing of it is
                 # in use yet, so they start on the active build instead
@@ -345,6 +351,22 @@ class PgTreeIndex(RowTreeIndex):
             "generation started (retention faster than a lookup: raise pg.retention_grace_s)",
             build_id=self._build.info.build_id,
         )
+
+    @contextlib.contextmanager
+    def _switch_if_dropped(self):
+        """A request pinned to a build gets :class:`BuildRetired` when that build is dropped
+        (it must not be answered from another build); the index itself moves on."""
+        try:
+            yield
+        except BuildRetired as exc:
+            self._leave(exc)
+            raise
+
+    def _leave(self, exc: BuildRetired) -> None:
+        """Switch now if the index still serves the dropped build (follow may be off), so
+        that the retried request's ``serving_build()``/``root()`` reads the active build."""
+        if self._build.info.build_id == exc.build_id:
+            self._switch_from(exc)
 
     def _switch_from(self, exc: BuildRetired) -> ServedBuild:
         """The build to retry on after build ``exc.build_id`` was dropped: the served one once

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..batch import BatchMatcher, StepMask
 from ..errors import ConfigError, VocabularyMismatch
-from ..index import TreeIndex, vocabulary_size
+from ..index import ServedBuild, TreeIndex, vocabulary_size
 from ..masking import MaskApplier
 from ..matcher import FactMatcher
 from ..vocab import CONTEXT
@@ -183,6 +183,12 @@ class FactConstraint:
 
     def index_of(self, slot: int) -> str | None:
         return self.slots.get(slot)
+
+    def build_of(self, slot: int) -> ServedBuild | None:
+        """The build ``slot``'s request reads from its first token to its last (pinned when
+        it was added; None: the slot is not constrained)."""
+        name = self.slots.get(slot)
+        return None if name is None else self.matchers[name].build[slot]
 
     # ------------------------------------------------------------------ steps
     def step(self, slots: np.ndarray, tokens: np.ndarray) -> None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ..batch import BatchMatcher
-from ..index import TreeIndex
+from ..index import ServedBuild, TreeIndex
 from ..masking import MaskApplier
 from ..matcher import DEAD, FACT, FREE, FactMatcher, RowState
 from ..vocab import CONTEXT
@@ -55,7 +55,9 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
     ``tokenizer`` (a ``tokenizers.Tokenizer`` or a transformers tokenizer) is used only
     to tokenize the trigger; pass ``trigger_ids`` instead to skip it. ``eos_token_id``
     is what a dead end is forced to. ``prompt_length`` fixes where the prompt ends for
-    the next generation instead of taking the first call's width.
+    the next generation instead of taking the first call's width. ``build`` (from the
+    index's ``serving_build()``) is the build every generation reads; by default each
+    generation reads the build served when it starts, to its end.
 
     ``steps``, ``constrained_steps``, ``seconds`` (all of this processor's time),
     ``matcher_seconds`` and ``mask_seconds`` count its calls, the rows it masked and its
@@ -73,8 +75,10 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
         trigger: str = CONTEXT,
         trigger_ids: Sequence[Sequence[int]] | None = None,
         prompt_length: int | None = None,
+        build: ServedBuild | None = None,
     ) -> None:
         self.index = index
+        self.build = build  # the build every generation reads (None: the serving one at its start)
         eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if trigger_ids is None:
             if tokenizer is None:
@@ -143,7 +147,7 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
             if prompt_length is None or prompt_length >= width:
                 prompt_length = width
             self._prompt_length = prompt_length
-            self.batch.add(slots, ids[:, :prompt_length])
+            self.batch.add(slots, ids[:, :prompt_length], build=self.build)
             for col in range(prompt_length, width):  # generated columns given at the start
                 self.batch.step(slots, ids[:, col])
         self._prev = ids

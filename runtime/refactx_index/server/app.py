@@ -16,6 +16,12 @@ complete.
 Bad input gets a status and the server keeps serving: malformed JSON 400, an unknown index
 404 naming the served ones, ``max_tokens`` over the limit 422, a body over the limit 413,
 more requests in flight than allowed 429, a request over its time limit 504.
+
+A request reads one build of its index from its first token to the check of its facts (the
+build served when it entered the engine; ``refactx.build_id`` in the answer): a build
+activated meanwhile serves the next requests. When retention drops a build under a request
+that reads it, the request fails with 503 ``build_retired`` (retry: it reads the active
+build) and is never finished from another build.
 """
 
 
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from .. import explore
+from ..errors import BuildRetired
 from ..prompt import Prompt
 from .engine import Job, TransformersEngine, encode_chat
 
@@ -82,6 +89,14 @@ def create_app(engine: TransformersEngine, settings: ServerSettings = ServerSett
     def error(status: int, message: str, kind: str) -> JSONResponse:
         metrics.add("errors_total", kind=kind)
         return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+    def failure(job: Job) -> tuple[int, str, str]:
+        if isinstance(job.error, BuildRetired):  # retention dropped the build it read
+            return 503, f"{job.error}; retry the request", "build_retired"
+        return 500, f"generation failed: {job.error}", "engine_error"
+
+    def job_error(job: Job) -> JSONResponse:
+        return error(*failure(job))
 
     @app.exception_handler(_Refused)
     async def refused(_request, exc: _Refused):
@@ -167,7 +182,7 @@ def create_app(engine: TransformersEngine, settings: ServerSettings = ServerSett
         finally:
             in_flight["n"] -= 1
         if job.error is not None:
-            return error(500, f"generation failed: {job.error}", "engine_error")
+            return job_error(job)
         account(job)
         text = tokenizer.decode(job.output_ids, skip_special_tokens=True)
         choice: dict[str, Any] = {"index": 0, "finish_reason": job.finish_reason, "logprobs": None}
@@ -176,7 +191,8 @@ def create_app(engine: TransformersEngine, settings: ServerSettings = ServerSett
         else:
             choice["text"] = text
         return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
-                "model": model, "choices": [choice], "usage": usage(job), "facts": facts_json(job)}
+                "model": model, "choices": [choice], "usage": usage(job), "facts": facts_json(job),
+                "refactx": {"index": job.index, "build_id": job.build_id}}
 
     def account(job: Job) -> None:
         metrics.add("tokens_total", len(job.output_ids), kind="generated")
@@ -215,13 +231,16 @@ def create_app(engine: TransformersEngine, settings: ServerSettings = ServerSett
                     sent = text
             await runner
             if job.error is not None:
-                yield f"data: {json.dumps({'error': {'message': str(job.error), 'code': 500}})}\n\n".encode()
+                status, message, kind = failure(job)
+                metrics.add("errors_total", kind=kind)
+                yield f"data: {json.dumps({'error': {'message': message, 'type': kind, 'code': status}})}\n\n".encode()
                 return
             account(job)
             text = tokenizer.decode(job.output_ids, skip_special_tokens=True)
             if len(text) > len(sent):
                 yield chunk(text[len(sent):])
-            yield chunk(None, job.finish_reason, usage=usage(job), facts=facts_json(job))
+            yield chunk(None, job.finish_reason, usage=usage(job), facts=facts_json(job),
+                        refactx={"index": job.index, "build_id": job.build_id})
             yield b"data: [DONE]\n\n"
         finally:
             if not runner.done():  # the client went away: stop its row

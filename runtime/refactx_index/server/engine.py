@@ -209,20 +209,23 @@ class TransformersEngine:
                                        logits_processor=LogitsProcessorList([rows]),
                                        stopping_criteria=StoppingCriteriaList([rows.stop]), **kwargs)
         spent = self.constraint_seconds - before
-        for job in jobs:
+        for slot, job in enumerate(jobs):
             job.constraint_seconds = spent
             if job.cancelled:
                 job.finish_reason = "cancelled"
             if job.index is not None:
-                self._read_facts(job)
+                self._read_facts(slot, job)
 
-    def _read_facts(self, job: Job) -> None:
+    def _read_facts(self, slot: int, job: Job) -> None:
         index = self.indexes[job.index]  # type: ignore[index]
         row = list(job.prompt_ids) + list(job.output_ids)
+        # the facts are read and checked on the build the generation read (pinned when the
+        # request entered), whatever was activated since
+        build = self.constraint.build_of(slot)
         # read_reply scans the row with the batch matcher's own FactMatcher (its .matcher)
         batch = self.constraint.matchers[job.index]  # type: ignore[index]
-        _, job.facts = read_reply(batch, self.tokenizer, index, row, len(job.prompt_ids))
-        job.build_id = index.info.build_id
+        _, job.facts = read_reply(batch, self.tokenizer, index, row, len(job.prompt_ids), build=build)
+        job.build_id = (build.info if build is not None else index.info).build_id
 
 
 def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
