@@ -8,16 +8,24 @@ constraint and without it (``"refactx": {"index": null}``) in the same run. Then
 exploration calls (entities, relations, objects, facts) on the busiest entities: latency
 and index lookups per call.
 
-Run: ./dev demo --no-question (once), then .venv/bin/python bench/bench_server.py [--json out.json]
+``--engine vllm`` serves the same with ``refactx serve --engine vllm`` started from the vLLM
+virtual environment (``.venv-vllm``, 0.25 of its 2 GiB KV cache, eager) instead of the
+transformers engine in process; the exploration calls are the same either way (not run again).
+
+Run: ./dev demo --no-question (once), then .venv/bin/python bench/bench_server.py
+[--engine vllm] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -44,6 +52,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,4,16")
     parser.add_argument("--requests", type=int, default=4, help="requests per client (default 4)")
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--engine", choices=["transformers", "vllm"], default="transformers")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -59,19 +68,28 @@ def main() -> None:
     texts = fact_texts(args.facts)
     loaded = load_model("smollm2")
     index = MemoryTreeIndex.from_facts(texts, str(loaded.tokenizer_file))
-    engine = TransformersEngine(loaded, {"sample": index}, max_batch=16)
-    app = create_app(engine, ServerSettings(default_index="sample", max_new_tokens=args.max_tokens,
-                                            max_concurrent=64))
-    started = threading.Event()
-    app.router.on_startup.append(started.set)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    started.wait(60)
-    figures: dict = {"facts": len(texts), "max_tokens": args.max_tokens, "load": {}, "explore": {}}
+    if args.engine == "vllm":
+        url, stop = _vllm_server(index, loaded.directory, args.max_tokens)
+    else:
+        engine = TransformersEngine(loaded, {"sample": index}, max_batch=16)
+        app = create_app(engine, ServerSettings(default_index="sample", max_new_tokens=args.max_tokens,
+                                                max_concurrent=64))
+        started = threading.Event()
+        app.router.on_startup.append(started.set)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        started.wait(60)
+
+        def stop() -> None:
+            server.should_exit = True
+            thread.join(30)
+            engine.close()
+    figures: dict = {"engine": args.engine, "facts": len(texts), "max_tokens": args.max_tokens,
+                     "load": {}, "explore": {}}
 
     def one(client: httpx.Client, question: str, index) -> float:
         t = time.perf_counter()
@@ -101,6 +119,10 @@ def main() -> None:
             print(f"{clients:3d} clients, {label:11s}: {row['rps']:6.2f} req/s, p50 {row['p50_s']:6.2f} s, "
                   f"p99 {row['p99_s']:6.2f} s", flush=True)
 
+    stop()
+    if args.engine == "vllm":
+        _write(args.json, figures)
+        return
     import re
 
     triples = [re.match(r"^<(.*?)> <(.*?)> <(.*)> \.$", t).groups() for t in texts]
@@ -125,12 +147,49 @@ def main() -> None:
         figures["explore"][name] = row
         print(f"explore {name:10s}: median {row['median_ms']:7.1f} ms, max {row['max_ms']:7.1f} ms, "
               f"{row['lookups_median']:.0f} lookups", flush=True)
-    server.should_exit = True
-    thread.join(30)
-    engine.close()
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(figures, indent=1))
+    _write(args.json, figures)
+
+
+def _write(path: str | None, figures: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(figures, indent=1))
+
+
+def _vllm_server(index, model_dir: Path, max_tokens: int):
+    """``refactx serve --engine vllm`` in the vLLM environment on a free port: its URL and a stop."""
+    work = Path(tempfile.mkdtemp(prefix="bench-server-vllm-"))
+    index.save(work / "sample.rfx")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2")
+    proc = subprocess.Popen(
+        [str(ROOT / ".venv-vllm" / "bin" / "python"), "-m", "refactx_index.cli", "serve", "--engine", "vllm",
+         "--model", str(model_dir), "--model-name", "smollm2", "--index-file", f"sample={work / 'sample.rfx'}",
+         "--port", str(port), "--max-new-tokens", str(max_tokens), "--max-concurrent", "64",
+         "--gpu-memory-utilization", "0.25", "--max-model-len", "2048", "--enforce-eager"],
+        cwd=work, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    ready = threading.Event()
+    lines: list[str] = []
+
+    def watch() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            lines.append(line)
+            if "refactx: serving" in line:
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    if not ready.wait(900) or proc.poll() is not None:
+        raise SystemExit("the vLLM server did not start:\n" + "".join(lines)[-4000:])
+
+    def stop() -> None:
+        proc.terminate()
+        proc.wait(60)
+
+    return f"http://127.0.0.1:{port}", stop
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def test_a_long_text_that_matches_nothing_is_answered_in_a_few_lookups_and_quote
     (it decoded every prefix before), and the command quotes only the text's head."""
     import io
 
-    from refactx_pipeline.cli.commands import show_completions
+    from refactx_index.cli import show_completions
 
     path = str(tokenizer_dir("gpt2"))
     index = MemoryTreeIndex.from_facts(FACTS, path)

@@ -98,7 +98,7 @@ def test_a_cursor_fetches_a_small_subtree_whole(pg_dsn):
     expected = [[expected_next(seqs, f[:k]) for k in range(len(f) + 1)] for f in sample]
     trips = {}
     for prefetch in (0, 40, 10**9):
-        with open_index(pg_dsn, "kg", prefetch_leaves=prefetch) as index:
+        with open_index(pg_dsn, "kg", prefetch_leaves=prefetch, prefetch_in_background=False) as index:
             per_fact = []
             for fact, want in zip(sample, expected):
                 before = index.stats.round_trips
@@ -108,6 +108,33 @@ def test_a_cursor_fetches_a_small_subtree_whole(pg_dsn):
     # unbounded: the root, then everything below the first external node in one statement
     assert all(t <= 2 for t in trips[10**9])
     assert sum(trips[10**9]) < sum(trips[40]) < sum(trips[0])
+
+
+def test_a_step_waits_for_its_own_row_only_and_the_rows_below_come_in_the_background(pg_dsn):
+    """The default: a step that crosses into a small subtree fetches its own row; the rows
+    below come on another connection. No step pays more than one round trip, and once the
+    background fetch has arrived the rest of the walk pays none."""
+    seqs = random_sequences(seed=11, n=500)
+    load_tree(pg_dsn, "kg", seqs, threshold=1)  # deep chains of one-fact rows
+    with open_index(pg_dsn, "kg", prefetch_leaves=10**9) as index:
+        calls = count_fetches(index)
+        for fact in sorted(seqs)[::25]:
+            build = index.serving_build()
+            build.cache.clear()
+            build.ahead.clear()
+            cur = index.root()
+            trips_after_first = None
+            for k, tok in enumerate(fact):
+                assert as_dict(cur.next_tokens()) == expected_next(seqs, fact[:k])
+                before = len(calls)
+                cur = index.advance(cur, tok)
+                assert len(calls) - before <= 1, (fact, k)  # its own row at most
+                if k == 0:
+                    assert index.wait_prefetched(30)  # what the background fetched has landed
+                    trips_after_first = len(calls)
+            assert as_dict(cur.next_tokens()) == expected_next(seqs, fact)
+            assert len(calls) == trips_after_first, fact  # the rest of the walk came ahead
+        assert index.stats.ahead_round_trips > 0 and index.stats.ahead_rows > 0
 
 
 def test_cache_bound_holds_and_answers_stay_right(pg_dsn):

@@ -67,6 +67,16 @@ def test_the_runtime_wheel_alone_asks_and_serves(runtime_venv, sample_fact_texts
     assert Path(probe.stdout.split()[0]).is_relative_to(runtime_venv) and "importable" not in probe.stdout
     assert not (runtime_venv / "bin" / "refactx-index").exists()  # the pipeline's command is not there
 
+    tokenizer = str(model_directory("smollm2"))
+    completed = _run([refactx, "complete", "--index-file", str(index_file), "--tokenizer", tokenizer,
+                      " <Germany> <"], tmp_path, env)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    listed = [line.strip() for line in completed.stdout.split("facts:")[1].splitlines() if line.strip()]
+    assert listed and all(line.startswith("<Germany> <") and line.endswith(" .") for line in listed)
+    nothing = _run([refactx, "complete", "--index-file", str(index_file), "--tokenizer", tokenizer,
+                    " <No such entity zq"], tmp_path, env)
+    assert nothing.returncode == 3 and "no fact of index" in nothing.stderr
+
     asked = _run([refactx, "ask", "--index-file", str(index_file), "--beams", "1", "--max-new-tokens", "40",
                   "--json", "What is the capital of Germany?"], tmp_path, env)
     assert asked.returncode == 0, asked.stderr[-3000:]

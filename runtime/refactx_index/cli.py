@@ -11,6 +11,11 @@ served index (an active PostgreSQL build, or an index file) and its vocabulary::
 Each prints one label (or fact) a line with its fact count, or ``--json``. Exit status 3
 when nothing matches.
 
+``refactx complete TEXT`` lists how a text continues in the tree (token by token, with fact
+counts) and the first whole facts below it::
+
+    refactx complete --index-file sample.rfx --tokenizer DIR " <Northern Ireland> <"
+
 ``refactx ask QUESTION...`` answers with constrained generation (the ``generation``
 extra): the model reasons, writes ``Fact:`` lines that may only be stored facts, and
 answers from them::
@@ -81,6 +86,49 @@ def cmd_explore(args: argparse.Namespace) -> int:
     return 0 if rows else NOTHING
 
 
+def quoted_head(text: str, limit: int = 80) -> str:
+    """``text`` quoted for a message: at most its first ``limit`` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def show_completions(index, tokenizer, text: str, limit: int, out=None) -> int:
+    """Print the continuations of ``text`` with their leaf counts, and whole facts below it.
+
+    Returns the number of facts below ``text`` (0 when it is not in the index).
+    """
+    from .explore import complete, enumerate_facts
+
+    out = out or sys.stdout
+    continuations = complete(index, tokenizer, text, limit)
+    total = sum(n for _, n in continuations)
+    print(f"completions of {quoted_head(text)} ({len(continuations)} shown, most facts first):", file=out)
+    for continuation, leaves in continuations:
+        print(f"  {leaves:>8}  {continuation!r}", file=out)
+    facts = list(enumerate_facts(index, tokenizer, text, limit))
+    if facts:
+        print("facts:", file=out)
+        for fact_text, _ in facts:
+            print(f"  {fact_text}", file=out)
+    return total
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    from .vocab import open_tokenizer
+
+    # a PostgreSQL build is opened with the vocabulary checked (tokenizer.json's sha256): a
+    # wrong one would tokenize the text into ids the tree does not hold and show nothing
+    tokenizer = open_tokenizer(args.tokenizer)
+    with _open(args) as index:
+        shown = show_completions(index, tokenizer, args.text, args.limit)
+    if shown == 0:
+        where = args.index_file or args.index
+        sys.stderr.write(f"refactx: no fact of index {where!r} starts with {quoted_head(args.text)}\n")
+        return NOTHING
+    return 0
+
+
 def print_answer(answer, out=None) -> None:
     """The reply with its facts marked (checked against the index), and the final answer."""
     out = out or sys.stdout
@@ -136,18 +184,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .engines.core import check_index_vocabulary
-    from .models import load_model
     from .server.app import ServerSettings, create_app
-    from .server.engine import TransformersEngine
 
-    indexes = {}
+    indexes, specs = {}, {}  # opened here; what vLLM's worker opens (file path or DSN)
     for spec in args.index_file or []:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             raise SystemExit(f"refactx: --index-file takes NAME=PATH, not {spec!r}")
         from .memory import MemoryTreeIndex
 
-        indexes[name] = MemoryTreeIndex.load(path)
+        indexes[name], specs[name] = MemoryTreeIndex.load(path), os.path.abspath(path)
     if args.index:
         dsn = args.dsn or os.environ.get("REFACTX_DSN")
         if not dsn:
@@ -155,23 +201,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from .pg import open_index
 
         for name in args.index:
-            indexes[name] = open_index(dsn, name, follow=True)
+            indexes[name], specs[name] = open_index(dsn, name, follow=True), dsn
     if not indexes:
         raise SystemExit("refactx: give at least one --index-file NAME=PATH or --index NAME")
-    loaded = load_model(args.model)
-    for name, index in indexes.items():  # a model that does not write an index's ids is refused here
-        check_index_vocabulary(index, name, str(loaded.tokenizer_file), loaded.tokenizer)
     default = args.default_index or next(iter(indexes))
     if default not in indexes:
         raise SystemExit(f"refactx: --default-index {default!r} is not among {sorted(indexes)}")
+    if args.engine == "vllm":
+        from .models import model_directory
+        from .server.vllm_engine import VllmEngine
+
+        from .vocab import open_tokenizer
+
+        model_dir = str(model_directory(args.model))
+        tokenizer_file = os.path.join(model_dir, "tokenizer.json")
+        for name, index in indexes.items():  # before vLLM starts (its worker checks again)
+            check_index_vocabulary(index, name, tokenizer_file, open_tokenizer(tokenizer_file))
+        engine = VllmEngine(model_dir, specs, indexes, max_batch=args.max_batch,
+                            max_model_len=args.max_model_len,
+                            gpu_memory_utilization=args.gpu_memory_utilization,
+                            enforce_eager=args.enforce_eager)
+    else:
+        from .models import load_model
+        from .server.engine import TransformersEngine
+
+        loaded = load_model(args.model)
+        for name, index in indexes.items():  # a model that does not write an index's ids is refused here
+            check_index_vocabulary(index, name, str(loaded.tokenizer_file), loaded.tokenizer)
+        engine = TransformersEngine(loaded, indexes, max_batch=args.max_batch)
     settings = ServerSettings(model_name=args.model_name or args.model, default_index=default,
                               max_new_tokens=args.max_new_tokens, max_concurrent=args.max_concurrent,
                               max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout)
-    engine = TransformersEngine(loaded, indexes, max_batch=args.max_batch)
     app = create_app(engine, settings)
     app.router.on_startup.append(lambda: print(
-        f"refactx: serving {sorted(indexes)} with {settings.model_name} on http://{args.host}:{args.port}",
-        file=sys.stderr, flush=True))
+        f"refactx: serving {sorted(indexes)} with {settings.model_name} ({args.engine}) "
+        f"on http://{args.host}:{args.port}", file=sys.stderr, flush=True))
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     finally:
@@ -206,6 +270,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true", help="one JSON document on stdout")
     ex.set_defaults(func=cmd_explore)
 
+    cp = sub.add_parser("complete", help="continuations of a text in a served index, with their fact counts",
+                        description="The continuations of TEXT (token by token, most facts first) and the "
+                                    "first whole facts below it. Exit status 3 when no fact starts with TEXT.")
+    cp.add_argument("text", help="the start of facts, e.g. ' <Northern Ireland> <'")
+    _index_arguments(cp)
+    cp.add_argument("--tokenizer", required=True,
+                    help="the index's vocabulary: tokenizer.json or its directory (checked against a PostgreSQL build)")
+    cp.add_argument("--limit", type=int, default=10, help="how many continuations and facts to print (default 10)")
+    cp.set_defaults(func=cmd_complete)
+
     ak = sub.add_parser("ask", help="answer questions with a model that may only write stored facts",
                         description="Answer each QUESTION (one batch) with constrained generation; the index is "
                                     "an index file or an active PostgreSQL build built with the model's own "
@@ -233,7 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: --model)")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--engine", choices=["transformers", "vllm"], default="transformers",
+                    help="transformers in this process (the CPU default), or vLLM (its AsyncLLM with the "
+                         "refactx logits processor; vLLM must be installed)")
     sv.add_argument("--max-batch", type=int, default=16, help="requests generated together (default 16)")
+    sv.add_argument("--max-model-len", type=int, default=4096, help="vLLM: the longest prompt + answer")
+    sv.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                    help="vLLM: its share of the accelerator's memory (on a CPU: of its KV-cache space)")
+    sv.add_argument("--enforce-eager", action="store_true", help="vLLM: no CUDA graphs / compilation")
     sv.add_argument("--max-new-tokens", type=int, default=256, help="the largest max_tokens a request may ask")
     sv.add_argument("--max-concurrent", type=int, default=32, help="requests in flight before 429")
     sv.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger bodies get 413")

@@ -12,13 +12,18 @@ keyed by that node's full prefix.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from .errors import FormatError
 from .format import encode_prefix
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # numpy is imported by the implementations, not at package import
     import numpy as np
@@ -120,9 +125,10 @@ def fragment_nbytes(frag: "Fragment") -> int:
 
 _TOKEN = struct.Struct(">I")
 
-# A cursor reaching an external node with at most this many facts below fetches every row
-# below it in the same round trip (a few kB to ~100 kB): the rest of the fact's walk then
-# needs no more round trips. Above it, only the row itself (the subtree may be huge).
+# A cursor reaching an external node with at most this many facts below it fetches every row
+# below it (a few kB to ~100 kB): the rest of the fact's walk then needs no more round trips.
+# Above it, only the row itself (the subtree may be huge). With a background fetcher, the
+# step waits for its own row only and the rows below come on another connection.
 PREFETCH_LEAVES = 2048
 AHEAD_CACHE_BYTES = 16 << 20
 
@@ -176,9 +182,11 @@ class LookupStats:
     and decoded. Benchmarks read them; they are plain integers, not synchronised."""
 
     lookups: int = 0
-    round_trips: int = 0
+    round_trips: int = 0  # on a lookup's critical path
     rows_fetched: int = 0
     rows_decoded: int = 0
+    ahead_round_trips: int = 0  # subtrees fetched in the background (no lookup waits for them)
+    ahead_rows: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -219,10 +227,17 @@ class RowTreeIndex:
       external nodes just reached are needed, all fetched in one call.
     """
 
-    def __init__(self, build: ServedBuild, *, prefetch_leaves: int = PREFETCH_LEAVES) -> None:
+    def __init__(self, build: ServedBuild, *, prefetch_leaves: int = PREFETCH_LEAVES,
+                 prefetch_in_background: bool = False) -> None:
         self._build = build
         self.prefetch_leaves = prefetch_leaves
         self.stats = LookupStats()
+        # subtrees below rows just crossed, fetched on another thread (see PREFETCH_LEAVES)
+        self._ahead_worker: "ThreadPoolExecutor | None" = None
+        self._ahead_pending: dict[tuple[int, bytes], Future] = {}  # (id(build), key) -> fetch
+        self._ahead_lock = threading.Lock()
+        if prefetch_in_background:
+            self._ahead_worker = ThreadPoolExecutor(1, thread_name_prefix="refactx-ahead")
 
     # ------------------------------------------------------------------ interface
     @property
@@ -281,7 +296,46 @@ class RowTreeIndex:
         return frag
 
     def close(self) -> None:
-        """Release resources (the in-memory index has none)."""
+        """Stop the background fetcher, if any (the in-memory index has none)."""
+        if self._ahead_worker is not None:
+            self._ahead_worker.shutdown(wait=True, cancel_futures=True)
+
+    def wait_prefetched(self, timeout_s: float | None = None) -> bool:
+        """Block until the subtrees being fetched in the background have arrived (a test's
+        or a benchmark's synchronisation point; lookups never wait for them). False on timeout."""
+        with self._ahead_lock:
+            pending = list(self._ahead_pending.values())
+        _, not_done = wait(pending, timeout=timeout_s)
+        return not not_done
+
+    def _prefetch_below(self, build: ServedBuild, keys: list[bytes]) -> None:
+        """Fetch the rows below ``keys`` on the background thread, unless a fetch already on
+        its way covers them (it was asked for one of their prefixes)."""
+        assert self._ahead_worker is not None
+        with self._ahead_lock:
+            covered = [k for (b, k) in self._ahead_pending if b == id(build)]
+            keys = [k for k in keys if not any(k.startswith(c) for c in covered)]
+            if not keys:
+                return
+            future = self._ahead_worker.submit(self._fetch_ahead, build, keys)
+            for k in keys:
+                self._ahead_pending[(id(build), k)] = future
+
+    def _fetch_ahead(self, build: ServedBuild, keys: list[bytes]) -> None:
+        try:
+            assert build.fetch_below is not None
+            found = build.fetch_below(keys)
+            self.stats.ahead_round_trips += 1
+            self.stats.ahead_rows += len(found)
+            for key, node in found.items():
+                if key not in build.cache:
+                    build.ahead.put(key, node)
+        except Exception as exc:  # noqa: BLE001 - a lookup that needs a row fetches it itself
+            log.debug("index %r: fetching ahead below %d rows failed: %s", build.info.name, len(keys), exc)
+        finally:
+            with self._ahead_lock:
+                for k in keys:
+                    self._ahead_pending.pop((id(build), k), None)
 
     def __enter__(self):
         return self
@@ -379,6 +433,10 @@ class RowTreeIndex:
             found: dict[bytes, bytes] = {}
             whole = sorted(k for k in wanted if k in small)
             single = sorted(k for k in wanted if k not in small)
+            if whole and self._ahead_worker is not None:
+                # the step waits for its own rows only; the subtrees below them follow
+                self._prefetch_below(build, whole)
+                whole, single = [], sorted(wanted)
             if whole:
                 found.update(self._fetch_below(build, whole))
             if single:

@@ -86,6 +86,7 @@ def open_index(
     follow: bool = True,
     check_interval_s: float = 30.0,
     prefetch_leaves: int = PREFETCH_LEAVES,
+    prefetch_in_background: bool = True,
 ) -> "PgTreeIndex":
     """Open the build that serves ``name`` (see ``{schema}.active``).
 
@@ -98,7 +99,10 @@ def open_index(
     wrong password, user or database name: waiting would not fix them). ``follow``: switch to a newly activated
     build by itself (``LISTEN``, plus a catalog check every ``check_interval_s``).
     ``prefetch_leaves``: a cursor reaching a row with at most this many facts below it
-    fetches every row below in the same round trip (0: only the row itself).
+    fetches every row below (0: only the row itself); ``prefetch_in_background`` (with a
+    ``pool_size`` of 2 or more): the step that reaches it waits for that row only, and the
+    rows below come on another pooled connection while the walk goes on -- a step pays at most
+    its own row's round trip. Off: they come in the same round trip as the row.
     """
     from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -142,7 +146,8 @@ def open_index(
     try:
         index = PgTreeIndex(pool, name, schema=schema, cache_bytes=cache_bytes,
                             statement_timeout_ms=statement_timeout_ms,
-                            connect_timeout_s=connect_timeout_s, prefetch_leaves=prefetch_leaves)
+                            connect_timeout_s=connect_timeout_s, prefetch_leaves=prefetch_leaves,
+                            prefetch_in_background=prefetch_in_background and pool_size >= 2)
         check_vocabulary(index.info, tokenizer)
         if follow:
             index.follow_activations(dsn, check_interval_s)
@@ -195,6 +200,7 @@ class PgTreeIndex(RowTreeIndex):
         statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         connect_timeout_s: float = 10.0,
         prefetch_leaves: int = PREFETCH_LEAVES,
+        prefetch_in_background: bool = False,
     ) -> None:
         self._pool = pool
         self._name = name
@@ -204,7 +210,8 @@ class PgTreeIndex(RowTreeIndex):
         self._cache_bytes = cache_bytes
         self._switched = threading.Condition()  # held while switching; notified after
         self._follower: _ActivationFollower | None = None
-        super().__init__(self._read_served(), prefetch_leaves=prefetch_leaves)
+        super().__init__(self._read_served(), prefetch_leaves=prefetch_leaves,
+                         prefetch_in_background=prefetch_in_background)
 
     # ------------------------------------------------------------------ catalog
     def _read_served(self) -> ServedBuild:
@@ -429,6 +436,7 @@ class PgTreeIndex(RowTreeIndex):
         if self._follower is not None:
             self._follower.stop()
             self._follower = None
+        super().close()  # the background fetcher, before its connections go
         self._pool.close()
 
 

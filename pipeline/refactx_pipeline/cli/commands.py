@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from refactx_index.cli import print_answer  # the serving command's, one way to show an answer
+from refactx_index.cli import print_answer, quoted_head, show_completions  # the serving command's: one way to show them
 from refactx_index.errors import RefactxError
 from refactx_index.vocab import open_tokenizer
 
@@ -66,33 +66,6 @@ def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None
             return run_pipeline(spark, cfg, selected, progress.on_stage, dsn=dsn, build_ids=build_ids)
     finally:
         spark.stop()
-
-
-def quoted_head(text: str, limit: int = 80) -> str:
-    """``text`` quoted for a message: at most its first ``limit`` characters."""
-    if len(text) <= limit:
-        return repr(text)
-    return f"{text[:limit]!r}... ({len(text):,} characters)"
-
-
-def show_completions(index, tokenizer, text: str, limit: int, out=sys.stdout) -> int:
-    """Print the continuations of ``text`` with their leaf counts, and whole facts below it.
-
-    Returns the number of facts below ``text`` (0 when it is not in the index).
-    """
-    from refactx_index.explore import complete, enumerate_facts
-
-    continuations = complete(index, tokenizer, text, limit)
-    total = sum(n for _, n in continuations)
-    print(f"completions of {quoted_head(text)} ({len(continuations)} shown, most facts first):", file=out)
-    for continuation, leaves in continuations:
-        print(f"  {leaves:>8}  {continuation!r}", file=out)
-    facts = list(enumerate_facts(index, tokenizer, text, limit))
-    if facts:
-        print("facts:", file=out)
-        for fact_text, _ in facts:
-            print(f"  {fact_text}", file=out)
-    return total
 
 
 # --------------------------------------------------------------------------- commands

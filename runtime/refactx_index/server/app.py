@@ -36,7 +36,7 @@ from typing import Any, AsyncIterator
 from .. import explore
 from ..errors import BuildRetired
 from ..prompt import Prompt
-from .engine import Job, TransformersEngine, encode_chat
+from .engine import Engine, Job, encode_chat
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class _Metrics:
         key = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
         self.counters[key] = self.counters.get(key, 0) + value
 
-    def text(self, engine: TransformersEngine) -> str:
+    def text(self, engine: Engine) -> str:
         lines = [f"refactx_{k} {v}" for k, v in sorted(self.counters.items())]
         lines.append(f"refactx_constraint_seconds_total {engine.constraint_seconds:.6f}")
         lines.append(f"refactx_batches_total {engine.batches}")
@@ -77,7 +77,7 @@ class _Refused(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
-def create_app(engine: TransformersEngine, settings: ServerSettings = ServerSettings()):
+def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 

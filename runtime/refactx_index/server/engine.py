@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -50,6 +50,20 @@ class Job:
     error: BaseException | None = None
     build_id: int | None = None
     constraint_seconds: float = 0.0
+
+
+class Engine(Protocol):
+    """What the HTTP layer needs of an engine: :class:`TransformersEngine` here, or
+    :class:`~refactx_index.server.vllm_engine.VllmEngine`."""
+
+    tokenizer: Any
+    indexes: dict[str, TreeIndex]
+    constraint_seconds: float  # the fact constraint's time seen by this process
+    batches: int
+
+    async def run(self, job: Job) -> Job: ...
+
+    def close(self) -> None: ...
 
 
 class _Rows:
