@@ -123,3 +123,15 @@ def sample_fact_texts(spark, tmp_path_factory) -> list[str]:
     run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
     table = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(columns=["text"])
     return table.column("text").to_pylist()
+
+
+@pytest.fixture(scope="session")
+def sample_fact_ids(sample_fact_texts) -> set[tuple[int, ...]]:
+    """Every sample fact in SmolLM2's vocabulary, encoded as the tokenize stage encodes facts
+    (independently of any index): what a constrained answer may write."""
+    from refactx_index.models import model_directory
+    from refactx_index.vocab import encode_facts, open_tokenizer
+
+    encoded = encode_facts(open_tokenizer(str(model_directory("smollm2") / "tokenizer.json")),
+                           sample_fact_texts, ())
+    return {tuple(encoded.ids(i)) for i in range(len(sample_fact_texts))}

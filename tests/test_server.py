@@ -25,16 +25,6 @@ QUESTIONS = {"What is the capital of Germany?": "Germany",
 
 
 @pytest.fixture(scope="module")
-def stored(sample_fact_texts):
-    from refactx_index.models import model_directory
-    from refactx_index.vocab import encode_facts, open_tokenizer
-
-    encoded = encode_facts(open_tokenizer(str(model_directory("smollm2") / "tokenizer.json")),
-                           sample_fact_texts, ())
-    return {tuple(encoded.ids(i)) for i in range(len(sample_fact_texts))}
-
-
-@pytest.fixture(scope="module")
 def server(sample_fact_texts):
     from refactx_index.memory import MemoryTreeIndex
     from refactx_index.models import load_model
@@ -72,12 +62,12 @@ def _ask(client, question: str, **extra):
                                           max_tokens=48, temperature=0, **extra)
 
 
-def test_a_chat_completion_writes_only_stored_facts(client, stored):
+def test_a_chat_completion_writes_only_stored_facts(client, sample_fact_ids):
     reply = _ask(client, "What is the capital of Germany?")
     facts = reply.model_extra["facts"]
     assert facts and reply.choices[0].message.content
     assert all(f["stored"] for f in facts if f["complete"])
-    assert all(tuple(f["token_ids"]) in stored for f in facts if f["complete"])
+    assert all(tuple(f["token_ids"]) in sample_fact_ids for f in facts if f["complete"])
     assert any("Germany" in f["text"] for f in facts)
 
 
@@ -89,7 +79,7 @@ def test_streaming_gives_the_same_text_as_not_streaming(client):
     assert chunks[-1].model_extra["facts"] == plain.model_extra["facts"]
 
 
-def test_sixteen_concurrent_clients_each_get_their_own_answer(client, server, stored):
+def test_sixteen_concurrent_clients_each_get_their_own_answer(client, server, sample_fact_ids):
     batches = server["engine"].batches
     questions = list(QUESTIONS) * 4
     with ThreadPoolExecutor(16) as pool:
@@ -97,7 +87,7 @@ def test_sixteen_concurrent_clients_each_get_their_own_answer(client, server, st
     assert server["engine"].batches - batches < len(questions)  # batched, not one by one
     for question, reply in zip(questions, replies):
         facts = reply.model_extra["facts"]
-        assert all(tuple(f["token_ids"]) in stored for f in facts if f["complete"]), question
+        assert all(tuple(f["token_ids"]) in sample_fact_ids for f in facts if f["complete"]), question
         assert facts and QUESTIONS[question] in facts[0]["text"], (question, facts)
 
 
@@ -198,7 +188,7 @@ def test_exploration_over_http_equals_the_python_api(server, sample_fact_texts):
     assert httpx.get(url + "/v1/indexes/nosuch/relations", params={"entity": "x"}).status_code == 404
 
 
-def test_refactx_ask_answers_from_an_index_file(sample_fact_texts, stored, tmp_path):
+def test_refactx_ask_answers_from_an_index_file(sample_fact_texts, sample_fact_ids, tmp_path):
     import subprocess
     import sys
     from pathlib import Path
@@ -213,7 +203,7 @@ def test_refactx_ask_answers_from_an_index_file(sample_fact_texts, stored, tmp_p
                           "--json", "What is the capital of Germany?"], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     answer = json.loads(run.stdout)
-    assert answer["facts"] and all(tuple(f["token_ids"]) in stored for f in answer["facts"] if f["complete"])
+    assert answer["facts"] and all(tuple(f["token_ids"]) in sample_fact_ids for f in answer["facts"] if f["complete"])
     missing = subprocess.run([refactx, "ask", "--index-file", str(tmp_path / "nope.rfx"), "Hi"],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr

@@ -21,16 +21,6 @@ QUESTIONS = {"What is the capital of Germany?": "Germany", "Which continent is J
 
 
 @pytest.fixture(scope="module")
-def stored(sample_fact_texts):
-    from refactx_index.models import model_directory
-    from refactx_index.vocab import encode_facts, open_tokenizer
-
-    encoded = encode_facts(open_tokenizer(str(model_directory("smollm2") / "tokenizer.json")),
-                           sample_fact_texts, ())
-    return {tuple(encoded.ids(i)) for i in range(len(sample_fact_texts))}
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory, sample_fact_texts):
     if not VLLM_PYTHON.exists():
         pytest.skip(f"{VLLM_PYTHON} is absent: vLLM could not be installed on this machine")
@@ -76,14 +66,14 @@ def _ask(client, question: str, **extra):
                                           max_tokens=40, temperature=0, **extra)
 
 
-def test_vllm_answers_write_only_stored_facts_and_stream_the_same_text(server, stored):
+def test_vllm_answers_write_only_stored_facts_and_stream_the_same_text(server, sample_fact_ids):
     with ThreadPoolExecutor(4) as pool:  # concurrent requests, each its own answer
         questions = list(QUESTIONS) * 2
         replies = list(pool.map(lambda q: _ask(server, q), questions))
     for question, reply in zip(questions, replies):
         facts = reply.model_extra["facts"]
         assert facts and QUESTIONS[question] in facts[0]["text"], (question, facts)
-        assert all(f["stored"] and tuple(f["token_ids"]) in stored for f in facts if f["complete"])
+        assert all(f["stored"] and tuple(f["token_ids"]) in sample_fact_ids for f in facts if f["complete"])
     # alone, so that both run in a batch of one (a batch's arithmetic may differ)
     plain = _ask(server, "What is the capital of Germany?")
     chunks = list(_ask(server, "What is the capital of Germany?", stream=True))
