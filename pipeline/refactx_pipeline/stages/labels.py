@@ -27,7 +27,7 @@ still shared after it (``labels_still_shared``).
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -80,8 +80,8 @@ def candidate_labels(
     )
 
 
-def distinguishing_values(statements: DataFrame, terms: DataFrame, properties: DataFrame,
-                          entities: DataFrame, order: Sequence[str], lang: str) -> DataFrame:
+def distinguishing_values(entities: DataFrame, statements: DataFrame, terms: DataFrame,
+                          properties: DataFrame, order: Sequence[str], lang: str) -> DataFrame:
     """(entity, rank, qualifier) for each of ``entities`` and each property of ``order`` it has
     a statement of: ``rank`` the property's place in ``order`` (1 first), ``qualifier``
     ``property label: value`` with the value as a fact writes it (an item by its plain label;
@@ -107,10 +107,11 @@ def distinguishing_values(statements: DataFrame, terms: DataFrame, properties: D
     )
 
 
-def disambiguate(marked: DataFrame, qualifiers: DataFrame) -> DataFrame:
+def disambiguate(marked: DataFrame, qualifiers_of: Callable[[DataFrame], DataFrame] | None) -> DataFrame:
     """``marked`` (entity, label, label_source, description, namespace, collides) with each
     colliding label made unique (see the module docstring) and ``resolved_by`` (description,
-    property, entity_id; null for a label that did not collide)."""
+    property, entity_id; null for a label that did not collide). ``qualifiers_of(entities)``:
+    (entity, rank, qualifier) of those entities (``distinguishing_values``); None: none."""
     group = ["namespace", "label"]
     colliding = marked.where(F.col("collides")).withColumn("shared", F.col("label"))
     by_description = F.when(
@@ -122,7 +123,11 @@ def disambiguate(marked: DataFrame, qualifiers: DataFrame) -> DataFrame:
         F.col("by_description").isNotNull()
         & (F.count("*").over(Window.partitionBy(*group, "by_description")) == 1))
     # a property value held by this entity alone among those sharing its label; the first in order
-    values = colliding.select("entity", *group).join(qualifiers, "entity")
+    values = colliding.select("entity", *group)
+    if qualifiers_of is None:
+        values = values.select("*", F.lit(0).alias("rank"), F.lit("").alias("qualifier")).limit(0)
+    else:
+        values = values.join(qualifiers_of(colliding.select("entity")), "entity")
     unique = values.withColumn("holders", F.count("*").over(Window.partitionBy(*group, "rank", "qualifier")))
     best = (unique.where(F.col("holders") == 1).groupBy("entity")
             .agg(F.min(F.struct("rank", "qualifier"))["qualifier"].alias("by_property")))
@@ -153,12 +158,13 @@ def disambiguate(marked: DataFrame, qualifiers: DataFrame) -> DataFrame:
 
 
 def apply_collision_policy(labels: DataFrame, policy: str,
-                           qualifiers: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
+                           qualifiers_of: Callable[[DataFrame], DataFrame] | None = None
+                           ) -> tuple[DataFrame, DataFrame]:
     """(labels after ``policy``, collisions) for non-null candidate labels (entity, label,
     label_source, description). The labels carry ``resolved_by``: what became of a colliding
     entity's label (``disambiguate``: description, property, entity_id; ``qualify``:
-    entity_id; ``keep``: kept_shared), null for the others; ``qualifiers`` (entity, rank,
-    qualifier: ``distinguishing_values``) is what ``disambiguate`` may tell them apart by."""
+    entity_id; ``keep``: kept_shared), null for the others; ``qualifiers_of`` gives what
+    ``disambiguate`` may tell the colliding entities apart by (see ``disambiguate``)."""
     if policy not in POLICIES:
         raise ConfigError(f"labels.collision_policy {policy!r}: expected one of {', '.join(POLICIES)}")
     namespace = F.substring("entity", 1, 1)  # items collide with items, properties with properties
@@ -179,9 +185,7 @@ def apply_collision_policy(labels: DataFrame, policy: str,
             F.when(collides, F.lit("entity_id")).alias("resolved_by"),
         ).drop("label").withColumnRenamed("qualified", "label")
     elif policy == "disambiguate":
-        if qualifiers is None:
-            qualifiers = labels.select("entity", F.lit(0).alias("rank"), F.lit("").alias("qualifier")).limit(0)
-        result = disambiguate(marked, qualifiers)
+        result = disambiguate(marked, qualifiers_of)
     else:
         result = marked.withColumn("resolved_by", F.when(collides, F.lit("kept_shared")))
     return (result.select("entity", "label", "label_source", "resolved_by"),
@@ -218,11 +222,10 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     candidates = spark.read.parquet(str(out / "_candidates"))
     labelled = candidates.where(F.col("label").isNotNull())
     policy = cfg.labels.collision_policy
-    qualifiers = None
-    if policy == "disambiguate":
-        qualifiers = distinguishing_values(statements, terms, properties, labelled.select("entity"),
-                                           cfg.labels.distinguishing_properties, lang)
-    labels, collisions = apply_collision_policy(labelled, policy, qualifiers)
+    labels, collisions = apply_collision_policy(
+        labelled, policy,
+        lambda colliding: distinguishing_values(colliding, statements, terms, properties,
+                                                cfg.labels.distinguishing_properties, lang))
     labels.write.mode("overwrite").parquet(str(out / "_resolved"))
     resolved = spark.read.parquet(str(out / "_resolved"))
     resolved.select([F.col(f.name) for f in LABELS.fields]).write.mode("overwrite").parquet(str(out / "labels"))
