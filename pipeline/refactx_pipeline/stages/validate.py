@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from refactx_pipeline.catalog import pgcatalog
-from refactx_pipeline.common import read_counts, write_counts
+from refactx_pipeline.common import stage_input, write_counts
 from refactx_pipeline.stages.load import parquet_files, parquet_row_count
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config
@@ -424,7 +425,7 @@ def sample_facts(spark, cfg: Config, vocab_name: str, n: int, total: int | None)
 
     from refactx_pipeline.stages.prefix_rows import reject_reason
 
-    tokens = spark.read.parquet(str(cfg.stage_dir("tokenize") / vocab_name / "tokens")).select("token_ids")
+    tokens = spark.read.parquet(str(stage_input(cfg, "validate", "tokenize", vocab_name, "tokens"))).select("token_ids")
     if total and total > n:  # sampled first: the reject rule runs on the sample only
         tokens = tokens.sample(fraction=min(1.0, 3.0 * n / total), seed=17)
     valid = tokens.where(reject_reason().isNull())
@@ -438,8 +439,8 @@ def validate_all(spark, cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> 
     with connect(dsn, autocommit=True, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn:
         builds = pgcatalog.stage_builds(conn, cfg, build_ids, stage="validate", statuses=VALIDATES)
         for vocab, info in builds.items():
-            tree_counts = read_counts(cfg, "prefix_rows", f"{vocab}/counts.json")
-            rows_dir = cfg.stage_dir("prefix_rows") / vocab / "rows"
+            tree_counts = json.loads(stage_input(cfg, "validate", "prefix_rows", vocab, "counts.json").read_text())
+            rows_dir = stage_input(cfg, "validate", "prefix_rows", vocab, "rows")
             if info["parquet_path"] and Path(info["parquet_path"]).resolve() != rows_dir.resolve():
                 raise LoadError(f"stage validate: build {info['build_id']} was loaded from {info['parquet_path']}, "
                                 f"this run's prefix rows of {vocab} are {rows_dir}")
