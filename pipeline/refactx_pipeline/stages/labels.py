@@ -246,7 +246,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "collision_policy": policy,
         "colliding_labels": agg["labels"] or 0,
         "colliding_entities": agg["entities"] or 0,
-        # what the policy did with each colliding entity (drop: the rest were dropped)
+        # what the policy did with each colliding entity (drop: dropped them all)
         "collision_outcome": dict(sorted(outcome.items())) if policy != "drop"
         else {"dropped": agg["entities"] or 0},
         "labels_still_shared": still_shared,
