@@ -82,7 +82,7 @@ def load_tree(
             pgcatalog.release_loading_lock(conn, build_id)
         if activate:
             pgcatalog.set_status(conn, schema, build_id, "validated")
-            activate_build(conn, schema, build_id, max_shrink=max_shrink)
+            activate_build(conn, schema, build_id, max_shrink=max_shrink, reader_role=reader_role)
     return build_id
 
 

@@ -205,9 +205,12 @@ def test_ingestion_stages_on_a_generated_dump(spark, cfg, small):
     assert lab["dropped_without_label"] > 0  # items without an English label + description
     items_labelled = lab["labels"] - lab["labels_by_source"]["label"]  # properties are labelled by "label"
     assert items_labelled == expected["labels"]["items_displayable"]
+    # the default policy leaves no label shared: every colliding entity was told apart
+    assert lab["colliding_entities"] > 0 and lab["labels_still_shared"] == 0
+    assert sum(lab["collision_outcome"].values()) == lab["colliding_entities"]
 
     v = verbalize.run(spark, cfg)
-    # identical texts (colliding labels) are de-duplicated: a little under the generator's bound
+    # identical texts are de-duplicated: a little under the generator's bound
     assert 0.95 * expected["facts_at_most"] <= v["facts"] <= expected["facts_at_most"]
     assert v["statements_kept"] == expected["statement_facts_at_most"]
     facts = spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts"))

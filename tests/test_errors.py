@@ -37,6 +37,29 @@ def test_a_missing_stage_output_names_the_stage_to_run_first(cfg):
 
 
 @pytest.mark.pg
+def test_a_database_stage_without_its_input_is_one_line_naming_the_stage_to_run_first(cfg, pg_dsn):
+    """Issue 21: load (and validate) read an earlier stage's output through ``stage_input``, so
+    a missing one is ``StageInputMissing`` -- one line at the CLI -- not a KeyError or a
+    Spark trace."""
+    from refactx_pipeline.cli.failures import describe_failure
+    from refactx_pipeline.config import VocabularyConfig
+    from refactx_pipeline.errors import StageInputMissing
+    from refactx_pipeline.stages import load
+
+    cfg = cfg.updated({"tokenize.vocabularies": [VocabularyConfig(name="toy", path="")]})
+    with pytest.raises(StageInputMissing) as caught:
+        load.run(None, cfg, pg_dsn)
+    rows = cfg.stage_dir("prefix_rows") / "toy" / "rows"
+    assert describe_failure(caught.value) == (
+        f"stage load reads {rows}, which is not there: run stage prefix_rows first "
+        "(refactx-index build --stages prefix_rows,load)")
+    rows.mkdir(parents=True)  # rows without the counts their stage writes last
+    (rows / "part-0.parquet").write_bytes(b"PAR1")
+    with pytest.raises(StageInputMissing, match="counts.json, which is not there: run stage prefix_rows"):
+        load.run(None, cfg, pg_dsn)
+
+
+@pytest.mark.pg
 def test_connect_sets_the_statement_timeout(pg_dsn):
     from refactx_pipeline.db import CATALOG_STATEMENT_TIMEOUT_MS, STAGE_STATEMENT_TIMEOUT_MS, connect
 

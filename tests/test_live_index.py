@@ -13,8 +13,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from refactx_index import open_index
-from refactx_index.errors import BuildRetired, LoadError, PermissionDenied, RefactxError
+from refactx_index.errors import BuildRetired, ConfigError, LoadError, PermissionDenied, RefactxError
 from refactx_pipeline.catalog import pgcatalog
+from refactx_pipeline.errors import ActivationRefused
 from refactx_pipeline.stages.activate import activate_build, apply_retention
 
 from .pgtree import expected_next, load_tree, random_sequences
@@ -283,14 +284,70 @@ def test_a_reader_role_serves_across_builds_with_the_loader_grants_only(pg_dsn, 
             build = load_tree(pg_dsn, "kg", {(1, token)}, reader_role=role)
             assert index.wait_for_build(build, timeout_s=20)
             assert index.next_tokens((1,)).tokens.tolist() == [token]
-        # a build loaded without the grant: a mapped error that says what is missing
-        build = load_tree(pg_dsn, "kg", {(1, 9)})
-        assert index.wait_for_build(build, timeout_s=20)
-        with pytest.raises(PermissionDenied, match="reader_role"):
-            index.next_tokens((1,))
     with psycopg.connect(role_dsn, autocommit=True) as conn:  # nothing more than reading
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("DELETE FROM refactx.active")
+    # a table the role may not read (a grant revoked): a mapped error that says what is missing
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("REVOKE SELECT ON {} FROM {}").format(
+            sql.Identifier("refactx", pgcatalog.table_name(build)), sql.Identifier(role)))
+    with pytest.raises(PermissionDenied, match="reader_role"):
+        with open_index(role_dsn, "kg") as index:
+            index.next_tokens((1,))
+
+
+def test_activation_refuses_a_build_its_readers_cannot_read(pg_dsn, reader_role):
+    """Issue 27, item 3: a build loaded without the reader's grant (``pg.reader_role`` empty)
+    is refused at activation, in one line saying what the role lacks; the served build serves
+    on, its readers never see PermissionDenied, and the name is free for the next build."""
+    role, role_dsn = reader_role
+    served = load_tree(pg_dsn, "kg", {(1, 2)}, reader_role=role)
+    with open_index(role_dsn, "kg", check_interval_s=3600) as index:
+        with pytest.raises(ActivationRefused) as refused:
+            load_tree(pg_dsn, "kg", {(1, 9)})  # loaded and activated without pg.reader_role
+        message = str(refused.value)
+        assert "\n" not in message
+        assert f"role '{role}' (which reads the served build {served})" in message
+        assert f"--set pg.reader_role={role}" in message and f"build {served} still serves" in message
+        assert index.refresh() is False  # nothing switched
+        assert index.info.build_id == served and index.next_tokens((1,)).tokens.tolist() == [2]
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert pgcatalog.active_build(conn, "refactx", "kg") == served
+            assert pgcatalog.name_holder(conn, "refactx", "kg") is None  # the name is free
+            blocked = conn.execute("SELECT max(build_id) FROM refactx.builds").fetchone()[0]
+            # the first build of a name is checked against pg.reader_role alone
+            first = load_tree(pg_dsn, "other", {(3, 4)}, activate=False)
+            pgcatalog.set_status(conn, "refactx", first, "validated")
+            with pytest.raises(ActivationRefused, match=f"role '{role}' \\(pg.reader_role\\) cannot "
+                               f"read build {first}: it lacks SELECT on refactx.tree_b{first}"):
+                activate_build(conn, "refactx", first, reader_role=role)
+            # once granted, the refused build activates, and the readers follow it
+            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(
+                sql.Identifier("refactx", pgcatalog.table_name(blocked)), sql.Identifier(role)))
+            activate_build(conn, "refactx", blocked, reader_role=role)
+        assert index.wait_for_build(blocked, timeout_s=20)
+        assert index.next_tokens((1,)).tokens.tolist() == [9]
+    load_tree(pg_dsn, "kg", {(1, 10)}, reader_role=role)  # the next build of the name goes ahead
+
+
+def test_a_reader_role_that_does_not_exist_is_one_line(pg_dsn):
+    """``pg.reader_role=nosuchrole``: a ConfigError naming the setting, before anything is
+    granted or loaded (it was a 41-line driver traceback)."""
+    from refactx_pipeline.cli.failures import describe_failure
+
+    role = f"nosuchrole_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ConfigError) as missing:
+        load_tree(pg_dsn, "kg", {(1, 2)}, reader_role=role)
+    line = describe_failure(missing.value)
+    assert line == (f"pg.reader_role: role '{role}' does not exist on this server; create it "
+                    f"(CREATE ROLE {role} LOGIN) or set pg.reader_role to the role that serves")
+    load_tree(pg_dsn, "kg", {(1, 2)})
+    build = load_tree(pg_dsn, "kg", {(1, 3)}, activate=False)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        pgcatalog.set_status(conn, "refactx", build, "validated")
+        with pytest.raises(ConfigError, match=f"role '{role}' does not exist"):
+            activate_build(conn, "refactx", build, reader_role=role)
+        assert pgcatalog.name_holder(conn, "refactx", "kg") is None
 
 
 def test_retention_keeps_builds_that_served_and_drops_the_others(pg_dsn):
@@ -327,11 +384,16 @@ def test_the_shrink_guard_refuses_a_much_smaller_build(pg_dsn):
     big = random_sequences(seed=3, n=300)
     load_tree(pg_dsn, "kg", big)
     small = set(list(sorted(big))[:100])
-    with pytest.raises(LoadError, match="fewer than the served build"):
+    with pytest.raises(ActivationRefused, match="fewer than the served build") as refusal:
         load_tree(pg_dsn, "kg", small, max_shrink=0.2)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         refused = conn.execute("SELECT max(build_id) FROM refactx.builds").fetchone()[0]
         assert conn.execute("SELECT build_id FROM refactx.active").fetchone()[0] != refused
+        # the refusal says what to do, and releases the name (issue 27, item 4)
+        assert str(refusal.value).endswith(
+            "the name is free for the next build. To activate build "
+            f"{refused} later: refactx-index build --stages activate --build-id {refused} --set pg.max_shrink=1")
+        assert pgcatalog.name_holder(conn, "refactx", "kg") is None
         # forced: the same build activates
         activate_build(conn, "refactx", refused, max_shrink=1.0)
         assert conn.execute("SELECT build_id FROM refactx.active").fetchone()[0] == refused

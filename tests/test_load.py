@@ -539,6 +539,10 @@ def test_spark_checks_name_each_fault(spark, tmp_path):
     fails("leaves", rows, "its leaves column says 1000", leaves={deep_key: 1000})
     fails("own", {**rows, deep_key: fmt.encode_fragment([], [0], [False], [True], [1])}, "flagged external|leaf count")
     fails("noroot", {k: v for k, v in rows.items() if k}, "no root row")
+    # the same row as format version 1 wrote it (no checksum) inside a version 2 build
+    version_1 = bytes([1]) + rows[deep_key][1:10] + rows[deep_key][14:]
+    fails("version1", {**rows, deep_key: version_1},
+          "does not decode: a format version 1 row inside a format version 2 build")
 
 
 def rewrite_rows(rows_dir: Path, change) -> str:

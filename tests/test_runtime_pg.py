@@ -168,6 +168,21 @@ def test_threads_share_one_index(pg_dsn):
     assert not errors, errors[0]
 
 
+def test_open_index_leaves_the_global_random_alone(pg_dsn):
+    """A caller's seeded ``random`` gives the same sequence whether an index opened its
+    connections meanwhile or not (the pool drew its expiry jitter from it: issue 21)."""
+    import random
+
+    load_tree(pg_dsn, "kg", {(1, 2), (1, 3)})
+    random.seed(7)
+    alone = [random.random() for _ in range(3)]
+    random.seed(7)
+    with open_index(pg_dsn, "kg", pool_size=2) as index:
+        assert index.next_tokens((1,)).tokens.tolist() == [2, 3]
+        beside = [random.random() for _ in range(3)]
+    assert beside == alone
+
+
 def test_connections_are_read_only_autocommit_and_never_idle_in_transaction(pg_dsn):
     load_tree(pg_dsn, "kg", random_sequences(seed=1), threshold=2)
     with open_index(pg_dsn, "kg", statement_timeout_ms=1234) as index:

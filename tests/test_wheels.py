@@ -94,10 +94,13 @@ def test_wheels_install_outside_the_checkout_build_and_serve(fresh_venv, vocabul
     report = json.loads(built.stdout)  # stdout is exactly one JSON document
     assert report["activate"]["example"]["name"] == "wikidata-example"
     assert report["load"]["vocabularies"]["example"]["rows"] > 0
+    stages = [name for name in report if name != "seconds"]
+    assert list(report["seconds"]) == stages and all(s > 0 for s in report["seconds"].values())
     # not a terminal: plain progress lines, never a bar redrawn with carriage returns
     assert "\r" not in built.stderr
     assert "  parse        started" in built.stderr
     assert len(built.stderr.splitlines()) < 60, built.stderr
+    assert "NativeCodeLoader" not in built.stderr and "log4j" not in built.stderr, built.stderr
 
     text = " <Northern Ireland (part of the United Kingdom)> <"
     looked = _run([cli, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",

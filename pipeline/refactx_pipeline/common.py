@@ -3,12 +3,13 @@ check that an earlier stage's output is there."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from refactx_pipeline.config import Config
 from refactx_pipeline.errors import StageInputMissing
@@ -16,8 +17,29 @@ from refactx_pipeline.errors import StageInputMissing
 log = logging.getLogger(__name__)
 
 
-def spark_session(cfg: Config, app_name: str = "refactx_index"):
+@contextlib.contextmanager
+def _stderr_into(path: Path) -> Iterator[None]:
+    """File descriptor 2 appended to ``path`` meanwhile: a process started meanwhile (the
+    JVM) keeps writing its stderr there; this process's own stderr is back afterwards."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as target:
+            os.dup2(target.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def spark_session(cfg: Config, app_name: str = "refactx_index", *, jvm_stderr: Path | None = None):
     """A SparkSession for ``cfg.spark`` (``local[*]`` by default).
+
+    ``jvm_stderr``: a file the JVM's own stderr goes to instead of this process's, for a
+    command whose stderr is for people: the JDK's incubator-module note, Hadoop's
+    native-library warning and log4j's banner are written before any log level applies.
+    No effect under spark-submit, whose JVM is already running.
 
     Python workers run the driver's interpreter, so Arrow UDFs see the same
     virtual environment (and the pinned pyspark) as the driver. The project jar
@@ -65,7 +87,8 @@ def spark_session(cfg: Config, app_name: str = "refactx_index"):
         else:
             builder = builder.config(key, value)
     builder = builder.config("spark.jars", ",".join(jars))
-    spark = builder.getOrCreate()
+    with _stderr_into(jvm_stderr) if jvm_stderr is not None else contextlib.nullcontext():
+        spark = builder.getOrCreate()  # launches the JVM, which inherits file descriptor 2
     spark.sparkContext.setLogLevel(cfg.spark.log_level)
     if submitted and spark.sparkContext.master != cfg.spark.master:
         log.info("spark-submit's master %s is used (the config's spark.master %s applies only when "

@@ -148,7 +148,21 @@ class FilterConfig(Section):
 
 
 class LabelsConfig(Section):
-    collision_policy: Literal["keep", "drop", "qualify"] = "keep"
+    # what to do with a label several entities share (refactx_pipeline/stages/labels.py)
+    collision_policy: Literal["disambiguate", "keep", "drop", "qualify"] = "disambiguate"
+    # the properties `disambiguate` may tell entities apart by, first tried first: instance of,
+    # country, located in, occupation, date of birth, inception, publication date, subclass of
+    distinguishing_properties: tuple[str, ...] = ("P31", "P17", "P131", "P106", "P569", "P571", "P577", "P279")
+
+    _split = field_validator("distinguishing_properties", mode="before")(_split_list)
+
+    @field_validator("distinguishing_properties")
+    @classmethod
+    def _property_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not re.fullmatch(r"P[1-9][0-9]*", v)]
+        if bad:
+            raise ValueError(f"expected ids like P31, got {', '.join(map(repr, bad))}")
+        return value
 
 
 class VerbalizeConfig(Section):

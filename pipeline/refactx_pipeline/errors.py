@@ -8,6 +8,9 @@ cares about, and the CLI can turn each into one line saying what to do:
 - ``StageInputMissing``: a stage's input (an earlier stage's output) is not there; the message
   names the stage to run first.
 - ``RunConflict``: another run of the same dump date holds its work directory.
+- ``ActivationRefused``: a validated build was not activated (the shrink guard, or a role
+  that reads the served build could not read it); the served build is untouched and the
+  index name is free. Also a ``LoadError``.
 - ``LoadError`` / ``ValidationFailed``: loading a build, or validating it, failed; the served
   index is untouched. They are defined in the runtime (``refactx_index.errors``, part of its
   public API since 0.1.0) and are the same classes here: the pipeline raises them, and code
@@ -19,6 +22,7 @@ from __future__ import annotations
 from refactx_index.errors import ConfigError, LoadError, RefactxError, ValidationFailed
 
 __all__ = [
+    "ActivationRefused",
     "ConfigError",
     "LoadError",
     "PipelineError",
@@ -45,3 +49,8 @@ class StageInputMissing(PipelineError, FileNotFoundError):
 
 class RunConflict(PipelineError):
     """Another run of the same dump date holds its work directory."""
+
+
+class ActivationRefused(PipelineError, LoadError):
+    """A validated build was refused at activation; the served build still serves and the
+    build's claim on the index name is released, so the next build of the name goes ahead."""

@@ -24,7 +24,9 @@ the retried generation's ``root()`` reads the active build, with ``follow`` on o
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import random
 import re
 import threading
 from typing import Any, Sequence
@@ -73,6 +75,24 @@ ACTIVATION_CHANNEL = "refactx_active"
 MAX_BUILD_SWITCHES = 8
 
 
+@functools.lru_cache(maxsize=None)
+def _private_jitter_pool() -> type:
+    """psycopg_pool's ``ConnectionPool``, its connections' expiry jitter drawn from a generator
+    of its own. The pool draws it from Python's global ``random`` whenever one of its threads
+    opens a connection, which moved a caller's seeded sequence by a number of draws that
+    differed from process to process."""
+    from psycopg_pool import ConnectionPool
+
+    class PrivateJitterPool(ConnectionPool):
+        _rng = random.Random()
+
+        @classmethod
+        def _jitter(cls, value: float, min_pc: float, max_pc: float) -> float:
+            return value * (1.0 + ((max_pc - min_pc) * cls._rng.random()) + min_pc)
+
+    return PrivateJitterPool
+
+
 def open_index(
     dsn: str,
     name: str,
@@ -104,7 +124,7 @@ def open_index(
     rows below come on another pooled connection while the walk goes on -- a step pays at most
     its own row's round trip. Off: they come in the same round trip as the row.
     """
-    from psycopg_pool import ConnectionPool, PoolTimeout
+    from psycopg_pool import PoolTimeout
 
     if pool_size < 1:
         raise ValueError("pool_size must be >= 1")
@@ -125,7 +145,7 @@ def open_index(
     # the server's words, where the pool would retry it for connect_timeout_s and then report
     # only its timeout
     first_failure = _first_connection(dsn, connect_kwargs)
-    pool = ConnectionPool(
+    pool = _private_jitter_pool()(
         dsn,
         min_size=1,
         max_size=pool_size,

@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg import sql
 
-from refactx_pipeline.errors import LoadError
+from refactx_pipeline.errors import ConfigError, LoadError
 from refactx_pipeline.resources import sql_text
 
 log = logging.getLogger(__name__)
@@ -242,11 +242,20 @@ def release_claim(conn: psycopg.Connection, schema: str, name: str) -> int | Non
     return build_id
 
 
+def require_role(conn: psycopg.Connection, role: str) -> None:
+    """A ``ConfigError`` naming ``pg.reader_role`` when ``role`` does not exist on the server
+    (a GRANT to it would fail with a driver error)."""
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+        raise ConfigError(f"pg.reader_role: role {role!r} does not exist on this server; create it "
+                          f"(CREATE ROLE {role} LOGIN) or set pg.reader_role to the role that serves")
+
+
 def grant_reader(conn: psycopg.Connection, schema: str, role: str, table: str | None = None) -> None:
     """Least privilege for the serving role: USAGE on the schema and SELECT on the catalog
     (``table`` None), or SELECT on one build's table. Readers need nothing more."""
     if not role:
         return
+    require_role(conn, role)
     who = sql.Identifier(role)
     if table is None:
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), who))
@@ -255,6 +264,35 @@ def grant_reader(conn: psycopg.Connection, schema: str, role: str, table: str | 
     else:
         conn.execute(sql.SQL("GRANT SELECT ON {}.{} TO {}").format(
             sql.Identifier(schema), sql.Identifier(table), who))
+
+
+def table_readers(conn: psycopg.Connection, schema: str, table: str) -> list[str]:
+    """The roles granted SELECT on a build's table, its owner aside (PUBLIC is no role to check)."""
+    rows = conn.execute(
+        "SELECT DISTINCT r.rolname FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "CROSS JOIN LATERAL aclexplode(c.relacl) a "
+        "JOIN pg_roles r ON r.oid = a.grantee "
+        "WHERE n.nspname = %s AND c.relname = %s AND a.privilege_type = 'SELECT' "
+        "AND a.grantee <> c.relowner ORDER BY 1",
+        (schema, table),
+    ).fetchall()
+    return [role for (role,) in rows]
+
+
+def missing_reader_privileges(conn: psycopg.Connection, schema: str, role: str, table: str) -> list[str]:
+    """What ``role`` lacks to serve the build whose table is ``table`` (empty: nothing): the
+    privileges ``grant_reader`` gives, whether granted to it or to a role it belongs to."""
+    needed = [
+        (f"USAGE on schema {schema}", "has_schema_privilege(%(role)s::name, %(schema)s::text, 'USAGE')"),
+        (f"SELECT on {schema}.builds", "has_table_privilege(%(role)s::name, format('%%I.builds', %(schema)s::text), 'SELECT')"),
+        (f"SELECT on {schema}.active", "has_table_privilege(%(role)s::name, format('%%I.active', %(schema)s::text), 'SELECT')"),
+        (f"SELECT on {schema}.{table}",
+         "has_table_privilege(%(role)s::name, format('%%I.%%I', %(schema)s::text, %(table)s::text), 'SELECT')"),
+    ]
+    granted = conn.execute("SELECT " + ", ".join(check for _, check in needed),
+                           {"role": role, "schema": schema, "table": table}).fetchone()
+    return [what for (what, _), has in zip(needed, granted) if not has]
 
 
 def set_status(

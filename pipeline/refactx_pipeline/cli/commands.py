@@ -38,6 +38,8 @@ from refactx_pipeline.cli.vocabulary import train_example_vocabulary
 
 log = logging.getLogger("refactx_pipeline.cli")
 
+JVM_LOG = "spark-jvm.log"  # the JVM's stderr, under the dump date's build directory (without -v)
+
 
 # --------------------------------------------------------------------------- helpers
 
@@ -55,12 +57,13 @@ def _config_from(args: argparse.Namespace, **overrides: Any) -> Config:
 
 
 def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None,
-               build_ids: dict[str, int] | None = None) -> list[Any]:
+               build_ids: dict[str, int] | None = None, *, verbose: int = 0) -> list[Any]:
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.orchestration.pipeline import run_pipeline, select_stages
 
     selected = select_stages(cfg, stages)
-    spark = spark_session(cfg, "refactx:build")
+    # the JVM's start-up notes (JDK, Hadoop, log4j) are kept off the terminal unless -v
+    spark = spark_session(cfg, "refactx:build", jvm_stderr=None if verbose else cfg.build_dir() / JVM_LOG)
     try:
         with BuildProgress(spark, selected) as progress:
             return run_pipeline(spark, cfg, selected, progress.on_stage, dsn=dsn, build_ids=build_ids)
@@ -76,9 +79,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
     from refactx_pipeline.orchestration.pipeline import parse_build_ids
 
-    results = _run_build(cfg, stages, build_ids=parse_build_ids(args.build_id, cfg))
+    results = _run_build(cfg, stages, build_ids=parse_build_ids(args.build_id, cfg), verbose=args.verbose)
     if args.json:  # stdout holds this one document and nothing else
-        json.dump({r.stage: r.counts for r in results}, sys.stdout, indent=2, default=str)
+        report: dict[str, Any] = {r.stage: r.counts for r in results}
+        report["seconds"] = {r.stage: round(r.seconds, 3) for r in results}  # no stage is named so
+        json.dump(report, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     sys.stderr.write(f"build outputs under {cfg.build_dir()}\n")
     return 0
@@ -160,7 +165,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"{redact_text(cfg.pg.dsn) if cfg.pg.dsn else 'embedded in ' + cfg.pg.embedded_dir}")
     sys.stdout.flush()
     with pg_dsn(cfg) as dsn:
-        results = _run_build(cfg, None, dsn=dsn)
+        results = _run_build(cfg, None, dsn=dsn, verbose=args.verbose)
         print("\nstage counts:")
         for r in results:
             print(f"  {r.stage:<12} {r.seconds:6.1f}s  {summary(r.counts)}")

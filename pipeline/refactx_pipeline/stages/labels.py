@@ -6,17 +6,30 @@ plain label (``date of birth``): they are not Wikipedia articles.
 
 Collisions (one label shared by several entities, counted among items and among
 properties separately) follow ``labels.collision_policy``:
-``keep`` keeps every entity with the shared label; ``drop`` drops them all;
-``qualify`` appends `` (Qid)`` to each colliding label, which makes it unique.
-Collisions are written to ``labels/collisions`` (label, entities, n).
+
+* ``disambiguate`` (the default): each colliding entity gets the first of these that sets it
+  apart from the others sharing its label: its description (``label (description)``, for a
+  title or a plain label that does not hold it yet); a distinguishing property
+  (``label (country: Egypt)``: the first of ``labels.distinguishing_properties`` whose value
+  no other entity of the collision has); its id (``label (Q42)``), the last resort and the
+  choice for any label that would still be shared. Every label becomes unique, so facts of
+  different entities never merge under one subject;
+* ``keep``: every entity keeps the shared label (their facts read as one entity's, and
+  identical fact texts merge);
+* ``drop``: every colliding entity is dropped, with its facts;
+* ``qualify``: `` (Qid)`` appended to each colliding label.
+
+Collisions are written to ``labels/collisions`` (label, entities, n); the counts say what the
+policy did with them (``collision_outcome``: entities per choice) and how many labels are
+still shared after it (``labels_still_shared``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from refactx_pipeline.config import Config
@@ -24,10 +37,11 @@ from refactx_index.errors import ConfigError
 
 from refactx_pipeline.common import remove_tree, stage_input, write_counts
 from refactx_pipeline.stages.schemas import LABELS
+from refactx_pipeline.stages.verbalize import render_object
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("keep", "drop", "qualify")
+POLICIES = ("disambiguate", "keep", "drop", "qualify")
 
 
 def candidate_labels(
@@ -62,11 +76,95 @@ def candidate_labels(
         "entity",
         chosen["l"].alias("label"),
         F.coalesce(F.when(chosen["l"].isNotNull(), chosen["s"]), F.lit("none")).alias("label_source"),
+        "description",  # what ``disambiguate`` tells colliding entities apart by first
     )
 
 
-def apply_collision_policy(labels: DataFrame, policy: str) -> tuple[DataFrame, DataFrame]:
-    """(labels after ``policy``, collisions) for non-null candidate labels."""
+def distinguishing_values(entities: DataFrame, statements: DataFrame, terms: DataFrame,
+                          properties: DataFrame, order: Sequence[str], lang: str) -> DataFrame:
+    """(entity, rank, qualifier) for each of ``entities`` and each property of ``order`` it has
+    a statement of: ``rank`` the property's place in ``order`` (1 first), ``qualifier``
+    ``property label: value`` with the value as a fact writes it (an item by its plain label;
+    the smallest value when there are several)."""
+    if not order:
+        return entities.select("entity", F.lit(0).alias("rank"), F.lit("").alias("qualifier")).limit(0)
+    plain_label = (terms.where((F.col("kind") == "label") & (F.col("lang") == lang))
+                   .groupBy("entity").agg(F.min("value").alias("plain_label")))
+    rank = F.array_position(F.array(*[F.lit(p) for p in order]), F.col("property")).cast("int")
+    stated = (
+        statements.where(F.col("property").isin(list(order)))
+        .join(entities.select(F.col("entity").alias("subject")), "subject")
+        .join(plain_label.withColumnRenamed("entity", "object_item"), "object_item", "left")
+        .select(F.col("subject").alias("entity"), "property", rank.alias("rank"),
+                render_object(F.col("object_kind"), F.col("object_value"), F.col("plain_label")).alias("value"))
+        .where(F.col("value").isNotNull())
+        .groupBy("entity", "property", "rank").agg(F.min("value").alias("value"))
+    )
+    names = properties.select("property", F.col("label").alias("property_label"))
+    return stated.join(names, "property", "left").select(
+        "entity", "rank",
+        F.concat(F.coalesce("property_label", "property"), F.lit(": "), F.col("value")).alias("qualifier"),
+    )
+
+
+def disambiguate(marked: DataFrame, qualifiers_of: Callable[[DataFrame], DataFrame] | None) -> DataFrame:
+    """``marked`` (entity, label, label_source, description, namespace, collides) with each
+    colliding label made unique (see the module docstring) and ``resolved_by`` (description,
+    property, entity_id; null for a label that did not collide). ``qualifiers_of(entities)``:
+    (entity, rank, qualifier) of those entities (``distinguishing_values``); None: none."""
+    group = ["namespace", "label"]
+    colliding = marked.where(F.col("collides")).withColumn("shared", F.col("label"))
+    by_description = F.when(
+        (F.col("label_source") != "label_description") & F.col("description").isNotNull()
+        & (F.col("description") != ""),
+        F.concat(F.col("label"), F.lit(" ("), F.col("description"), F.lit(")")))
+    colliding = colliding.withColumn("by_description", by_description).withColumn(
+        "description_unique",
+        F.col("by_description").isNotNull()
+        & (F.count("*").over(Window.partitionBy(*group, "by_description")) == 1))
+    # a property value held by this entity alone among those sharing its label; the first in order
+    values = colliding.select("entity", *group)
+    if qualifiers_of is None:
+        values = values.select("*", F.lit(0).alias("rank"), F.lit("").alias("qualifier")).limit(0)
+    else:
+        values = values.join(qualifiers_of(colliding.select("entity")), "entity")
+    unique = values.withColumn("holders", F.count("*").over(Window.partitionBy(*group, "rank", "qualifier")))
+    best = (unique.where(F.col("holders") == 1).groupBy("entity")
+            .agg(F.min(F.struct("rank", "qualifier"))["qualifier"].alias("by_property")))
+    colliding = colliding.join(best, "entity", "left")
+    by_id = F.concat(F.col("shared"), F.lit(" ("), F.col("entity"), F.lit(")"))
+    resolved = colliding.select(
+        "entity", "label_source", "description", "namespace", "collides", "shared",
+        F.when(F.col("description_unique"), F.col("by_description"))
+        .when(F.col("by_property").isNotNull(), F.concat(F.col("shared"), F.lit(" ("), F.col("by_property"), F.lit(")")))
+        .otherwise(by_id).alias("label"),
+        F.when(F.col("description_unique"), F.lit("description"))
+        .when(F.col("by_property").isNotNull(), F.lit("property"))
+        .otherwise(F.lit("entity_id")).alias("resolved_by"),
+    )
+    untouched = marked.where(~F.col("collides")).select(
+        "entity", "label_source", "description", "namespace", "collides",
+        F.lit(None).cast("string").alias("shared"), "label", F.lit(None).cast("string").alias("resolved_by"))
+    # a new label that another entity already has (a title equal to `label (description)`):
+    # the id settles it
+    together = untouched.unionByName(resolved).withColumn(
+        "clash", F.count("*").over(Window.partitionBy(*group)) > 1)
+    settle = F.col("clash") & F.col("resolved_by").isin("description", "property")
+    return together.select(
+        "entity", "label_source", "description", "namespace", "collides",
+        F.when(settle, by_id).otherwise(F.col("label")).alias("label"),
+        F.when(settle, F.lit("entity_id")).otherwise(F.col("resolved_by")).alias("resolved_by"),
+    )
+
+
+def apply_collision_policy(labels: DataFrame, policy: str,
+                           qualifiers_of: Callable[[DataFrame], DataFrame] | None = None
+                           ) -> tuple[DataFrame, DataFrame]:
+    """(labels after ``policy``, collisions) for non-null candidate labels (entity, label,
+    label_source, description). The labels carry ``resolved_by``: what became of a colliding
+    entity's label (``disambiguate``: description, property, entity_id; ``qualify``:
+    entity_id; ``keep``: kept_shared), null for the others; ``qualifiers_of`` gives what
+    ``disambiguate`` may tell the colliding entities apart by (see ``disambiguate``)."""
     if policy not in POLICIES:
         raise ConfigError(f"labels.collision_policy {policy!r}: expected one of {', '.join(POLICIES)}")
     namespace = F.substring("entity", 1, 1)  # items collide with items, properties with properties
@@ -75,17 +173,23 @@ def apply_collision_policy(labels: DataFrame, policy: str) -> tuple[DataFrame, D
     )
     collisions = groups.where(F.col("n") > 1)
     colliding = collisions.select("namespace", "label", F.lit(True).alias("collides"))
-    marked = labels.withColumn("namespace", namespace).join(colliding, ["namespace", "label"], "left")
-    collides = F.coalesce(F.col("collides"), F.lit(False))
+    marked = (labels.withColumn("namespace", namespace).join(colliding, ["namespace", "label"], "left")
+              .withColumn("collides", F.coalesce(F.col("collides"), F.lit(False))))
+    collides = F.col("collides")
     if policy == "drop":
-        result = marked.where(~collides)
+        result = marked.where(~collides).withColumn("resolved_by", F.lit(None).cast("string"))
     elif policy == "qualify":
-        result = marked.withColumn(
-            "label", F.when(collides, F.concat("label", F.lit(" ("), F.col("entity"), F.lit(")"))).otherwise(F.col("label"))
-        )
+        result = marked.select(
+            "*",
+            F.when(collides, F.concat("label", F.lit(" ("), F.col("entity"), F.lit(")"))).otherwise(F.col("label")).alias("qualified"),
+            F.when(collides, F.lit("entity_id")).alias("resolved_by"),
+        ).drop("label").withColumnRenamed("qualified", "label")
+    elif policy == "disambiguate":
+        result = disambiguate(marked, qualifiers_of)
     else:
-        result = marked
-    return result.select("entity", "label", "label_source"), collisions.select("label", "entities", "n")
+        result = marked.withColumn("resolved_by", F.when(collides, F.lit("kept_shared")))
+    return (result.select("entity", "label", "label_source", "resolved_by"),
+            collisions.select("label", "entities", "n"))
 
 
 def entities_to_label(statements: DataFrame, terms: DataFrame, properties: DataFrame) -> DataFrame:
@@ -117,9 +221,19 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     candidates.write.mode("overwrite").parquet(str(out / "_candidates"))
     candidates = spark.read.parquet(str(out / "_candidates"))
     labelled = candidates.where(F.col("label").isNotNull())
-    labels, collisions = apply_collision_policy(labelled, cfg.labels.collision_policy)
-    labels.select([F.col(f.name) for f in LABELS.fields]).write.mode("overwrite").parquet(str(out / "labels"))
+    policy = cfg.labels.collision_policy
+    labels, collisions = apply_collision_policy(
+        labelled, policy,
+        lambda colliding: distinguishing_values(colliding, statements, terms, properties,
+                                                cfg.labels.distinguishing_properties, lang))
+    labels.write.mode("overwrite").parquet(str(out / "_resolved"))
+    resolved = spark.read.parquet(str(out / "_resolved"))
+    resolved.select([F.col(f.name) for f in LABELS.fields]).write.mode("overwrite").parquet(str(out / "labels"))
     collisions.write.mode("overwrite").parquet(str(out / "collisions"))
+    outcome = {r["resolved_by"]: r["count"]
+               for r in resolved.where(F.col("resolved_by").isNotNull()).groupBy("resolved_by").count().collect()}
+    still_shared = (resolved.groupBy(F.substring("entity", 1, 1), "label").count()
+                    .where(F.col("count") > 1).count())
 
     by_source = {r["label_source"]: r["count"] for r in candidates.groupBy("label_source").count().collect()}
     collisions = spark.read.parquet(str(out / "collisions"))
@@ -129,12 +243,17 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "labels": spark.read.parquet(str(out / "labels")).count(),
         "labels_by_source": {k: v for k, v in sorted(by_source.items()) if k != "none"},
         "dropped_without_label": by_source.get("none", 0),
-        "collision_policy": cfg.labels.collision_policy,
+        "collision_policy": policy,
         "colliding_labels": agg["labels"] or 0,
         "colliding_entities": agg["entities"] or 0,
+        # what the policy did with each colliding entity (drop: dropped them all)
+        "collision_outcome": dict(sorted(outcome.items())) if policy != "drop"
+        else {"dropped": agg["entities"] or 0},
+        "labels_still_shared": still_shared,
         "sitelinks_used": sitelinks is not None,
     }
     remove_tree(spark, out / "_candidates")
+    remove_tree(spark, out / "_resolved")
     write_counts(cfg, "labels", counts)
     log.info("labels: %s", counts)
     return counts

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refactx_pipeline.catalog import pgcatalog
-from refactx_pipeline.common import read_counts, write_counts
+from refactx_pipeline.common import stage_input, write_counts
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config, VocabularyConfig
 from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
@@ -159,10 +159,10 @@ def tokenizer_meta(cfg: Config, vocab: VocabularyConfig) -> dict[str, Any]:
 def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str, Any]:
     """Load one vocabulary's rows as a new build (status ``loaded``, not active)."""
     schema = cfg.pg.schema
-    rows_dir = cfg.stage_dir("prefix_rows") / vocab.name / "rows"
+    rows_dir = stage_input(cfg, STAGE, "prefix_rows", vocab.name, "rows")
+    tree_counts = json.loads(stage_input(cfg, STAGE, "prefix_rows", vocab.name, "counts.json").read_text())
     files = parquet_files(rows_dir)
     expected_rows = parquet_row_count(files)
-    tree_counts = read_counts(cfg, "prefix_rows", f"{vocab.name}/counts.json")
     meta = tokenizer_meta(cfg, vocab)
     name = cfg.index_name(vocab.name)
     with connect(dsn, autocommit=True, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn:

@@ -8,7 +8,8 @@ one aggregate sums them up. Nothing is collected but the summary and one example
 fault. The checks follow the format, not the cut rule that chose the rows:
 
 * every row decodes within the format's bounds (sizes against the header before anything is
-  allocated, the checksum, node and level limits), its key is whole tokens and no longer than
+  allocated, the checksum, node and level limits) as a row of the build's format version (a
+  version 1 row, which has no checksum, is refused inside a version 2 build), its key is whole tokens and no longer than
   a fact may be, its own node is not external, its ``depth`` and ``leaves`` columns agree
   with its key and its fragment;
 * every external node has its row, with the same leaf count (``sum(child_leaves) + ends =
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -42,7 +44,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from refactx_pipeline.catalog import pgcatalog
-from refactx_pipeline.common import read_counts, write_counts
+from refactx_pipeline.common import stage_input, write_counts
 from refactx_pipeline.stages.load import parquet_files, parquet_row_count
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config
@@ -102,14 +104,17 @@ def external_keys(prefix: bytes, frag: fmt.Fragment) -> tuple[np.ndarray, np.nda
     return keys[np.arange(keys.shape[1]) < lengths[:, None]], lengths, frag.leaves[ext]
 
 
-def _row_check(prefix: bytes, node: bytes, depth: int, leaves: int, max_tokens: int) -> tuple[fmt.Fragment | None, str | None]:
-    """One row's own invariants: its fragment (None when it does not decode) and the fault, if any."""
+def _row_check(prefix: bytes, node: bytes, depth: int, leaves: int, max_tokens: int,
+               format_version: int) -> tuple[fmt.Fragment | None, str | None]:
+    """One row's own invariants: its fragment (None when it does not decode) and the fault, if
+    any. A row of another format version than the build's is a fault: a version 1 row has no
+    checksum, so one inside a version 2 build would hide a flipped bit."""
     if len(prefix) % 4:
         return None, f"a key of {len(prefix)} bytes is not whole tokens"
     if len(prefix) // 4 > max_tokens:
         return None, f"a key of {len(prefix) // 4} tokens is longer than any fact ({max_tokens})"
     try:
-        frag = fmt.decode_fragment(node)
+        frag = fmt.decode_fragment(node, format_version)
     except FormatError as exc:
         return None, f"does not decode: {exc}"
     if frag.n_nodes > 1 and int(frag.tokens[1:].max()) > _MAX_TOKEN:
@@ -123,7 +128,8 @@ def _row_check(prefix: bytes, node: bytes, depth: int, leaves: int, max_tokens: 
     return frag, None
 
 
-def _facts_of_rows(batches: Iterator[pa.RecordBatch], max_tokens: int) -> Iterator[pa.RecordBatch]:
+def _facts_of_rows(batches: Iterator[pa.RecordBatch], max_tokens: int,
+                   format_version: int) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: prefix rows in, ``ROW_FACTS`` out -- one record per row (its key,
     leaves, fault, size) and one per external node in it (its full key, leaves, the row's key)."""
     for batch in batches:
@@ -140,7 +146,8 @@ def _facts_of_rows(batches: Iterator[pa.RecordBatch], max_tokens: int) -> Iterat
         ext_keys, ext_lengths, ext_leaves, ext_parent = [], [], [], []
         for r in range(n):
             prefix, node = prefixes[r], nodes[r]
-            frag, errors[r] = _row_check(prefix, node, int(depths[r]), int(leaf_col[r]), max_tokens)
+            frag, errors[r] = _row_check(prefix, node, int(depths[r]), int(leaf_col[r]), max_tokens,
+                                        format_version)
             row_bytes[r] = len(prefix) + len(node)
             if not prefix:
                 digests[r] = hashlib.sha256(node).hexdigest()
@@ -204,8 +211,10 @@ def _example(kind: str, ex: Any) -> str:
     return _key(key)
 
 
-def check_parquet(spark, rows_dir: str | Path, *, max_tokens: int) -> dict[str, Any]:
-    """Every row of a prefix rows dataset checked in Spark (see the module docstring); returns
+def check_parquet(spark, rows_dir: str | Path, *, max_tokens: int,
+                  format_version: int = fmt.FORMAT_VERSION) -> dict[str, Any]:
+    """Every row of a prefix rows dataset checked in Spark (see the module docstring), each
+    row decoded as a row of a ``format_version`` build (the build's own version); returns
     its summary (rows, bytes, root leaves and digest, deepest row, largest fragment) or raises
     ``_Invalid`` naming the faults found, with examples."""
     from pyspark.sql import functions as F
@@ -219,7 +228,8 @@ def check_parquet(spark, rows_dir: str | Path, *, max_tokens: int) -> dict[str, 
         StructField("bytes", LongType(), False), StructField("digest", StringType(), True),
     ])
     facts = (spark.read.parquet(str(rows_dir)).select("prefix", "node", "depth", "leaves")
-             .mapInArrow(functools.partial(_facts_of_rows, max_tokens=max_tokens), schema))
+             .mapInArrow(functools.partial(_facts_of_rows, max_tokens=max_tokens,
+                                           format_version=format_version), schema))
     is_row, ref = F.col("is_row"), ~F.col("is_row")
     per_key = facts.groupBy("key").agg(
         F.count(F.when(is_row, 1)).alias("n_rows"),
@@ -291,9 +301,11 @@ def check_table(conn: psycopg.Connection, schema: str, table: str, parquet: Mapp
 
 
 def walk_facts(
-    conn: psycopg.Connection, schema: str, table: str, facts: Sequence[Sequence[int]]
+    conn: psycopg.Connection, schema: str, table: str, facts: Sequence[Sequence[int]],
+    format_version: int = fmt.FORMAT_VERSION,
 ) -> int:
-    """Walk every fact from the root to its end; returns how many walked (all, or raises).
+    """Walk every fact from the root to its end, every row read as a row of a
+    ``format_version`` build; returns how many walked (all, or raises).
     Where a fact crosses from an external node into that node's row, the row's leaves must
     be the node's."""
     query = sql.SQL("SELECT prefix, node FROM {}.{} WHERE prefix = ANY(%s)").format(
@@ -308,7 +320,7 @@ def walk_facts(
         frags = {}
         for key, node in found.items():
             try:
-                frags[key] = fmt.decode_fragment(node)
+                frags[key] = fmt.decode_fragment(node, format_version)
             except FormatError as exc:
                 raise _Invalid(f"row {_key(key)} in PostgreSQL does not decode: {exc}") from None
         nxt: dict[int, tuple[int, int | None]] = {}
@@ -375,7 +387,8 @@ def validate_build(
     timings: dict[str, float] = {}
     try:
         started = time.monotonic()
-        parquet = check_parquet(spark, rows_dir, max_tokens=max_tokens)
+        parquet = check_parquet(spark, rows_dir, max_tokens=max_tokens,
+                                format_version=build["format_version"])
         timings["spark_seconds"] = time.monotonic() - started
         if parquet["rows"] != expected_rows or (build["rows"] is not None and build["rows"] != expected_rows):
             raise _Invalid(f"the Parquet holds {parquet['rows']} rows, its metadata {expected_rows}, "
@@ -386,7 +399,7 @@ def validate_build(
             raise _Invalid(f"the deepest row has {parquet['max_depth']} tokens, the catalog says {build['depth']}")
         started = time.monotonic()
         found = check_table(conn, schema, table, parquet)
-        walked = walk_facts(conn, schema, table, sample)
+        walked = walk_facts(conn, schema, table, sample, build["format_version"])
         if found["bytes"] != parquet["bytes"]:
             raise _Invalid(f"PostgreSQL holds {found['bytes']} bytes of keys and fragments, the Parquet "
                            f"{parquet['bytes']}: some row differs")
@@ -412,7 +425,7 @@ def sample_facts(spark, cfg: Config, vocab_name: str, n: int, total: int | None)
 
     from refactx_pipeline.stages.prefix_rows import reject_reason
 
-    tokens = spark.read.parquet(str(cfg.stage_dir("tokenize") / vocab_name / "tokens")).select("token_ids")
+    tokens = spark.read.parquet(str(stage_input(cfg, "validate", "tokenize", vocab_name, "tokens"))).select("token_ids")
     if total and total > n:  # sampled first: the reject rule runs on the sample only
         tokens = tokens.sample(fraction=min(1.0, 3.0 * n / total), seed=17)
     valid = tokens.where(reject_reason().isNull())
@@ -426,8 +439,8 @@ def validate_all(spark, cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> 
     with connect(dsn, autocommit=True, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn:
         builds = pgcatalog.stage_builds(conn, cfg, build_ids, stage="validate", statuses=VALIDATES)
         for vocab, info in builds.items():
-            tree_counts = read_counts(cfg, "prefix_rows", f"{vocab}/counts.json")
-            rows_dir = cfg.stage_dir("prefix_rows") / vocab / "rows"
+            tree_counts = json.loads(stage_input(cfg, "validate", "prefix_rows", vocab, "counts.json").read_text())
+            rows_dir = stage_input(cfg, "validate", "prefix_rows", vocab, "rows")
             if info["parquet_path"] and Path(info["parquet_path"]).resolve() != rows_dir.resolve():
                 raise LoadError(f"stage validate: build {info['build_id']} was loaded from {info['parquet_path']}, "
                                 f"this run's prefix rows of {vocab} are {rows_dir}")
