@@ -16,6 +16,7 @@ fact's, so a stored text's id names that fact alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
 
 # the kinds of source a fact has (verbalize/provenance ``kind``)
 KINDS = ("statement", "inverse", "description", "short_description")
@@ -112,3 +113,18 @@ class Provenance:
 
     fact_id: int
     sources: tuple[Source, ...]
+
+
+def group_sources(ids: Sequence[int], rows: Iterable[Sequence[Any]]) -> list[Provenance]:
+    """One :class:`Provenance` per id of ``ids`` from provenance rows ``(fact_id, kind,
+    subject, property, object, value)``, sources in a stable order."""
+    by_id: dict[int, list[Source]] = {}
+    for fid, kind, subject, prop, obj, value in rows:
+        by_id.setdefault(int(fid), []).append(Source(kind, subject, prop, obj, value))
+    order = {k: i for i, k in enumerate(KINDS)}
+    return [
+        Provenance(i, tuple(sorted(by_id.get(i, ()), key=lambda s: (order.get(s.kind, len(order)), s.subject,
+                                                                     s.property or "", s.object or "",
+                                                                     s.value or ""))))
+        for i in ids
+    ]
