@@ -182,7 +182,7 @@ def test_graph_build_provenance_gives_the_input_rows_ids(spark, tmp_path):
     from refactx_pipeline.orchestration.pipeline import run_pipeline
     from refactx_pipeline.testing.finance_example import write_example
 
-    cfg = Config.load(write_example(tmp_path, companies=6, people=5), env={}).updated({
+    cfg = Config.load(write_example(tmp_path, companies=40, people=30), env={}).updated({
         "spark.master": "local[2]", "spark.shuffle_partitions": 4})
     run_pipeline(spark, cfg, ["graph", "verbalize"])
     with open(tmp_path / "triples.csv", encoding="utf-8") as fh:
@@ -196,3 +196,43 @@ def test_graph_build_provenance_gives_the_input_rows_ids(spark, tmp_path):
         assert (r["subject"], r["property"], r["object"] if r["object"] is not None else r["value"]) in triples, r
     described = [r for r in provenance if r["kind"] == "description"]
     assert described and all(r["subject"] in entities for r in described)
+
+
+def test_provenance_copy_encoder_stores_what_the_batch_holds(pg_dsn):
+    """Nulls, empty and non-ASCII texts, negative ids, a sliced batch: stored as given."""
+    import psycopg
+    import pyarrow as pa
+
+    from refactx_pipeline.stages.load import COPY_HEADER, COPY_TRAILER, encode_provenance_rows
+    from refactx_pipeline.stages.schemas import PROVENANCE
+
+    rows = [(-(2 ** 63), "statement", "Q1", "P31", "Q5", None),
+            (2 ** 63 - 1, "description", "Q2", None, None, "ville française: «Paris» 🗼"),
+            (0, "inverse", "acme", "owns", "", None),
+            (42, "short_description", "Q3", None, None, "")] * 3
+    batch = pa.RecordBatch.from_pylist([dict(zip(SOURCE_COLUMNS, r)) for r in rows], schema=pa.schema(
+        [(f.name, pa.int64() if f.name == "fact_id" else pa.string()) for f in PROVENANCE]))
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("CREATE TABLE p (build_id bigint, fact_id bigint, kind text, subject text, property text, "
+                     "object text, value text)")
+        with conn.cursor().copy("COPY p FROM STDIN (FORMAT BINARY)") as cp:
+            cp.write(COPY_HEADER)
+            cp.write(encode_provenance_rows(7, batch.slice(0, 5)))
+            cp.write(encode_provenance_rows(7, batch.slice(5)))
+            cp.write(COPY_TRAILER)
+        stored = conn.execute("SELECT * FROM p").fetchall()
+    assert sorted(stored, key=repr) == sorted(((7, *r) for r in rows), key=repr)
+
+
+def test_runtime_fact_id_is_sparks_xxhash64(spark):
+    """Every length class of XXH64 (under 4, 8, 32 bytes, several 32-byte stripes) and
+    multi-byte UTF-8, against Spark itself."""
+    from pyspark.sql import functions as F
+
+    from refactx_index.provenance import fact_id
+
+    texts = ["", "a", "abc", "abcd", "abcdefg", "abcdefgh", "x" * 31, "y" * 32, "z" * 33, "w" * 200,
+             "<Zürich> <名前> <😀> .", "<Danny Boyle> <date of birth> <1956-10-20> ."]
+    rows = spark.createDataFrame([(t,) for t in texts], "text string").select(
+        "text", F.xxhash64("text").alias("id")).collect()
+    assert [(r["text"], fact_id(r["text"])) for r in rows] == [(r["text"], r["id"]) for r in rows]
