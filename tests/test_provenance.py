@@ -3,7 +3,8 @@
 The shared sample (verbalized once per session) is tokenized for SmolLM2, loaded and
 activated; its provenance table is checked against the verbalize stage's dataset and the
 parse stage's statements, read back through the runtime (one round trip for all facts), by
-``refactx facts lookup``, and with the facts SmolLM2 writes in ``refactx ask --json``.
+``refactx facts lookup``, and with the facts SmolLM2 writes in ``refactx ask --json`` and in
+the server's ``facts``.
 """
 
 from __future__ import annotations
@@ -139,6 +140,39 @@ def test_ask_json_gives_each_generated_fact_the_ids_of_the_fact_it_wrote(spark, 
     answer = json.loads(capsys.readouterr().out)
     stored = [f for f in answer["facts"] if f["stored"]]
     assert stored, answer["reply"]
+    for fact in stored:
+        p = fact["provenance"]
+        got = {(p["fact_id"], s["kind"], s["subject"], s["property"], s["object"], s["value"]) for s in p["sources"]}
+        assert got == sources[fact["text"]], fact["text"]
+
+
+def test_the_servers_facts_carry_the_provenance_of_each_stored_fact(spark, built, module_db):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from refactx_index.models import load_model
+    from refactx_index.pg import open_index
+    from refactx_index.server.app import ServerSettings, create_app
+    from refactx_index.server.engine import TransformersEngine
+
+    cfg, _ = built
+    facts = {r["fact_id"]: r["text"] for r in spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts")).collect()}
+    sources: dict[str, set[tuple]] = {}
+    for row in spark.read.parquet(str(cfg.stage_dir("verbalize") / "provenance")).collect():
+        sources.setdefault(facts[row["fact_id"]], set()).add(tuple(row[c] for c in SOURCE_COLUMNS))
+    index = open_index(module_db, cfg.index_name("smollm2"), follow=False)
+    engine = TransformersEngine(load_model("smollm2"), {"prov": index}, max_batch=1)
+    try:
+        with TestClient(create_app(engine, ServerSettings(default_index="prov", max_new_tokens=40))) as client:
+            reply = client.post("/v1/chat/completions", json={
+                "model": "smollm2", "max_tokens": 40, "temperature": 0,
+                "messages": [{"role": "user", "content": "What is the capital of Germany?"}]})
+    finally:
+        engine.close()
+        index.close()
+    assert reply.status_code == 200, reply.text
+    stored = [f for f in reply.json()["facts"] if f["stored"]]
+    assert stored, reply.json()
     for fact in stored:
         p = fact["provenance"]
         got = {(p["fact_id"], s["kind"], s["subject"], s["property"], s["object"], s["value"]) for s in p["sources"]}
