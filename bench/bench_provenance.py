@@ -1,7 +1,7 @@
 """Benchmark: what provenance costs a build, and its serving lookup.
 
 Writes ``--facts`` Wikidata-like provenance rows (verbalize/provenance: Q ids of 2-9 digits,
-one of 300 properties; 62% item objects, 23% literals of 10-25 characters, 15% descriptions
+P ids of 1-4 digits; 62% item objects, 23% literals of 10-25 characters, 15% descriptions
 of 20-60 characters; 2% of the facts with a second source) as Parquet, loads them by the
 load stage's own COPY path into a build's provenance table (B-tree on fact_id, attach), and
 prints bytes per fact (pg_table_size + pg_indexes_size), COPY and index seconds, and the
@@ -47,9 +47,11 @@ def synthetic_provenance(n: int, seed: int = 0) -> tuple[pa.Table, list[str]]:
     fid = np.concatenate([ids, ids[extra]])
     m = len(fid)
     draw = rng.random(m)
-    qid = lambda: np.char.add("Q", rng.integers(1, 10 ** rng.integers(2, 10, m)).astype(str))  # noqa: E731
-    subject = qid()
-    obj = qid()
+
+    def qids() -> np.ndarray:  # Q ids of 2-9 digits
+        return np.char.add("Q", rng.integers(1, 10 ** rng.integers(2, 10, m)).astype(str))
+
+    subject, obj = qids(), qids()
     prop = np.char.add("P", rng.integers(1, 8000, m).astype(str))
     item, description = draw < 0.62, draw >= 0.85
     lengths = np.where(description, rng.integers(20, 61, m), rng.integers(10, 26, m))
