@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from refactx_pipeline.stages import verbalize as V
-from refactx_pipeline.stages.schemas import FACTS, LABELS, PROPERTIES, SITELINKS, STATEMENTS, TERMS
+from refactx_pipeline.stages.schemas import FACTS, LABELS, PROPERTIES, PROVENANCE, SITELINKS, STATEMENTS, TERMS
 from refactx_pipeline.config import VerbalizeConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "verbalize.md"
@@ -132,8 +132,19 @@ def inputs(spark):
 def test_verbalize_facts_drops_and_dedup(spark, inputs):
     statements, labels, properties, terms, sitelinks = inputs
     vcfg = VerbalizeConfig(inverse=True, inverse_labels={"P40": "child of"})
-    facts, resolved = V.verbalize(statements, labels, properties, terms, sitelinks, vcfg, ["en", "fr"])
+    facts, provenance, resolved = V.verbalize(statements, labels, properties, terms, sitelinks, vcfg, ["en", "fr"])
     assert facts.schema.fieldNames() == FACTS.fieldNames()
+    sources = {(r["text"], r["kind"], r["subject"], r["property"], r["object"], r["value"])
+               for r in provenance.collect()}
+    assert len(sources) == provenance.count()  # the duplicate statement is one source
+    assert sources >= {
+        ("<Danny Boyle> <date of birth> <1956-10-20> .", "statement", "Q1", "P569", None, "1956-10-20T00:00:00Z"),
+        ("<Danny Boyle> <child> <Freya Boyle> .", "statement", "Q1", "P40", "Q2", None),
+        ("<Freya Boyle> <child of> <Danny Boyle> .", "inverse", "Q1", "P40", "Q2", None),
+        ("<Danny Boyle> <description> <British film director> .", "description", "Q1", None, None,
+         "British film director"),
+    }
+    assert {t for t, *_ in sources} == {r["text"] for r in facts.collect()}
     got = {r["text"]: (r["kind"], r["property"]) for r in facts.collect()}
     assert got == {
         "<Danny Boyle> <date of birth> <1956-10-20> .": ("statement", "P569"),
@@ -185,6 +196,25 @@ def test_id_collisions_are_dropped_and_counted(spark):
     assert [r["text"] for r in dropped.collect()] == ["<b> <p> <o> ."]
 
 
+def test_provenance_keeps_every_source_of_a_text_and_drops_collision_losers(spark):
+    labels = spark.createDataFrame(
+        [("Q7", "Paris", "label"), ("Q8", "Paris", "label"), ("Q5", "city", "label"), ("P31", "instance of", "label")],
+        LABELS,
+    )
+    statements = spark.createDataFrame(
+        [_statement("Q7", "P31", "item", item="Q5"), _statement("Q8", "P31", "item", item="Q5")], STATEMENTS
+    )
+    facts, provenance, _ = V.verbalize(statements, labels, None, None, None, VerbalizeConfig(), ["en"])
+    (fact,) = facts.collect()
+    kept = V.kept_provenance(provenance, facts)
+    assert kept.schema.fieldNames() == PROVENANCE.fieldNames()
+    assert sorted((r["fact_id"], r["subject"], r["object"]) for r in kept.collect()) == [
+        (fact["fact_id"], "Q7", "Q5"), (fact["fact_id"], "Q8", "Q5")]
+    # a text that lost an id collision is not among the kept facts: its sources go with it
+    lost = facts.select(F.col("fact_id"), F.lit("<other> <text> <same id> .").alias("text"))
+    assert V.kept_provenance(provenance, lost).count() == 0
+
+
 def _write_inputs(cfg, inputs, with_sitelinks: bool):
     statements, labels, properties, terms, sitelinks = inputs
     parse = cfg.stage_dir("parse")
@@ -214,6 +244,10 @@ def test_run_writes_facts_and_counts_without_sitelinks(spark, cfg, inputs):
     on_disk = json.loads((cfg.stage_dir("verbalize") / "counts.json").read_text())
     assert on_disk == counts
     assert not (cfg.stage_dir("verbalize") / "_deduped").exists()
+    assert not (cfg.stage_dir("verbalize") / "_provenance").exists()
+    provenance = spark.read.parquet(str(cfg.stage_dir("verbalize") / "provenance"))
+    assert counts["provenance_rows"] == provenance.count() == 7  # one source per fact here
+    assert {r["fact_id"] for r in provenance.collect()} == {fact_id for fact_id, _ in first_rows}
     # re-running overwrites its own output: same facts, same ids
     again = V.run(spark, cfg)
     assert again == counts

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 from .errors import InputRefused, VocabularyMismatch
@@ -22,6 +22,7 @@ from .index import ServedBuild, TreeIndex
 from .matcher import FACT
 from .models import LoadedModel
 from .prompt import Prompt, final_answer
+from .provenance import Provenance
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +54,16 @@ def check_questions(questions: Sequence[str], max_chars: int = DEFAULT_MAX_QUEST
 @dataclass(frozen=True)
 class GeneratedFact:
     """A fact the model wrote after the trigger: its text, its ids, and whether the index
-    holds exactly that sequence (``complete`` is false when generation stopped inside it)."""
+    holds exactly that sequence (``complete`` is false when generation stopped inside it).
+    ``provenance``: where a stored fact comes from (its fact id, and the statements or
+    descriptions it was verbalized from); None for a fact not stored, or when the build has
+    no provenance (docs/provenance.md)."""
 
     text: str
     token_ids: tuple[int, ...]
     stored: bool
     complete: bool = True
+    provenance: Provenance | None = None
 
 
 @dataclass
@@ -181,7 +186,24 @@ def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[i
                       complete=complete)
         for (f, complete), check in zip(written, checks)
     ]
-    return reply, facts
+    return reply, with_provenance(index, facts, build=build)
+
+
+def with_provenance(index: TreeIndex, facts: list[GeneratedFact], *,
+                    build: ServedBuild | None = None) -> list[GeneratedFact]:
+    """``facts`` with the provenance of the stored ones, read in one round trip from ``build``
+    (the one the facts were checked on; default: the serving one). The text is verbalize's:
+    the decoded fact stripped of the tree's whitespace ``fact_prefix``."""
+    stored = [i for i, f in enumerate(facts) if f.stored]
+    # an index of another kind (not a RowTreeIndex) may offer no provenance at all
+    lookup = getattr(index, "provenance", None)
+    found = lookup([facts[i].text for i in stored], build=build) if stored and lookup is not None else None
+    if not found:
+        return facts
+    facts = list(facts)
+    for i, provenance in zip(stored, found):
+        facts[i] = replace(facts[i], provenance=provenance)
+    return facts
 
 
 def ask(

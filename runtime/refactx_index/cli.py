@@ -22,6 +22,11 @@ answers from them::
 
     refactx ask --index-file sample.rfx "What is the capital of Germany?"
 
+``refactx facts lookup TEXT`` prints where a stored fact comes from, one source a line
+(exit 3 when the text is not a stored fact; docs/provenance.md)::
+
+    refactx facts lookup --dsn postgresql://... --index wikidata-smollm2 "<Germany> <capital> <Berlin> ."
+
 ``refactx serve`` starts the fact server (:mod:`refactx_index.server`; the ``server`` and
 ``generation`` extras)::
 
@@ -127,6 +132,34 @@ def cmd_complete(args: argparse.Namespace) -> int:
         sys.stderr.write(f"refactx: no fact of index {where!r} starts with {quoted_head(args.text)}\n")
         return NOTHING
     return 0
+
+
+def source_line(fact_id: int, source) -> str:
+    """One source of a fact: id, kind, subject, property, then the object id or the quoted value."""
+    obj = source.object if source.object is not None else json.dumps(source.value, ensure_ascii=False)
+    return f"{fact_id}\t{source.kind}\t{source.subject}\t{source.property or '-'}\t{obj}"
+
+
+def cmd_facts(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    text = args.text.strip()  # a fact as the tree spells it (with its leading fact_prefix) works too
+    with _open(args) as index:
+        found = index.provenance([text])
+        name = index.info.name
+    if found is None:
+        sys.stderr.write(f"refactx: index {name!r} has no provenance (an index file, or a build loaded "
+                         "before provenance existed): provenance unavailable\n")
+        return NOTHING
+    (provenance,) = found
+    if args.json:
+        print(json.dumps(asdict(provenance), ensure_ascii=False, indent=1))
+    elif provenance.sources:
+        for source in provenance.sources:
+            print(source_line(provenance.fact_id, source))
+    else:
+        sys.stderr.write(f"refactx: {text!r} is not a stored fact of index {name!r}\n")
+    return 0 if provenance.sources else NOTHING
 
 
 def print_answer(answer, out=None) -> None:
@@ -293,6 +326,17 @@ def build_parser() -> argparse.ArgumentParser:
     ak.add_argument("--unconstrained", action="store_true", help="without the fact constraint (to compare)")
     ak.add_argument("--json", action="store_true", help="the answers as JSON (reply, facts, answer, timings)")
     ak.set_defaults(func=cmd_ask, tokenizer=None)
+
+    fa = sub.add_parser("facts", help="where a stored fact comes from",
+                        description="lookup TEXT: the fact id and every source of the stored fact TEXT "
+                                    "(<subject> <property> <object> .), one a line: fact id, kind, subject id, "
+                                    "property id, object id or quoted literal value. Exit 3 when TEXT is not "
+                                    "stored or the build has no provenance.")
+    fa.add_argument("what", choices=["lookup"])
+    fa.add_argument("text")
+    _index_arguments(fa)
+    fa.add_argument("--json", action="store_true", help="one JSON document: fact_id and sources")
+    fa.set_defaults(func=cmd_facts, tokenizer=None)
 
     sv = sub.add_parser("serve", help="the OpenAI-compatible fact server",
                         description="An OpenAI-compatible HTTP server (chat and completions, streaming) whose "

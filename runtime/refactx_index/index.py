@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:  # numpy is imported by the implementations, not at package import
     import numpy as np
 
+    from .provenance import Provenance
+
     from .cache import ByteLRUCache
     from .format import Fragment
 
@@ -73,6 +75,7 @@ class IndexInfo:
     facts: int | None = None
     rows: int | None = None
     build_id: int | None = None
+    provenance_rows: int | None = None  # None: the build has no provenance (docs/provenance.md)
 
 
 @runtime_checkable
@@ -201,6 +204,9 @@ class ServedBuild:
     fetch_rows: Callable[[list[bytes]], Mapping[bytes, bytes]]
     # every row whose prefix starts with one of the keys, in one round trip (None: not offered)
     fetch_below: Callable[[list[bytes]], Mapping[bytes, bytes]] | None = None
+    # the provenance rows (fact_id, kind, subject, property, object, value) of fact ids, in
+    # one round trip (None: the build has no provenance)
+    fetch_provenance: Callable[[list[int]], Sequence[tuple]] | None = None
     # rows fetched ahead by fetch_below, kept as stored bytes until a walk reaches them
     ahead: "ByteLRUCache[bytes, bytes]" = field(default_factory=lambda: _ahead_cache(AHEAD_CACHE_BYTES))
 
@@ -260,6 +266,23 @@ class RowTreeIndex:
         build is a :class:`~refactx_index.errors.BuildRetired`, never an answer from another
         build."""
         return self._serving()
+
+    def provenance(self, texts: Sequence[str], *,
+                   build: ServedBuild | None = None) -> "list[Provenance] | None":
+        """The provenance of stored fact texts (``<s> <p> <o> .``, as verbalize wrote them), in
+        order, read in one round trip from ``build`` (default: the serving one); a text that
+        is not stored has no sources. None when the build has no provenance (an index file,
+        or a build loaded without it)."""
+        from .provenance import fact_id, group_sources
+
+        build = build or self._serving()
+        if build.fetch_provenance is None:
+            return None
+        ids = [fact_id(t) for t in texts]
+        if not ids:
+            return []
+        self.stats.round_trips += 1
+        return group_sources(ids, build.fetch_provenance(sorted(set(ids))))
 
     def _fetch(self, build: ServedBuild, keys: list[bytes]) -> Mapping[bytes, bytes]:
         self.stats.round_trips += 1

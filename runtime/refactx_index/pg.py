@@ -54,6 +54,7 @@ from .index import (
     fragment_nbytes,
     key_successor,
 )
+from .provenance import Provenance
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,10 @@ DEFAULT_CACHE_BYTES = 256 << 20
 
 _CATALOG_COLUMNS = (
     "build_id, b.name, table_name, tokenizer, tokenizer_hash, vocab_size, depth, "
-    "subtree_threshold, format_version, fact_prefix, fact_suffix, facts, rows"
+    "subtree_threshold, format_version, fact_prefix, fact_suffix, facts, rows, "
+    # read through to_jsonb: a catalog that no loader with provenance has upgraded yet lacks
+    # the column, and its builds still serve (without provenance)
+    "(to_jsonb(b) ->> 'provenance_rows')::bigint"
 )
 
 
@@ -255,7 +259,7 @@ class PgTreeIndex(RowTreeIndex):
                 f"no active build serves index {self._name!r} in schema {self._schema!r}"
             )
         (build_id, name, table, vocab, digest, vocab_size, depth, threshold, version,
-         fact_prefix, fact_suffix, facts, rows) = found[0]
+         fact_prefix, fact_suffix, facts, rows, provenance_rows) = found[0]
         if version not in READABLE_VERSIONS:
             raise FormatError(
                 f"index {name!r} (build {build_id}) is in format version {version}; "
@@ -265,7 +269,7 @@ class PgTreeIndex(RowTreeIndex):
             name=name, tokenizer=vocab, tokenizer_hash=digest, vocab_size=int(vocab_size),
             depth=int(depth), subtree_threshold=int(threshold), format_version=int(version),
             fact_prefix=fact_prefix, fact_suffix=fact_suffix, facts=facts, rows=rows,
-            build_id=int(build_id),
+            build_id=int(build_id), provenance_rows=provenance_rows,
         )
         rows_query = sql.SQL("SELECT prefix, node FROM {}.{} WHERE prefix = ANY(%s)").format(
             sql.Identifier(self._schema), sql.Identifier(table)
@@ -277,9 +281,9 @@ class PgTreeIndex(RowTreeIndex):
             "JOIN {}.{} AS t ON t.prefix >= r.lo AND t.prefix < r.hi"
         ).format(sql.Identifier(self._schema), sql.Identifier(table))
 
-        def run(query: Any, params: tuple) -> dict[bytes, bytes]:
+        def read(query: Any, params: tuple) -> list[tuple]:
             try:
-                found = self._execute(query, params, binary=True)
+                return self._execute(query, params, binary=True)
             except DatabaseError as exc:
                 if exc.sqlstate == "42P01":  # the build's table is gone: retention dropped it
                     raise BuildRetired(
@@ -289,7 +293,18 @@ class PgTreeIndex(RowTreeIndex):
                         build_id=info.build_id,
                     ) from exc
                 raise
-            return {bytes(k): bytes(v) for k, v in found}
+
+        def run(query: Any, params: tuple) -> dict[bytes, bytes]:
+            return {bytes(k): bytes(v) for k, v in read(query, params)}
+
+        fetch_provenance = None
+        if provenance_rows is not None:
+            provenance_query = sql.SQL(
+                "SELECT fact_id, kind, subject, property, object, value FROM {}.{} WHERE fact_id = ANY(%s::bigint[])"
+            ).format(sql.Identifier(self._schema), sql.Identifier(f"provenance_b{int(build_id)}"))
+
+            def fetch_provenance(ids: list[int]) -> list[tuple]:
+                return read(provenance_query, (ids,))
 
         def fetch_rows(keys: list[bytes]) -> dict[bytes, bytes]:
             return run(rows_query, (keys,))
@@ -303,7 +318,8 @@ class PgTreeIndex(RowTreeIndex):
                 found.update(run(below_query, ([k for k, _ in ranges], [hi for _, hi in ranges])))
             return found
 
-        return ServedBuild(info, ByteLRUCache(self._cache_bytes, fragment_nbytes), fetch_rows, fetch_below)
+        return ServedBuild(info, ByteLRUCache(self._cache_bytes, fragment_nbytes), fetch_rows, fetch_below,
+                           fetch_provenance)
 
     def refresh(self) -> bool:
         """Re-read the catalog; if another build became active, serve it from the next lookup
@@ -355,6 +371,22 @@ class PgTreeIndex(RowTreeIndex):
             f"index {self._name!r}: {MAX_BUILD_SWITCHES} builds in a row were dropped while this "
             "lookup read them (retention faster than a lookup: raise pg.retention_grace_s)",
             build_id=build.info.build_id,
+        )
+
+    def provenance(self, texts: Sequence[str], *,
+                   build: ServedBuild | None = None) -> "list[Provenance] | None":
+        if build is not None:  # the caller's request reads this build only (serving_build)
+            with self._switch_if_dropped():
+                return super().provenance(texts, build=build)
+        for _ in range(MAX_BUILD_SWITCHES):
+            try:
+                return super().provenance(texts)
+            except BuildRetired as exc:  # read the served build's provenance instead
+                self._switch_from(exc)
+        raise BuildRetired(
+            f"index {self._name!r}: {MAX_BUILD_SWITCHES} builds in a row were dropped while their "
+            "provenance was read (retention faster than a lookup: raise pg.retention_grace_s)",
+            build_id=self._build.info.build_id,
         )
 
     def advance_batch(self, moves: Sequence[tuple[Cursor | None, int]], *,

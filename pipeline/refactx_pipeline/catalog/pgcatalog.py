@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 LOCK_SCHEMA = 0x52465830  # "RFX0": schema creation
 LOCK_LOADING = 0x52465831  # "RFX1": a load in progress, second key = build id
 LOCK_ACTIVATE = 0x52465832  # "RFX2": activation/retention of an index name
-_TABLE_RE = re.compile(r"^tree_b(\d+)$")
+_TABLE_RE = re.compile(r"^(?:tree|provenance)_b(\d+)$")
 
 
 @lru_cache(maxsize=None)
@@ -90,6 +90,11 @@ def table_name(build_id: int) -> str:
     return f"tree_b{int(build_id)}"
 
 
+def provenance_table_name(build_id: int) -> str:
+    """Bare table name of a build's provenance partition."""
+    return f"provenance_b{int(build_id)}"
+
+
 def apply_schema(conn: psycopg.Connection, schema: str) -> None:
     """Create or upgrade the catalog (idempotent; serialized against concurrent loaders)."""
     with conn.transaction():
@@ -123,7 +128,8 @@ def create_build(conn: psycopg.Connection, schema: str, fields: dict[str, Any]) 
             (table, build_id),
         )
         conn.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_LOADING, build_id))
-        for stmt in statements("create_build_table.sql", schema, table=table):
+        for stmt in statements("create_build_table.sql", schema, table=table,
+                               provenance_table=provenance_table_name(build_id)):
             conn.execute(stmt)
     return build_id
 
@@ -146,28 +152,45 @@ def attach(conn: psycopg.Connection, schema: str, build_id: int) -> None:
         conn.execute(attach_stmt)
 
 
-def is_attached(conn: psycopg.Connection, schema: str, table: str) -> bool:
+def attach_provenance(conn: psycopg.Connection, schema: str, build_id: int) -> None:
+    """B-tree on fact_id and ANALYZE, then CHECK + ATTACH to the provenance parent."""
+    table = provenance_table_name(build_id)
+    create_index, analyze, check, attach_stmt = statements(
+        "attach_provenance.sql", schema, table=table, index=f"{table}_fact_id_idx",
+        check=f"{table}_build_id_check", build_id=int(build_id),
+    )
+    conn.execute(create_index)
+    conn.execute(analyze)
+    with conn.transaction():
+        conn.execute(check)
+        conn.execute(attach_stmt)
+
+
+def is_attached(conn: psycopg.Connection, schema: str, table: str, parent: str = "tree") -> bool:
     row = conn.execute(
         """SELECT EXISTS (
                SELECT 1 FROM pg_inherits i
                JOIN pg_class c ON c.oid = i.inhrelid
                JOIN pg_namespace n ON n.oid = c.relnamespace
                JOIN pg_class p ON p.oid = i.inhparent
-              WHERE n.nspname = %s AND c.relname = %s AND p.relname = 'tree')""",
-        (schema, table),
+              WHERE n.nspname = %s AND c.relname = %s AND p.relname = %s)""",
+        (schema, table, parent),
     ).fetchone()
     return bool(row[0])
 
 
 def drop_build_table(conn: psycopg.Connection, schema: str, build_id: int,
                      lock_timeout_ms: int | None = None) -> bool:
-    """Detach (when attached) and drop a build's table; mark the build row dropped.
+    """Detach (when attached) and drop a build's tree and provenance tables; mark the build
+    row dropped.
 
     With ``lock_timeout_ms``, a table that a reader's open transaction holds is left alone
     (returns False, logged): a later run drops it, and nothing waits behind it meanwhile.
     """
     table = table_name(build_id)
-    detach, drop, mark = statements("retire.sql", schema, table=table, build_id=int(build_id))
+    provenance = provenance_table_name(build_id)
+    detach, drop, detach_provenance, drop_provenance, mark = statements(
+        "retire.sql", schema, table=table, provenance_table=provenance, build_id=int(build_id))
     try:
         with conn.transaction():
             if lock_timeout_ms is not None:
@@ -175,6 +198,9 @@ def drop_build_table(conn: psycopg.Connection, schema: str, build_id: int,
             if is_attached(conn, schema, table):
                 conn.execute(detach)
             conn.execute(drop)
+            if is_attached(conn, schema, provenance, "provenance"):
+                conn.execute(detach_provenance)
+            conn.execute(drop_provenance)
             conn.execute(mark)
     except psycopg.errors.LockNotAvailable:
         log.warning("build %d: %s is locked by another session; left for a later run to drop",
@@ -366,15 +392,17 @@ def clean_leftovers(conn: psycopg.Connection, schema: str) -> dict[str, list[int
     orphans: list[int] = []
     tables = conn.execute(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname ~ '^tree_b[0-9]+$'",
+        "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname ~ '^(tree|provenance)_b[0-9]+$'",
         (schema,),
     ).fetchall()
-    for (table,) in tables:
-        build_id = int(_TABLE_RE.match(table).group(1))
+    for build_id in sorted({int(_TABLE_RE.match(table).group(1)) for (table,) in tables}):
         build = get_build(conn, schema, build_id)
-        if build is not None and (build["status"] == "loading" or is_attached(conn, schema, table)):
+        # a build's two tables are attached together (the provenance first): its tree table
+        # attached means the build is whole; a provenance table alone is an orphan
+        if build is not None and (build["status"] == "loading"
+                                  or is_attached(conn, schema, table_name(build_id))):
             continue
-        log.warning("dropping orphaned table %s.%s", schema, table)
+        log.warning("dropping the orphaned tables of build %d in %s", build_id, schema)
         drop_build_table(conn, schema, build_id)  # not attached: no DETACH; marks a build row if any
         orphans.append(build_id)
     if interrupted or orphans:

@@ -54,13 +54,10 @@ import numpy as np
 from refactx_index.errors import ConfigError
 
 from refactx_pipeline.config import Config, GraphConfig
-from refactx_pipeline.stages.render import clean_text
+from refactx_pipeline.stages.render import ENTITY_PREFIX, clean_text
 
 log = logging.getLogger(__name__)
 
-# the prefix of entity ids in the parse/labels datasets of a graph build: verbalize reads a
-# label of an id starting with "P" as a property label, and a graph's ids are free-form
-ENTITY_PREFIX = "E:"
 RDF_FORMATS = ("ntriples", "turtle")  # labels from rdfs:label / schema:description triples
 MAX_REJECT_LINE = 10_000
 

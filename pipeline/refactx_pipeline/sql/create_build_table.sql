@@ -1,3 +1,4 @@
--- A fresh, unattached table for one build's rows: no index yet (built after COPY).
--- Placeholders: {schema}, {table}.
+-- Fresh, unattached tables for one build's tree rows and provenance rows: no index yet
+-- (built after COPY). Placeholders: {schema}, {table}, {provenance_table}.
 CREATE TABLE {schema}.{table} (LIKE {schema}.tree);
+CREATE TABLE {schema}.{provenance_table} (LIKE {schema}.provenance);

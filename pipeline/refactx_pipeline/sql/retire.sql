@@ -1,5 +1,8 @@
--- Drop one build's rows (retention, or leftovers of a killed load). Never the active build.
--- Placeholders: {schema}, {table}, {build_id}. DETACH only if attached (the loader knows).
+-- Drop one build's tree and provenance rows (retention, or leftovers of a killed load).
+-- Never the active build. Placeholders: {schema}, {table}, {provenance_table}, {build_id}.
+-- Each DETACH only if that table is attached (the loader knows).
 ALTER TABLE {schema}.tree DETACH PARTITION {schema}.{table};
 DROP TABLE IF EXISTS {schema}.{table};
+ALTER TABLE {schema}.provenance DETACH PARTITION {schema}.{provenance_table};
+DROP TABLE IF EXISTS {schema}.{provenance_table};
 UPDATE {schema}.builds SET dropped_at = now() WHERE build_id = {build_id};

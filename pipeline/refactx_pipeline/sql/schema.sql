@@ -55,6 +55,20 @@ CREATE INDEX IF NOT EXISTS builds_name_idx ON {schema}.builds (name, build_id);
 ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS retired_at timestamptz;
 -- One build of an index name at a time: the build that holds the name from its load to its
 -- activation (or failure). A claim whose build failed, served or was dropped is stale.
+-- Where each stored fact comes from (verbalize/provenance): one LIST partition per build,
+-- provenance_b<build_id>, loaded, attached and dropped with the build's tree partition; a
+-- B-tree on fact_id (not unique: a fact read from several sources has several rows).
+-- provenance_rows: the rows loaded (null: the build was loaded without provenance).
+CREATE TABLE IF NOT EXISTS {schema}.provenance (
+    build_id  bigint NOT NULL,
+    fact_id   bigint NOT NULL,   -- xxhash64 of the fact's text (refactx_index.provenance.fact_id)
+    kind      text   NOT NULL,   -- statement | inverse | description | short_description
+    subject   text   NOT NULL,
+    property  text,
+    object    text,
+    value     text
+) PARTITION BY LIST (build_id);
+ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS provenance_rows bigint;
 CREATE TABLE IF NOT EXISTS {schema}.building (
     name      text PRIMARY KEY,
     build_id  bigint NOT NULL REFERENCES {schema}.builds (build_id),

@@ -5,7 +5,11 @@ Per vocabulary: apply ``sql/schema.sql``; clean leftovers of killed loads; inser
 from the Parquet files, the files dealt over ``cfg.pg.load_workers`` connections,
 with the PGCOPY stream pre-encoded by numpy per Arrow batch; then the unique B-tree,
 ANALYZE, CHECK + ATTACH (``refactx_pipeline.catalog.pgcatalog.attach``); record counts and bytes, status
-``loaded``. The served index is never touched: activation is a separate step, and
+``loaded``. The build's provenance (``verbalize/provenance``) takes the same path into
+``{schema}.provenance_b<build_id>`` (a B-tree on fact_id, attached to ``{schema}.provenance``
+before the tree is attached); a work directory without it loads the tree alone
+(``provenance_rows`` null: lookups answer "provenance unavailable").
+The served index is never touched: activation is a separate step, and
 validate and activate are handed the build ids this stage returns (``build_ids_of``).
 A load killed half-way leaves an unattached table and a ``loading`` row whose lock is
 free; the next run fails and drops them. Re-running a load makes a new build.
@@ -41,6 +45,9 @@ STAGE = "load"
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 COPY_TRAILER = struct.pack(">h", -1)
 COPY_SQL = "COPY {schema}.{table} (build_id, prefix, node) FROM STDIN (FORMAT BINARY)"
+PROVENANCE_TEXT_COLUMNS = ("kind", "subject", "property", "object", "value")
+COPY_PROVENANCE_SQL = ("COPY {schema}.{table} (build_id, fact_id, " + ", ".join(PROVENANCE_TEXT_COLUMNS)
+                       + ") FROM STDIN (FORMAT BINARY)")
 BATCH_ROWS = 65536
 
 
@@ -83,11 +90,36 @@ def encode_copy_rows(build_id: int, prefix: pa.Array, node: pa.Array) -> memoryv
     return memoryview(rows.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
 
-def copy_files(dsn: str, schema: str, build_id: int, paths: list[Path], batch_rows: int = BATCH_ROWS) -> int:
-    """COPY Parquet files into the build's table over one connection, one COPY statement
-    and one transaction; returns the rows copied."""
-    table = pgcatalog.table_name(build_id)
-    stmt = psycopg.sql.SQL(COPY_SQL).format(
+_PROVENANCE_HEAD = np.dtype([("fields", ">i2"), ("id_len", ">i4"), ("build_id", ">i8"),
+                             ("fact_id_len", ">i4"), ("fact_id", ">i8")])
+
+
+def encode_provenance_rows(build_id: int, batch: pa.RecordBatch) -> memoryview:
+    """PGCOPY binary tuples ``(build_id int8, fact_id int8, kind, subject, property, object,
+    value text)`` for a batch of verbalize/provenance rows (null texts as COPY's -1 length);
+    vectorized like :func:`encode_copy_rows`. No header/trailer."""
+    n = batch.num_rows
+    fact_id = batch.column("fact_id")
+    if fact_id.null_count:
+        raise LoadError("provenance fact_id must not contain nulls")
+    head = np.empty(n, dtype=_PROVENANCE_HEAD)
+    head["fields"], head["id_len"], head["build_id"] = 2 + len(PROVENANCE_TEXT_COLUMNS), 8, build_id
+    head["fact_id_len"], head["fact_id"] = 8, fact_id.to_numpy(zero_copy_only=False)
+    parts = [_fixed_width_binary(head.view(np.uint8), _PROVENANCE_HEAD.itemsize)]
+    for name in PROVENANCE_TEXT_COLUMNS:
+        text = batch.column(name).cast(pa.large_binary())
+        length = pc.fill_null(pc.binary_length(text), -1).to_numpy(zero_copy_only=False).astype(">i4")
+        parts += [_fixed_width_binary(length.view(np.uint8), 4), pc.fill_null(text, b"")]
+    rows = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
+    offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[rows.offset : rows.offset + n + 1]
+    return memoryview(rows.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
+
+
+def _copy_batches(dsn: str, schema: str, table: str, copy_sql: str, paths: list[Path], columns: list[str],
+                  encode, batch_rows: int) -> int:
+    """COPY Parquet files into ``table`` over one connection, one COPY statement and one
+    transaction, each Arrow batch encoded by ``encode(batch)``; returns the rows copied."""
+    stmt = psycopg.sql.SQL(copy_sql).format(
         schema=psycopg.sql.Identifier(schema), table=psycopg.sql.Identifier(table)
     )
     rows = 0
@@ -96,13 +128,27 @@ def copy_files(dsn: str, schema: str, build_id: int, paths: list[Path], batch_ro
             copy.write(COPY_HEADER)
             for path in paths:
                 pf = pq.ParquetFile(path)
-                for batch in pf.iter_batches(batch_size=batch_rows, columns=["prefix", "node"]):
-                    copy.write(encode_copy_rows(build_id, batch.column(0), batch.column(1)))
+                for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+                    copy.write(encode(batch))
                     rows += batch.num_rows
             copy.write(COPY_TRAILER)
         if cur.rowcount != rows:
             raise LoadError(f"COPY stored {cur.rowcount} rows, expected {rows}")
     return rows
+
+
+def copy_files(dsn: str, schema: str, build_id: int, paths: list[Path], batch_rows: int = BATCH_ROWS) -> int:
+    """COPY Parquet prefix rows into the build's tree table; returns the rows copied."""
+    return _copy_batches(dsn, schema, pgcatalog.table_name(build_id), COPY_SQL, paths, ["prefix", "node"],
+                         lambda batch: encode_copy_rows(build_id, batch.column(0), batch.column(1)), batch_rows)
+
+
+def copy_provenance_files(dsn: str, schema: str, build_id: int, paths: list[Path],
+                          batch_rows: int = BATCH_ROWS) -> int:
+    """COPY verbalize/provenance Parquet into the build's provenance table; returns the rows."""
+    return _copy_batches(dsn, schema, pgcatalog.provenance_table_name(build_id), COPY_PROVENANCE_SQL, paths,
+                         ["fact_id", *PROVENANCE_TEXT_COLUMNS], lambda batch: encode_provenance_rows(build_id, batch),
+                         batch_rows)
 
 
 def split_files(files: list[Path], parts: int) -> list[list[Path]]:
@@ -117,6 +163,13 @@ def split_files(files: list[Path], parts: int) -> list[list[Path]]:
 
 
 # --------------------------------------------------------------------------- inputs
+
+
+def provenance_files(cfg: Config) -> list[Path]:
+    """The verbalize stage's provenance Parquet files; none when it wrote none (a work
+    directory verbalized before provenance existed: the build loads without it)."""
+    directory = cfg.stage_dir("verbalize") / "provenance"
+    return sorted(p for p in directory.glob("*.parquet") if p.stat().st_size) if directory.is_dir() else []
 
 
 def parquet_files(rows_dir: Path) -> list[Path]:
@@ -199,6 +252,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
             copy_s = time.monotonic() - started
             if copied != expected_rows:
                 raise LoadError(f"copied {copied} rows, the Parquet holds {expected_rows}")
+            provenance = load_provenance(cfg, dsn, conn, build_id)
             pgcatalog.attach(conn, schema, build_id)
             pgcatalog.grant_reader(conn, schema, cfg.pg.reader_role, pgcatalog.table_name(build_id))
             table_bytes, index_bytes = pgcatalog.relation_bytes(
@@ -208,7 +262,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
             pgcatalog.set_status(
                 conn, schema, build_id, "loaded",
                 rows=copied, facts=facts, table_bytes=table_bytes, index_bytes=index_bytes,
-                loaded_at=_now(conn),
+                provenance_rows=provenance["rows"], loaded_at=_now(conn),
             )
         except BaseException as exc:
             # a clean failure: drop the table, keep the row as history
@@ -229,10 +283,39 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
         "bytes_per_fact": (table_bytes + index_bytes) / facts if facts else None,
         "copy_seconds": round(copy_s, 3),
         "rows_per_second": round(copied / copy_s) if copy_s > 0 else None,
+        "provenance": provenance,
         "cleaned": cleaned,
     }
     log.info("build %d loaded: %s", build_id, counts)
     return counts
+
+
+def load_provenance(cfg: Config, dsn: str, conn: psycopg.Connection, build_id: int) -> dict[str, Any]:
+    """COPY the build's provenance, index and attach it; its rows, bytes and seconds (rows
+    None: the work directory has no provenance, the table stays empty and unattached and is
+    dropped with the build)."""
+    schema = cfg.pg.schema
+    files = provenance_files(cfg)
+    if not files:
+        log.warning("build %d: %s has no provenance: loaded without it (facts lookup answers "
+                    "'provenance unavailable'; re-run verbalize to add it)",
+                    build_id, cfg.stage_dir("verbalize"))
+        return {"rows": None}
+    expected = parquet_row_count(files)
+    started = time.monotonic()
+    workers = max(1, min(cfg.pg.load_workers, len(files)))
+    with ThreadPoolExecutor(workers, thread_name_prefix="copy-provenance") as pool:
+        copied = sum(pool.map(lambda group: copy_provenance_files(dsn, schema, build_id, group),
+                              split_files(files, workers)))
+    copy_s = time.monotonic() - started
+    if copied != expected:
+        raise LoadError(f"copied {copied} provenance rows, the Parquet holds {expected}")
+    pgcatalog.attach_provenance(conn, schema, build_id)
+    table = pgcatalog.provenance_table_name(build_id)
+    pgcatalog.grant_reader(conn, schema, cfg.pg.reader_role, table)
+    table_bytes, index_bytes = pgcatalog.relation_bytes(conn, schema, table)
+    return {"rows": copied, "table_bytes": table_bytes, "index_bytes": index_bytes,
+            "copy_seconds": round(copy_s, 3), "attach_seconds": round(time.monotonic() - started - copy_s, 3)}
 
 
 def _now(conn: psycopg.Connection):

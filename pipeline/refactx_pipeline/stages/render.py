@@ -18,6 +18,10 @@ DESCRIPTION_LABEL = "description"
 SHORT_DESCRIPTION_LABEL = "short description"
 # When two sources yield the same text, the fact keeps the first kind in this order.
 KIND_ORDER = ("statement", "inverse", "description", "short_description")
+# the prefix of entity ids in the parse/labels datasets of a graph build (graph/rules.py uses
+# it; verbalize removes it from the provenance ids): verbalize reads a label of an id starting
+# with "P" as a property label, and a graph's ids are free-form
+ENTITY_PREFIX = "E:"
 
 # Java (?U)\s: the Unicode White_Space property (Python's \s also takes U+001C..U+001F)
 _SPACES = re.compile("[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")

@@ -85,6 +85,21 @@ FACTS = StructType(
     ]
 )
 
+# verbalize/provenance -- one row per (fact, source): every statement or description a kept
+# fact was verbalized from (a text read from several sources has several rows). Ids are the
+# source's: Q/P ids, or a graph's own ids (without the graph stage's "E:" prefix)
+PROVENANCE = StructType(
+    [
+        StructField("fact_id", LongType(), False),  # the fact's FACTS.fact_id
+        # statement | inverse | description | short_description (refactx_index.provenance.KINDS)
+        StructField("kind", StringType(), False),
+        StructField("subject", StringType(), False),  # the statement's subject / the described entity
+        StructField("property", StringType(), True),  # the statement's property (null: a description)
+        StructField("object", StringType(), True),  # the statement's item object
+        StructField("value", StringType(), True),  # a literal object as read, or the description
+    ]
+)
+
 # tokenize/<vocabulary>/tokens -- token ids of fact_prefix + text + fact_suffix
 TOKENS = StructType(
     [

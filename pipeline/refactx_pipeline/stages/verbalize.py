@@ -10,7 +10,8 @@ the rules, with an example each, are in docs/verbalize.md. A statement that
 cannot be verbalized (a label is missing, a literal does not parse) is dropped
 and counted by reason in ``verbalize/counts.json``.
 
-Outputs: ``verbalize/facts`` (schema FACTS) and ``verbalize/counts.json``.
+Outputs: ``verbalize/facts`` (schema FACTS), ``verbalize/provenance`` (schema PROVENANCE:
+one row per kept fact and source; docs/provenance.md) and ``verbalize/counts.json``.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from refactx_pipeline.config import DEFAULT_LANGUAGES, Config, VerbalizeConfig
-from refactx_pipeline.stages.render import DESCRIPTION_LABEL, KIND_ORDER, SHORT_DESCRIPTION_LABEL
+from refactx_pipeline.stages.render import DESCRIPTION_LABEL, ENTITY_PREFIX, KIND_ORDER, SHORT_DESCRIPTION_LABEL
 
 from refactx_pipeline.common import ingest_stage, remove_tree, stage_input, write_counts
-from refactx_pipeline.stages.schemas import FACTS
+from refactx_pipeline.stages.schemas import FACTS, PROVENANCE
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,7 @@ def resolve_statements(statements: DataFrame, labels: DataFrame, property_labels
         "property",
         "object_kind",
         "object_item",
+        "object_value",
         "subject_label",
         "property_label",
         "object_label",
@@ -176,12 +178,28 @@ def resolve_statements(statements: DataFrame, labels: DataFrame, property_labels
     )
 
 
+def _statement_source(resolved: DataFrame) -> list[Column]:
+    """The source columns of a fact read from a statement: its ids, or its literal as read."""
+    item = F.col("object_kind") == "item"
+    return [
+        "subject",
+        F.when(item, F.col("object_item")).alias("object"),
+        F.when(~item, F.col("object_value")).alias("value"),
+    ]
+
+
+def _entity_source(value: Column) -> list[Column]:
+    """The source columns of a description fact: the entity and the description."""
+    return [F.col("entity").alias("subject"), F.lit(None).cast("string").alias("object"), value.alias("value")]
+
+
 def statement_facts(resolved: DataFrame) -> DataFrame:
-    """(text, kind, property) of kept statements."""
+    """(text, kind, property, subject, object, value) of kept statements."""
     return resolved.where(F.col("drop_reason").isNull()).select(
         fact_text(F.col("subject_label"), F.col("property_label"), F.col("object_text")).alias("text"),
         F.lit("statement").alias("kind"),
         "property",
+        *_statement_source(resolved),
     )
 
 
@@ -197,6 +215,7 @@ def inverse_facts(resolved: DataFrame, inverse_labels: Mapping[str, str]) -> Dat
         fact_text(F.col("object_label"), inverse_label, F.col("subject_label")).alias("text"),
         F.lit("inverse").alias("kind"),
         "property",
+        *_statement_source(resolved),  # the statement's ids, as stored: the kind says it reads backwards
     )
 
 
@@ -224,6 +243,7 @@ def description_facts(entities: DataFrame, terms: DataFrame, languages: Sequence
         fact_text(F.col("label"), F.lit(DESCRIPTION_LABEL), F.col("value")).alias("text"),
         F.lit("description").alias("kind"),
         F.lit(None).cast("string").alias("property"),
+        *_entity_source(F.col("value")),
     )
 
 
@@ -239,6 +259,7 @@ def short_description_facts(entities: DataFrame, sitelinks: DataFrame) -> DataFr
         fact_text(F.col("label"), F.lit(SHORT_DESCRIPTION_LABEL), F.col("value")).alias("text"),
         F.lit("short_description").alias("kind"),
         F.lit(None).cast("string").alias("property"),
+        *_entity_source(F.col("value")),
     )
 
 
@@ -259,6 +280,36 @@ def dedupe_facts(candidates: DataFrame) -> DataFrame:
         "text",
         F.col("source.kind").alias("kind"),
         F.col("source.property").alias("property"),
+    )
+
+
+def provenance_candidates(candidates: DataFrame, graph_ids: bool = False) -> DataFrame:
+    """One row per distinct (text, source), with the text's ``fact_id``: the PROVENANCE
+    columns plus ``text`` (to keep only the sources of the facts that survive the id check).
+
+    ``graph_ids``: the statements came from the graph stage, whose entity ids carry
+    ENTITY_PREFIX; provenance gives the ids as the graph's input rows wrote them.
+    """
+    ids = [F.col("subject"), F.col("object")]
+    if graph_ids:
+        ids = [F.when(c.startswith(ENTITY_PREFIX), F.substring(c, len(ENTITY_PREFIX) + 1, 1 << 30)).otherwise(c)
+               for c in ids]
+    return candidates.select(
+        F.xxhash64("text").alias("fact_id"),
+        "kind",
+        ids[0].alias("subject"),
+        "property",
+        ids[1].alias("object"),
+        "value",
+        "text",
+    ).dropDuplicates()
+
+
+def kept_provenance(provenance: DataFrame, kept_facts: DataFrame) -> DataFrame:
+    """The provenance rows (schema PROVENANCE) of the facts kept: a source whose text lost
+    an id collision is dropped with its fact (its id names another text)."""
+    return provenance.join(kept_facts.select("fact_id", "text"), ["fact_id", "text"], "left_semi").select(
+        *PROVENANCE.fieldNames()
     )
 
 
@@ -287,8 +338,10 @@ def verbalize(
     sitelinks: DataFrame | None,
     vcfg: VerbalizeConfig,
     languages: Sequence[str] = DEFAULT_LANGUAGES,
-) -> tuple[DataFrame, DataFrame]:
-    """(facts before the id-collision check, resolved statements with ``drop_reason``).
+    graph_ids: bool = False,
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(facts before the id-collision check, their provenance candidates
+    (:func:`provenance_candidates`), resolved statements with ``drop_reason``).
 
     ``facts`` has the FACTS schema and distinct texts.
     """
@@ -310,7 +363,7 @@ def verbalize(
     candidates = parts[0]
     for part in parts[1:]:
         candidates = candidates.unionByName(part)
-    return dedupe_facts(candidates), resolved
+    return dedupe_facts(candidates), provenance_candidates(candidates, graph_ids), resolved
 
 
 # ---------------------------------------------------------------- job
@@ -340,8 +393,9 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         if cfg.verbalize.short_descriptions and cfg.input.sitelinks_source()
         else None
     )
-    facts, resolved = verbalize(
-        statements, labels, properties, terms, sitelinks, cfg.verbalize, cfg.filter.languages
+    facts, provenance, resolved = verbalize(
+        statements, labels, properties, terms, sitelinks, cfg.verbalize, cfg.filter.languages,
+        graph_ids=first == "graph",
     )
     resolved.persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -351,12 +405,18 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
 
         staged = cfg.stage_dir(STAGE) / "_deduped"
         facts.write.mode("overwrite").parquet(str(staged))
+        staged_provenance = cfg.stage_dir(STAGE) / "_provenance"
+        provenance.write.mode("overwrite").parquet(str(staged_provenance))
     finally:
         resolved.unpersist()
     deduped = spark.read.parquet(str(staged))
     kept, _ = drop_id_collisions(deduped)
     out = cfg.stage_dir(STAGE) / "facts"
     kept.write.mode("overwrite").parquet(str(out))
+    provenance_out = cfg.stage_dir(STAGE) / "provenance"
+    kept_provenance(spark.read.parquet(str(staged_provenance)), spark.read.parquet(str(out))).write.mode(
+        "overwrite").parquet(str(provenance_out))
+    provenance_rows = spark.read.parquet(str(provenance_out)).count()
 
     written = spark.read.parquet(str(out))
     by_kind_property = written.groupBy("kind", "property").count().collect()
@@ -378,6 +438,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "dropped": dropped,
         "facts": facts_out,
         "distinct_texts": candidates,
+        "provenance_rows": provenance_rows,
         "by_kind": dict(sorted(by_kind.items())),
         "by_property": dict(sorted(by_property.items())),
         "inputs": {
@@ -387,5 +448,6 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         },
     }
     remove_tree(spark, staged)
+    remove_tree(spark, staged_provenance)
     write_counts(cfg, STAGE, counts)
     return counts

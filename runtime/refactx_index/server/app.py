@@ -7,7 +7,7 @@ default when absent, none with ``{"index": null}``. A chat request without a sys
 message gets the project's prompt (it explains ``Fact:``; ``"refactx": {"prompt":
 "none"}`` keeps the messages as sent). The answer is the usual OpenAI response plus
 ``facts``: each fact the model wrote, its text, whether it is stored, whether it is
-complete.
+complete, and a stored fact's ``provenance`` (its fact id and sources; docs/provenance.md).
 
 ``GET /v1/models``, ``/health`` (live), ``/ready`` (model loaded, every index answers),
 ``/metrics`` (Prometheus text), and ``GET /v1/indexes/{name}/entities?q=``,
@@ -30,7 +30,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, AsyncIterator
 
 from .. import explore
@@ -151,7 +151,8 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
         return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
     def facts_json(job: Job) -> list[dict[str, Any]]:
-        return [{"text": f.text, "stored": f.stored, "complete": f.complete, "token_ids": list(f.token_ids)}
+        return [{"text": f.text, "stored": f.stored, "complete": f.complete, "token_ids": list(f.token_ids),
+                 "provenance": asdict(f.provenance) if f.provenance else None}
                 for f in job.facts]
 
     def usage(job: Job) -> dict[str, int]:

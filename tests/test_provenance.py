@@ -1,0 +1,272 @@
+"""Provenance: every stored fact traced to its source, from verbalize to the served answer.
+
+The shared sample (verbalized once per session) is tokenized for SmolLM2, loaded and
+activated; its provenance table is checked against the verbalize stage's dataset and the
+parse stage's statements, read back through the runtime (one round trip for all facts), by
+``refactx facts lookup``, and with the facts SmolLM2 writes in ``refactx ask --json`` and in
+the server's ``facts``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from refactx_pipeline.config import VocabularyConfig
+
+from .conftest import fresh_database
+
+pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
+
+SOURCE_COLUMNS = ("fact_id", "kind", "subject", "property", "object", "value")
+
+
+@pytest.fixture(scope="module")
+def module_db(pg_server):
+    with fresh_database(pg_server, "refactx_provenance") as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def built(spark, sample_verbalized, module_db):
+    """The shared sample's SmolLM2 build, active in ``module_db``."""
+    pytest.importorskip("torch")
+    from refactx_index.models import model_directory
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
+
+    cfg = sample_verbalized.updated({
+        "tokenize.vocabularies": [VocabularyConfig(name="smollm2", path=str(model_directory("smollm2")))],
+    })
+    results = {r.stage: r.counts for r in run_pipeline(
+        spark, cfg, ["tokenize", "prefix_rows", "load", "validate", "activate"], dsn=module_db)}
+    return cfg, results["load"]["vocabularies"]["smollm2"]
+
+
+def _rows(frame) -> set[tuple]:
+    return {tuple(r[c] for c in SOURCE_COLUMNS) for r in frame.collect()}
+
+
+def test_stored_provenance_is_the_verbalize_stages_and_names_real_statements(spark, built, module_db):
+    import psycopg
+    from pyspark.sql import functions as F
+
+    from refactx_index.provenance import fact_id
+
+    cfg, load = built
+    verbalized = spark.read.parquet(str(cfg.stage_dir("verbalize") / "provenance"))
+    facts = spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts"))
+    with psycopg.connect(module_db) as conn:
+        stored = set(conn.execute(
+            f"SELECT {', '.join(SOURCE_COLUMNS)} FROM refactx.provenance WHERE build_id = %s",
+            (load["build_id"],)).fetchall())
+        catalog_rows = conn.execute("SELECT provenance_rows FROM refactx.builds WHERE build_id = %s",
+                                    (load["build_id"],)).fetchone()[0]
+    assert stored == _rows(verbalized)
+    assert catalog_rows == load["provenance"]["rows"] == len(stored)
+    # every fact has a source, and only facts have sources
+    texts = {r["fact_id"]: r["text"] for r in facts.collect()}
+    assert {row[0] for row in stored} == set(texts)
+    # the runtime computes verbalize's fact id from the text, for every fact of the build
+    assert [fact_id(t) for t in texts.values()] == list(texts)
+    # a statement's (or inverse's) ids are a statement the parse stage kept
+    statements = spark.read.parquet(str(cfg.stage_dir("parse") / "statements")).select(
+        "subject", "property", F.col("object_item").alias("object"),
+        F.when(F.col("object_kind") != "item", F.col("object_value")).alias("value"))
+    from_statements = verbalized.where(F.col("kind").isin("statement", "inverse"))
+    unmatched = from_statements.join(
+        statements, (from_statements.subject == statements.subject)
+        & (from_statements.property == statements.property)
+        & from_statements.object.eqNullSafe(statements.object)
+        & from_statements.value.eqNullSafe(statements.value), "left_anti")
+    assert from_statements.count() > 0 and unmatched.count() == 0
+    # the kinds and the ids' shapes
+    kinds = {row[1] for row in stored}
+    assert {"statement", "description"} <= kinds <= {"statement", "inverse", "description", "short_description"}
+    assert all(row[2].startswith("Q") for row in stored)
+    assert all((row[4] is None) != (row[5] is None) for row in stored if row[1] == "statement")
+    assert load["provenance"]["table_bytes"] > 0 and load["provenance"]["index_bytes"] > 0
+
+
+def test_runtime_reads_every_facts_provenance_in_one_round_trip(spark, built, module_db):
+    from refactx_index.pg import open_index
+
+    cfg, load = built
+    facts = {r["fact_id"]: r["text"] for r in spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts")).collect()}
+    expected: dict[int, set[tuple]] = {}
+    for row in spark.read.parquet(str(cfg.stage_dir("verbalize") / "provenance")).collect():
+        expected.setdefault(row["fact_id"], set()).add(tuple(row[c] for c in SOURCE_COLUMNS[1:]))
+    texts = list(facts.values()) + ["<Nowhere> <capital> <Nothing> ."]
+    with open_index(module_db, cfg.index_name("smollm2")) as index:
+        assert index.info.provenance_rows == load["provenance"]["rows"]
+        before = index.stats.round_trips
+        found = index.provenance(texts)
+        assert index.stats.round_trips == before + 1
+    assert found[-1].sources == ()  # not stored: no source
+    for (fid, text), provenance in zip(facts.items(), found):
+        assert provenance.fact_id == fid, text
+        got = {(s.kind, s.subject, s.property, s.object, s.value) for s in provenance.sources}
+        assert got == expected[fid], text
+
+
+def test_facts_lookup_prints_each_source_and_says_when_a_text_is_not_stored(spark, built, module_db, capsys):
+    from refactx_index.cli import main
+
+    cfg, _ = built
+    row = spark.read.parquet(str(cfg.stage_dir("verbalize") / "provenance")).where("kind = 'statement'") \
+        .orderBy("fact_id").first()
+    text = spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts")).where(f"fact_id = {row['fact_id']}") \
+        .first()["text"]
+    where = ["--dsn", module_db, "--index", cfg.index_name("smollm2")]
+    assert main(["facts", "lookup", *where, text]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{row['fact_id']}\tstatement\t{row['subject']}\t{row['property']}\t" \
+           f"{row['object'] if row['object'] else json.dumps(row['value'], ensure_ascii=False)}" in lines
+    assert main(["facts", "lookup", *where, "<Nowhere> <capital> <Nothing> ."]) == 3
+    assert "is not a stored fact" in capsys.readouterr().err
+
+
+def test_ask_json_gives_each_generated_fact_the_ids_of_the_fact_it_wrote(spark, built, module_db, capsys):
+    from refactx_index.cli import main
+
+    cfg, _ = built
+    sources: dict[str, set[tuple]] = {}
+    facts = {r["fact_id"]: r["text"] for r in spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts")).collect()}
+    for row in spark.read.parquet(str(cfg.stage_dir("verbalize") / "provenance")).collect():
+        sources.setdefault(facts[row["fact_id"]], set()).add(
+            (row["fact_id"], row["kind"], row["subject"], row["property"], row["object"], row["value"]))
+    assert main(["ask", "--dsn", module_db, "--index", cfg.index_name("smollm2"), "--beams", "1",
+                 "--max-new-tokens", "40", "--json", "What is the capital of Germany?"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    stored = [f for f in answer["facts"] if f["stored"]]
+    assert stored, answer["reply"]
+    for fact in stored:
+        p = fact["provenance"]
+        got = {(p["fact_id"], s["kind"], s["subject"], s["property"], s["object"], s["value"]) for s in p["sources"]}
+        assert got == sources[fact["text"]], fact["text"]
+
+
+def test_the_servers_facts_carry_the_provenance_of_each_stored_fact(spark, built, module_db):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from refactx_index.models import load_model
+    from refactx_index.pg import open_index
+    from refactx_index.server.app import ServerSettings, create_app
+    from refactx_index.server.engine import TransformersEngine
+
+    cfg, _ = built
+    facts = {r["fact_id"]: r["text"] for r in spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts")).collect()}
+    sources: dict[str, set[tuple]] = {}
+    for row in spark.read.parquet(str(cfg.stage_dir("verbalize") / "provenance")).collect():
+        sources.setdefault(facts[row["fact_id"]], set()).add(tuple(row[c] for c in SOURCE_COLUMNS))
+    index = open_index(module_db, cfg.index_name("smollm2"), follow=False)
+    engine = TransformersEngine(load_model("smollm2"), {"prov": index}, max_batch=1)
+    try:
+        with TestClient(create_app(engine, ServerSettings(default_index="prov", max_new_tokens=40))) as client:
+            reply = client.post("/v1/chat/completions", json={
+                "model": "smollm2", "max_tokens": 40, "temperature": 0,
+                "messages": [{"role": "user", "content": "What is the capital of Germany?"}]})
+    finally:
+        engine.close()
+        index.close()
+    assert reply.status_code == 200, reply.text
+    stored = [f for f in reply.json()["facts"] if f["stored"]]
+    assert stored, reply.json()
+    for fact in stored:
+        p = fact["provenance"]
+        got = {(p["fact_id"], s["kind"], s["subject"], s["property"], s["object"], s["value"]) for s in p["sources"]}
+        assert got == sources[fact["text"]], fact["text"]
+
+
+def test_a_build_without_provenance_serves_and_says_provenance_is_unavailable(pg_dsn, capsys):
+    from refactx_index.cli import main
+    from refactx_index.pg import open_index
+
+    from .pgtree import load_tree
+
+    load_tree(pg_dsn, "no-provenance", [(1, 2, 3), (1, 4)])  # loaded as builds were before provenance
+    with open_index(pg_dsn, "no-provenance") as index:
+        assert index.next_tokens([1]).tokens.tolist() == [2, 4]
+        assert index.info.provenance_rows is None and index.provenance(["<a> <b> <c> ."]) is None
+    assert main(["facts", "lookup", "--dsn", pg_dsn, "--index", "no-provenance", "<a> <b> <c> ."]) == 3
+    assert "provenance unavailable" in capsys.readouterr().err
+
+
+def test_retention_drops_a_builds_provenance_with_its_tree(pg_dsn):
+    import psycopg
+
+    from refactx_pipeline.catalog import pgcatalog
+
+    from .pgtree import load_tree
+
+    build_id = load_tree(pg_dsn, "dropped", [(1, 2)], activate=False)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        table = pgcatalog.provenance_table_name(build_id)
+        exists = "SELECT to_regclass(%s) IS NOT NULL"
+        assert conn.execute(exists, (f"refactx.{table}",)).fetchone()[0]  # made with the tree's table
+        assert pgcatalog.drop_build_table(conn, "refactx", build_id)
+        assert not conn.execute(exists, (f"refactx.{table}",)).fetchone()[0]
+
+
+def test_graph_build_provenance_gives_the_input_rows_ids(spark, tmp_path):
+    import csv
+
+    from refactx_pipeline.config import Config
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.testing.finance_example import write_example
+
+    cfg = Config.load(write_example(tmp_path, companies=40, people=30), env={}).updated({
+        "spark.master": "local[2]", "spark.shuffle_partitions": 4})
+    run_pipeline(spark, cfg, ["graph", "verbalize"])
+    with open(tmp_path / "triples.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    entities = {r["id"] for r in csv.DictReader(open(tmp_path / "labels.csv", encoding="utf-8"))}
+    triples = {(r["subject"], r["predicate"], r["object"]) for r in rows}
+    provenance = spark.read.parquet(str(cfg.stage_dir("verbalize") / "provenance")).collect()
+    statements = [r for r in provenance if r["kind"] in ("statement", "inverse")]
+    assert statements and {r["kind"] for r in statements} == {"statement", "inverse"}
+    for r in statements:  # the ids as the input rows wrote them (no "E:" prefix)
+        assert (r["subject"], r["property"], r["object"] if r["object"] is not None else r["value"]) in triples, r
+    described = [r for r in provenance if r["kind"] == "description"]
+    assert described and all(r["subject"] in entities for r in described)
+
+
+def test_provenance_copy_encoder_stores_what_the_batch_holds(pg_dsn):
+    """Nulls, empty and non-ASCII texts, negative ids, a sliced batch: stored as given."""
+    import psycopg
+    import pyarrow as pa
+
+    from refactx_pipeline.stages.load import COPY_HEADER, COPY_TRAILER, encode_provenance_rows
+    from refactx_pipeline.stages.schemas import PROVENANCE
+
+    rows = [(-(2 ** 63), "statement", "Q1", "P31", "Q5", None),
+            (2 ** 63 - 1, "description", "Q2", None, None, "ville française: «Paris» 🗼"),
+            (0, "inverse", "acme", "owns", "", None),
+            (42, "short_description", "Q3", None, None, "")] * 3
+    batch = pa.RecordBatch.from_pylist([dict(zip(SOURCE_COLUMNS, r)) for r in rows], schema=pa.schema(
+        [(f.name, pa.int64() if f.name == "fact_id" else pa.string()) for f in PROVENANCE]))
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("CREATE TABLE p (build_id bigint, fact_id bigint, kind text, subject text, property text, "
+                     "object text, value text)")
+        with conn.cursor().copy("COPY p FROM STDIN (FORMAT BINARY)") as cp:
+            cp.write(COPY_HEADER)
+            cp.write(encode_provenance_rows(7, batch.slice(0, 5)))
+            cp.write(encode_provenance_rows(7, batch.slice(5)))
+            cp.write(COPY_TRAILER)
+        stored = conn.execute("SELECT * FROM p").fetchall()
+    assert sorted(stored, key=repr) == sorted(((7, *r) for r in rows), key=repr)
+
+
+def test_runtime_fact_id_is_sparks_xxhash64(spark):
+    """Every length class of XXH64 (under 4, 8, 32 bytes, several 32-byte stripes) and
+    multi-byte UTF-8, against Spark itself."""
+    from pyspark.sql import functions as F
+
+    from refactx_index.provenance import fact_id
+
+    texts = ["", "a", "abc", "abcd", "abcdefg", "abcdefgh", "x" * 31, "y" * 32, "z" * 33, "w" * 200,
+             "<Zürich> <名前> <😀> .", "<Danny Boyle> <date of birth> <1956-10-20> ."]
+    rows = spark.createDataFrame([(t,) for t in texts], "text string").select(
+        "text", F.xxhash64("text").alias("id")).collect()
+    assert [(r["text"], fact_id(r["text"])) for r in rows] == [(r["text"], r["id"]) for r in rows]
