@@ -28,11 +28,29 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from .errors import ConfigError
+from .index import TreeIndex
 from .memory import MemoryTreeIndex
+from .prompt import UNKNOWN, Prompt
 
 TRIGGER = "Path:"
 SEPARATOR = " -> "
 END = " ."
+PATH_PROMPT = Prompt(
+    system=(
+        "You answer questions from a knowledge graph. To read the graph, write a line that starts "
+        "with Path: followed by a reasoning path from an entity of the question, as Entity -> relation "
+        "-> Entity -> relation -> Entity . and the graph completes it with a path it holds. "
+        "First say in one sentence what you need, then write the Path: lines you need, one per line. "
+        "Then write a line that starts with Answer: and answer in a few words, using only the paths "
+        f"you wrote. If they do not give the answer, write Answer: {UNKNOWN}"
+    ),
+    examples=(
+        ("In which country is the Eiffel Tower?",
+         "I need the country of the Eiffel Tower.\n"
+         "Path: Eiffel Tower -> country -> France .\n"
+         "Answer: France."),
+    ),
+)
 # facts about an entity that are not edges to another node
 NOT_EDGES = ("description", "short description")
 _FACT = re.compile(r"^<(.+?)> <(.+?)> <(.*)> \.$")
@@ -146,6 +164,23 @@ class PathGraph:
                                  if found.unknown_seeds else ""))
         texts = [text + end for text in found.paths]
         return MemoryTreeIndex.from_facts(texts, tokenizer, name=name), found
+
+
+def graph_of_index(index: TreeIndex, tokenizer: object) -> PathGraph:
+    """The graph of every fact of a (small) index, walked once: an index file's facts. A
+    PostgreSQL build of Wikidata is too large to walk; give its facts as a file instead."""
+    from .explore import enumerate_facts
+
+    return PathGraph.from_fact_texts(text for text, _ in enumerate_facts(index, tokenizer))
+
+
+def read_fact_texts(path: str) -> list[str]:
+    """A facts file: one ``<s> <r> <o> .`` a line (blank lines skipped)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [line.strip() for line in fh if line.strip()]
+    except OSError as exc:
+        raise ConfigError(f"facts file {path}: {exc.strerror or exc}") from exc
 
 
 def seed_labels(seeds: Sequence[str], id_labels: Mapping[str, str] | None = None) -> list[str]:
