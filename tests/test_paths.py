@@ -200,6 +200,28 @@ def test_a_path_build_needs_seeds_and_tokenizes_its_own_texts(tiny):
     assert "paths" in select_stages(cfg) and "paths" not in select_stages(Config())
 
 
+def test_a_path_build_is_served_as_a_paths_index(spark, tiny, pg_dsn):
+    """tokenize ... activate, unchanged, over the paths: the catalog says it holds paths and
+    the served tree holds every path text, tokenized as the tokenize stage does."""
+    import psycopg
+
+    from refactx_index.pg import open_index
+    from refactx_index.vocab import encode_facts, open_tokenizer
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
+
+    vocab = tokenizer_dir("qwen2.5")
+    cfg = tiny[0].updated({"tokenize.vocabularies": [f"qwen2.5={vocab}"]})
+    run_pipeline(spark, cfg, ["tokenize", "prefix_rows", "load", "validate", "activate"], dsn=pg_dsn)
+    with psycopg.connect(pg_dsn) as conn:
+        kinds = conn.execute("SELECT name, index_kind, status FROM refactx.builds").fetchall()
+    assert kinds == [("wikidata-paths-qwen2.5", "paths", "active")]
+    texts = _texts(cfg.stage_dir("paths") / "paths")
+    encoded = encode_facts(open_tokenizer(str(vocab)), texts, ())
+    with open_index(pg_dsn, "wikidata-paths-qwen2.5") as index:
+        assert index.info.facts == len(texts)
+        assert all(step.ends for step in index.next_tokens_batch([encoded.ids(i) for i in range(len(texts))]))
+
+
 # ---------------------------------------------------------------- the shared sample
 SAMPLE_MIN_FACTS, SAMPLE_FANOUT, SAMPLE_BUDGET = 25, 4, 30
 
@@ -335,7 +357,7 @@ def test_smollm2_writes_only_stored_paths_verbatim(smollm2, sample_fact_texts):
     processor = RefactxLogitsProcessor(index, tok, eos_token_id=smollm2.eos_token_ids, trigger=TRIGGER)
     with torch.inference_mode():
         out = smollm2.model.generate(**enc, logits_processor=LogitsProcessorList([processor]), do_sample=False,
-                                     num_beams=1, max_new_tokens=48, pad_token_id=smollm2.eos_token_ids[0],
+                                     num_beams=1, max_new_tokens=40, pad_token_id=smollm2.eos_token_ids[0],
                                      eos_token_id=smollm2.eos_token_ids)
     row = out[0].tolist()
     width = enc["input_ids"].shape[1]
