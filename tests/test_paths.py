@@ -179,17 +179,6 @@ def test_tiny_graph_oracle_spark_and_runtime_agree_for_l_1_2_3(tiny):
     assert counts["paths"] == len(expected) == counts["written"]
 
 
-def test_tiny_graph_one_hop_spark_run_equals_the_oracle(spark, tiny):
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
-
-    cfg = tiny[0].updated({"path_index.max_hops": 1})
-    counts = run_pipeline(spark, cfg, ["paths"])[0].counts
-    expected, expected_counts = oracle_paths(oracle_edges(STATEMENTS, ENTITIES, PROPERTIES, INVERSE),
-                                             ENTITIES, SEEDS, 1, FANOUT, BUDGET)
-    assert sorted(t[:-len(END)] for t in _texts(cfg.stage_dir("paths") / "paths")) == sorted(expected)
-    assert {**counts["capped"], "not_simple": counts["not_simple"]} == expected_counts
-
-
 def test_a_path_build_needs_seeds_and_tokenizes_its_own_texts(tiny):
     from refactx_pipeline.config import Config
     from refactx_pipeline.orchestration.table import select_stages
