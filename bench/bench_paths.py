@@ -70,6 +70,8 @@ def spark_section(args) -> tuple[dict, object]:
     dump = generate_dump(work, args.lines, 0, 0)
     cfg = dump_config(dump, work / "build", args.cores, "qwen2.5")
     cfg = cfg.updated({"paths.dump_date": f"paths{args.cores}",
+                       # the task metrics come from the UI's REST status
+                       "spark.conf": {**cfg.spark.conf, "spark.ui.enabled": "true"},
                        "path_index.min_facts": args.min_facts, "path_index.max_hops": args.hops,
                        "path_index.max_fanout": args.max_fanout, "path_index.max_paths": args.max_paths})
     spark = spark_session(cfg, "bench_paths")
