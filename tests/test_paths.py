@@ -361,3 +361,22 @@ def test_smollm2_writes_only_stored_paths_verbatim(smollm2, sample_fact_texts):
     reply = tok.decode(row[width:], skip_special_tokens=True)
     first = decode_continuation(fast, state.done[0]).strip()
     assert reply.lstrip().startswith(first)  # the text as the model wrote it, verbatim
+
+
+def test_refactx_paths_command_lists_a_seeds_paths_and_names_a_missing_file(tmp_path, capsys):
+    from refactx_index.cli import main
+
+    facts = tmp_path / "facts.txt"
+    facts.write_text("<Alpha> <knows> <Beta> .\n<Beta> <knows> <Gamma> .\nnot a fact\n", encoding="utf-8")
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("Q1\tAlpha\n", encoding="utf-8")
+    assert main(["paths", "--facts", str(facts), "--labels", str(labels), "--seed", "Q1", "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["texts"] == ["Alpha -> knows -> Beta", "Alpha -> knows -> Beta -> knows -> Gamma"]
+    assert out["by_hops"] == {"1": 1, "2": 1}
+    assert main(["paths", "--facts", str(facts), "--seed", "Nobody"]) == 3
+    assert main(["paths", "--facts", str(tmp_path / "absent.txt"), "--seed", "Alpha"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("refactx: facts file") and "absent.txt" in err[-1]
