@@ -175,7 +175,7 @@ def test_tiny_graph_oracle_spark_and_runtime_agree_for_l_1_2_3(tiny):
     assert "Self" not in {t.split(SEP)[0] for t in expected}  # its only edge is the self-loop
     assert "Alpha -> part of -> Hub -> born -> 1952-03-11" in expected  # a literal ends a path
     assert {**counts["capped"], "not_simple": counts["not_simple"]} == expected_counts
-    assert counts["seeds"] == {"given": 4, "used": 3, "unknown": 1}
+    assert counts["seeds"] == {"given": 4, "used": 3, "unknown": 1, "malformed_question_lines": 0}
     assert counts["paths"] == len(expected) == counts["written"]
 
 
@@ -380,3 +380,16 @@ def test_refactx_paths_command_lists_a_seeds_paths_and_names_a_missing_file(tmp_
     assert main(["paths", "--facts", str(tmp_path / "absent.txt"), "--seed", "Alpha"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("refactx: facts file") and "absent.txt" in err[-1]
+
+
+def test_seeds_from_a_question_file_count_its_malformed_lines(spark, tmp_path):
+    from refactx_pipeline.config import PathIndexConfig
+    from refactx_pipeline.stages.paths import read_seeds
+
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text('{"question": "q1", "entities": ["Q1", " Q2 "]}\n{"question": "q2", "entities": []}\n'
+                         'not json\n{"question": "q3", "entities": ["Q1"]}\n', encoding="utf-8")
+    kept = spark.createDataFrame([("Q7",), ("Q7",), ("Q8",)], "subject string")
+    seeds, malformed = read_seeds(spark, PathIndexConfig(questions_file=str(questions), min_facts=2), kept)
+    assert sorted(r["seed"] for r in seeds.collect()) == ["Q1", "Q2", "Q7"]
+    assert malformed == 1

@@ -112,14 +112,23 @@ def capped_edges(edges: DataFrame, max_fanout: int) -> tuple[DataFrame, DataFram
 
 
 # ---------------------------------------------------------------- seeds
-def read_seeds(spark: SparkSession, pcfg: PathIndexConfig, statements_kept: DataFrame) -> DataFrame:
-    """(seed) distinct: the union of the configured sources (module doc)."""
+_CORRUPT = "_corrupt_record"
+
+
+def read_seeds(spark: SparkSession, pcfg: PathIndexConfig, statements_kept: DataFrame) -> tuple[DataFrame, int]:
+    """((seed) distinct: the union of the configured sources (module doc), the number of
+    question lines that are not JSON objects: counted, not used)."""
     parts: list[DataFrame] = []
+    malformed = 0
     if pcfg.seeds_file:
         lines = spark.read.text(pcfg.seeds_file)
         parts.append(lines.select(F.trim("value").alias("seed")).where(F.col("seed") != ""))
     if pcfg.questions_file:
-        questions = spark.read.json(pcfg.questions_file, mode="PERMISSIVE")
+        # cached: Spark refuses a query of a raw JSON file's corrupt-record column alone
+        questions = spark.read.json(pcfg.questions_file, mode="PERMISSIVE",
+                                    columnNameOfCorruptRecord=_CORRUPT).cache()
+        if _CORRUPT in questions.columns:
+            malformed = questions.where(F.col(_CORRUPT).isNotNull()).count()
         if pcfg.questions_field not in questions.columns:
             raise ConfigError(f"path_index.questions_file {pcfg.questions_file}: no line has the field "
                               f"{pcfg.questions_field!r} (path_index.questions_field)")
@@ -134,7 +143,7 @@ def read_seeds(spark: SparkSession, pcfg: PathIndexConfig, statements_kept: Data
     seeds = parts[0]
     for part in parts[1:]:
         seeds = seeds.unionByName(part)
-    return seeds.distinct()
+    return seeds.distinct(), malformed
 
 
 # ---------------------------------------------------------------- enumeration
@@ -248,8 +257,9 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     kept_statements = resolved.where(F.col("drop_reason").isNull())
 
     work = cfg.stage_dir(STAGE) / "_hops"
-    seeds = read_seeds(spark, pcfg, kept_statements)
+    seeds, malformed_questions = read_seeds(spark, pcfg, kept_statements)
     paths, counts = enumerate_paths(spark, seeds, labels, path_edges(resolved, cfg.verbalize), pcfg, work)
+    counts["seeds"]["malformed_question_lines"] = malformed_questions
     staged = cfg.stage_dir(STAGE) / "_distinct"
     path_facts(paths, pcfg.end).write.mode("overwrite").parquet(str(staged))
     kept, _ = drop_id_collisions(spark.read.parquet(str(staged)))
