@@ -38,6 +38,8 @@ ENV_PREFIX = "REFACTX__"
 DEFAULT_LANGUAGES = ("en",)
 # names that end up in index names, table comments and paths: no separators, no quoting
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# the stages that index a build's texts, once per vocabulary (orchestration/table.py)
+INDEX_STAGES = ("tokenize", "prefix_rows", "load", "validate", "activate")
 
 
 class Section(BaseModel):
@@ -173,6 +175,47 @@ class VerbalizeConfig(Section):
     inverse_labels: dict[str, str] = Field(default_factory=dict)
 
     _table = field_validator("inverse_labels", mode="before")(_json_table)
+
+
+def _index_name_template(value: str) -> str:
+    fields = set(re.findall(r"{([^{}]*)}", value))
+    if not fields <= {"source", "vocabulary"} or "vocabulary" not in fields:
+        raise ValueError("must contain {vocabulary} and no placeholder but {source} and {vocabulary}, "
+                         f"got {value!r}")
+    return value
+
+
+class PathIndexConfig(Section):
+    """A reasoning-path index (GCR's KG-Trie) instead of a fact index: the ``paths`` stage
+    enumerates simple paths from seed entities over the kept statements (docs/paths.md) and
+    tokenize ... activate index the path texts, under ``index_name``, with the catalog's
+    ``index_kind`` ``paths``. Seeds: the ids of ``seeds_file``, the ids under
+    ``questions_field`` of every line of ``questions_file`` (JSON Lines), and, with
+    ``min_facts`` > 0, every entity that is the subject of at least that many kept statements."""
+
+    enabled: bool = False
+    max_hops: int = Field(2, ge=1, le=4)  # L: paths of 1..L edges
+    seeds_file: str = ""  # one entity id per line
+    questions_file: str = ""  # JSON Lines
+    questions_field: str = "entities"  # a list of entity ids per question
+    min_facts: int = Field(0, ge=0)  # 0: no seeds by degree
+    # per node, only its first max_fanout out-edges by (relation label, target label, target
+    # id) are followed; per seed and hop, only the first paths by text up to max_paths in all
+    max_fanout: int = Field(100, ge=1)
+    max_paths: int = Field(10_000, ge=1)
+    separator: str = " -> "  # between an entity and a relation: A -> r -> B
+    end: str = " ."  # closes every path: a path whose last entity has more paths must still end
+    # index name per vocabulary; {source} and {vocabulary} are substituted
+    index_name: str = "{source}-paths-{vocabulary}"
+
+    @field_validator("separator")
+    @classmethod
+    def _separator_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a path separator must hold a visible character")
+        return value
+
+    _index_name = field_validator("index_name")(_index_name_template)
 
 
 GRAPH_FORMATS = Literal["", "csv", "tsv", "parquet", "ntriples", "turtle"]
@@ -340,14 +383,7 @@ class PgConfig(Section):
     def schema(self) -> str:  # "schema" shadows a BaseModel attribute, hence the alias
         return self.schema_
 
-    @field_validator("index_name")
-    @classmethod
-    def _index_name_template(cls, value: str) -> str:
-        fields = set(re.findall(r"{([^{}]*)}", value))
-        if not fields <= {"source", "vocabulary"} or "vocabulary" not in fields:
-            raise ValueError("must contain {vocabulary} and no placeholder but {source} and {vocabulary}, "
-                             f"got {value!r}")
-        return value
+    _index_name = field_validator("index_name")(_index_name_template)
 
 
 class SparkConfig(Section):
@@ -375,6 +411,7 @@ class Config(BaseSettings):
     labels: LabelsConfig = LabelsConfig()
     verbalize: VerbalizeConfig = VerbalizeConfig()
     graph: GraphConfig = GraphConfig()
+    path_index: PathIndexConfig = PathIndexConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
     tree: TreeConfig = TreeConfig()
     pg: PgConfig = PgConfig()
@@ -422,11 +459,22 @@ class Config(BaseSettings):
         return Path(p.build_root) / p.source / p.dump_date
 
     def stage_dir(self, stage: str) -> Path:
+        """A stage's directory; a path build's index stages (tokenize ... activate) have their
+        own under ``path_index/``, so that it never overwrites the fact index's."""
+        if self.path_index.enabled and stage in INDEX_STAGES:
+            return self.build_dir() / "path_index" / stage
         return self.build_dir() / stage
 
+    @property
+    def index_kind(self) -> str:
+        """What the index holds, recorded in the catalog: ``facts`` or ``paths``."""
+        return "paths" if self.path_index.enabled else "facts"
+
     def index_name(self, vocabulary: str) -> str:
-        """The index name a vocabulary's build is served under (``pg.index_name``)."""
-        return self.pg.index_name.format(source=self.paths.source, vocabulary=vocabulary)
+        """The index name a vocabulary's build is served under (``pg.index_name``, or
+        ``path_index.index_name`` for a path build)."""
+        template = self.path_index.index_name if self.path_index.enabled else self.pg.index_name
+        return template.format(source=self.paths.source, vocabulary=vocabulary)
 
     # ------------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:

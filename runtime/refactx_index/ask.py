@@ -21,7 +21,7 @@ from .errors import InputRefused, VocabularyMismatch
 from .index import ServedBuild, TreeIndex
 from .matcher import FACT
 from .models import LoadedModel
-from .prompt import Prompt, final_answer
+from .prompt import TRIGGER, Prompt, final_answer
 from .provenance import Provenance
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def check_model_vocabulary(index: TreeIndex, tokenizer: Any, tokenizer_sha256: s
 
 
 def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[int],
-               prompt_length: int, constrained: bool = True, *,
+               prompt_length: int, constrained: bool = True, trigger: str = TRIGGER, *,
                build: ServedBuild | None = None) -> tuple[str, list[GeneratedFact]]:
     """The reply text of a generated row and the facts it wrote, in order, each checked
     against the index's ``build`` (the one the generation read; default: the serving one).
@@ -177,7 +177,7 @@ def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[i
             written.append((state.prefix, state.ends))
     else:
         info = index.info
-        texts = [m.group(1).strip() for m in re.finditer(r"Fact:(.*)", reply)]
+        texts = [m.group(1).strip() for m in re.finditer(re.escape(trigger) + r"(.*)", reply)]
         encoded = encode_facts(fast, texts, (), info.fact_prefix, info.fact_suffix)
         written = [(tuple(encoded.ids(i)), True) for i in range(len(texts)) if texts[i]]
     checks = index.next_tokens_batch([f for f, _ in written], build=build) if written else []
@@ -216,8 +216,10 @@ def ask(
     max_new_tokens: int = 128,
     constrained: bool = True,
     max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS,
+    trigger: str = TRIGGER,
 ) -> list[Answer]:
-    """Answer ``questions`` in one left-padded batch (see the module doc).
+    """Answer ``questions`` in one left-padded batch (see the module doc); ``trigger`` starts
+    what the index constrains (``Path:`` over a path index, with ``paths.PATH_PROMPT``).
 
     Raises :class:`InputRefused`, before anything is generated, for an empty question or one
     longer than ``max_question_chars`` (:func:`check_questions`)."""
@@ -240,7 +242,7 @@ def ask(
     eos = loaded.eos_token_ids
     # one build for the whole batch, from the first step to the check of the facts written
     build = index.serving_build()
-    processor = RefactxLogitsProcessor(index, tok, eos_token_id=eos, build=build)
+    processor = RefactxLogitsProcessor(index, tok, eos_token_id=eos, trigger=trigger, build=build)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
@@ -264,7 +266,7 @@ def ask(
         while generated and generated[-1] == pad:
             generated.pop()
         reply, facts = read_reply(processor, tok, index, row[: width + len(generated)], width,
-                                  constrained, build=build)
+                                  constrained, trigger, build=build)
         answers.append(Answer(
             question=question,
             reply=reply,

@@ -33,12 +33,21 @@ answers from them::
     refactx serve --index-file sample=sample.rfx --port 8000
     refactx serve --dsn postgresql://reader@db/refactx --index wikidata-smollm2 --model smollm2
 
-Building indexes is the pipeline's (``refactx-index build``).
+``refactx paths`` lists the reasoning paths (GCR's KG-Trie, docs/paths.md) of 1..L edges
+from seed entities over a graph's facts (a facts file, or an index file's facts), and with
+``--out`` writes their path index; ``refactx ask --paths SEED`` answers over that per-question
+path index, after ``Path:``::
+
+    refactx paths --facts facts.txt --seed Germany --hops 2
+    refactx ask --index-file sample.rfx --paths Germany "What is the capital of Germany?"
+
+Building indexes is the pipeline's (``refactx-index build``; ``refactx-index paths``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -186,22 +195,87 @@ def print_answer(answer, out=None) -> None:
           f"of which the fact constraint {1000 * t['processor_s'] / steps:.1f} ms/step)", file=out)
 
 
+def _path_graph(args: argparse.Namespace, tokenizer: object | None):
+    """The graph of ``--facts``, else of the facts of the index ``_open`` opens."""
+    from . import paths
+
+    if args.facts:
+        return paths.PathGraph.from_fact_texts(paths.read_fact_texts(args.facts))
+    if tokenizer is None:
+        raise SystemExit("refactx: --facts FILE, or an index and --tokenizer to read its facts")
+    with _open(args) as index:
+        return paths.graph_of_index(index, tokenizer)
+
+
+def _path_caps(args: argparse.Namespace):
+    from .paths import PathCaps
+
+    return PathCaps(args.hops, args.max_fanout, args.max_paths)
+
+
+def _seeds(args: argparse.Namespace, seeds: Sequence[str]) -> list[str]:
+    from .paths import read_id_labels, seed_labels
+
+    return seed_labels(seeds, read_id_labels(args.labels) if args.labels else None)
+
+
+def cmd_paths(args: argparse.Namespace) -> int:
+    import time
+
+    from .vocab import open_tokenizer
+
+    tokenizer = open_tokenizer(args.tokenizer) if args.tokenizer else None
+    graph = _path_graph(args, tokenizer)
+    seeds = _seeds(args, args.seed)
+    started = time.perf_counter()
+    if args.out:
+        if not args.tokenizer:
+            raise SystemExit("refactx paths --out needs --tokenizer (the vocabulary of the path index)")
+        index, found = graph.index(seeds, args.tokenizer, _path_caps(args))
+        index.save(args.out)
+    else:
+        found = graph.paths(seeds, _path_caps(args))
+    seconds = time.perf_counter() - started
+    summary = {"paths": len(found.paths), "by_hops": found.by_hops, "capped": found.capped,
+               "not_simple": found.not_simple, "unknown_seeds": found.unknown_seeds,
+               "seconds": round(seconds, 4)}
+    if args.json:
+        print(json.dumps({**summary, "texts": found.paths}, ensure_ascii=False, indent=1))
+    else:
+        for text in found.paths:
+            print(text)
+        print(json.dumps(summary, ensure_ascii=False), file=sys.stderr)
+    return 0 if found.paths else NOTHING
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     import time
 
     from .ask import ask, check_model_vocabulary
     from .models import load_model
-    from .prompt import Prompt
+    from .prompt import TRIGGER, Prompt
     from .vocab import file_sha256
 
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
-    with _open(args) as index:
+    trigger = TRIGGER
+    with contextlib.ExitStack() as stack:
         started = time.perf_counter()
         loaded = load_model(args.model)
         load_s = time.perf_counter() - started
-        check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
+        if args.paths:
+            from . import paths
+
+            graph = _path_graph(args, loaded.tokenizer)
+            index, _ = graph.index(_seeds(args, args.paths.split(",")), str(loaded.tokenizer_file),
+                                   _path_caps(args))
+            if not args.prompt_file:
+                prompt = paths.PATH_PROMPT
+            trigger = paths.TRIGGER
+        else:
+            index = stack.enter_context(_open(args))
+            check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
         answers = ask(args.question, index, loaded, prompt=prompt, num_beams=args.beams,
-                      max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained)
+                      max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained, trigger=trigger)
     for answer in answers:
         answer.timings["load_s"] = round(load_s, 3)
     if args.json:
@@ -283,6 +357,14 @@ def _index_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--index", help="the index name (its active build is read)")
 
 
+def _path_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--facts", help="the graph as a facts file, one '<s> <r> <o> .' a line (instead of the index's)")
+    p.add_argument("--labels", help="an ID<TAB>LABEL file: seeds given as ids are read as their labels")
+    p.add_argument("--hops", type=int, default=2, help="L, the longest path in edges, 1 to 4 (default 2)")
+    p.add_argument("--max-fanout", type=int, default=100, help="edges followed per node (default 100)")
+    p.add_argument("--max-paths", type=int, default=10_000, help="paths per seed (default 10000)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="refactx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -325,6 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     ak.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompt.py)")
     ak.add_argument("--unconstrained", action="store_true", help="without the fact constraint (to compare)")
     ak.add_argument("--json", action="store_true", help="the answers as JSON (reply, facts, answer, timings)")
+    ak.add_argument("--paths", metavar="SEED[,SEED]",
+                    help="answer over the reasoning paths from these entities (labels, or ids with --labels) "
+                         "of the index's facts or --facts, after 'Path:' (docs/paths.md)")
+    _path_arguments(ak)
     ak.set_defaults(func=cmd_ask, tokenizer=None)
 
     fa = sub.add_parser("facts", help="where a stored fact comes from",
@@ -337,6 +423,18 @@ def build_parser() -> argparse.ArgumentParser:
     _index_arguments(fa)
     fa.add_argument("--json", action="store_true", help="one JSON document: fact_id and sources")
     fa.set_defaults(func=cmd_facts, tokenizer=None)
+
+    pt = sub.add_parser("paths", help="reasoning paths from seed entities, and their path index",
+                        description="The simple paths of 1..L edges from each --seed over the facts of --facts "
+                                    "(or of an index file, with --tokenizer), capped as the pipeline's paths "
+                                    "stage caps them (docs/paths.md); --out writes their path index file.")
+    _index_arguments(pt)
+    pt.add_argument("--seed", action="append", required=True, help="a seed entity's label (or id, with --labels)")
+    pt.add_argument("--tokenizer", help="the vocabulary (tokenizer.json or its directory): of the index, and of --out")
+    pt.add_argument("--out", help="write the paths' in-memory index file here")
+    pt.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    _path_arguments(pt)
+    pt.set_defaults(func=cmd_paths)
 
     sv = sub.add_parser("serve", help="the OpenAI-compatible fact server",
                         description="An OpenAI-compatible HTTP server (chat and completions, streaming) whose "

@@ -72,7 +72,7 @@ def build_rows(
         raise ValueError("threshold must be >= 1")
     if max_subtree_tokens < 1:
         raise ValueError("max_subtree_tokens must be >= 1")
-    seqs = sorted({tuple(int(t) for t in s) for s in sequences})
+    seqs = sorted({tuple(map(int, s)) for s in sequences})
     if not seqs:
         raise ValueError("an index needs at least one fact")
     if len(seqs[0]) == 0:
@@ -157,7 +157,7 @@ class MemoryTreeIndex(RowTreeIndex):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> "MemoryTreeIndex":
         """An index of token sequences (already tokenized facts)."""
-        seqs = {tuple(int(t) for t in s) for s in sequences}
+        seqs = {tuple(map(int, s)) for s in sequences}
         rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
         info = IndexInfo(
             name=name,

@@ -89,6 +89,27 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_paths(args: argparse.Namespace) -> int:
+    """A path build: ``build`` with ``path_index.enabled`` and the seeds and caps given here,
+    running paths ... activate (verbalize's inputs must exist: ``build`` ran before)."""
+    overrides: dict[str, Any] = {"path_index.enabled": True}
+    for option, key in [("seeds_file", "seeds_file"), ("questions_file", "questions_file"),
+                        ("min_facts", "min_facts"), ("hops", "max_hops"), ("max_fanout", "max_fanout"),
+                        ("max_paths", "max_paths")]:
+        value = getattr(args, option)
+        if value is not None:
+            overrides[f"path_index.{key}"] = value
+    cfg = _config_from(args, **overrides)
+    stages = [s.strip() for s in args.stages.split(",")] if args.stages else [
+        "paths", "tokenize", "prefix_rows", "load", "validate", "activate"]
+    results = _run_build(cfg, stages)
+    if args.json:
+        json.dump({r.stage: r.counts for r in results}, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    sys.stderr.write(f"path index outputs under {cfg.stage_dir('paths')} and {cfg.build_dir() / 'path_index'}\n")
+    return 0
+
+
 def _demo_config(args: argparse.Namespace) -> tuple[Config, str]:
     """The demo's config: the real extract and Qwen2.5 from ../shared, or the example graph
     with a vocabulary trained here when ../shared is absent."""
@@ -371,6 +392,23 @@ def build_parser() -> argparse.ArgumentParser:
                        help="validate/activate without load in --stages: the build the load made, per "
                        "vocabulary (a bare ID when the config names one)")
     build.set_defaults(func=cmd_build)
+
+    paths = sub.add_parser("paths", help="build a reasoning-path index (GCR's KG-Trie) from a built graph",
+                           description="Enumerate the simple paths of 1..L edges from seed entities over the "
+                           "kept statements of an earlier build of the same config, then tokenize, load, validate "
+                           "and activate them as the index path_index.index_name ({source}-paths-{vocabulary}); "
+                           "see docs/paths.md. Options set the path_index section's keys.")
+    _add_common(paths)
+    paths.add_argument("--seeds-file", help="entity ids, one a line (path_index.seeds_file)")
+    paths.add_argument("--questions-file", help="JSON Lines whose path_index.questions_field (default "
+                       "'entities') lists each question's entity ids")
+    paths.add_argument("--min-facts", type=int, help="also every entity with at least this many kept statements")
+    paths.add_argument("--hops", type=int, help="L, the longest path in edges, 1 to 4 (default 2)")
+    paths.add_argument("--max-fanout", type=int, help="edges followed per node (default 100)")
+    paths.add_argument("--max-paths", type=int, help="paths per seed (default 10000)")
+    paths.add_argument("--stages", help="comma-separated stages (default: paths to activate)")
+    paths.add_argument("--json", action="store_true", help="print all stage counts as JSON on stdout")
+    paths.set_defaults(func=cmd_paths)
 
     complete = sub.add_parser("complete", help="completions of a text prefix in a served index",
                               description="Tokenize TEXT with the index's vocabulary and print the allowed next "

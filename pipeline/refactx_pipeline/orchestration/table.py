@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from refactx_pipeline.config import Config
+from refactx_pipeline.config import INDEX_STAGES, Config
 from refactx_pipeline.errors import ConfigError
 
 
@@ -33,6 +33,8 @@ SPECS: tuple[StageSpec, ...] = (
     StageSpec("sitelinks", "English Wikipedia titles per item from MySQL dumps"),
     StageSpec("labels", "One display label per entity"),
     StageSpec("verbalize", "Verbalize statements and descriptions into facts"),
+    # a path build (path_index.enabled): its texts, not verbalize's, go on to tokenize
+    StageSpec("paths", "Enumerate and verbalize reasoning paths from seed entities"),
     StageSpec("tokenize", "Tokenize the facts for every vocabulary"),
     StageSpec("prefix_rows", "Prefix rows: each vocabulary's tree, sorted and cut into bounded rows"),
     StageSpec("load", "COPY prefix rows into a new PostgreSQL partition", needs_spark=False, needs_database=True),
@@ -44,7 +46,7 @@ STAGE_NAMES = tuple(s.name for s in SPECS)
 BUILD_STAGES = tuple(s.name for s in SPECS if s.takes_builds)
 # the stages that work per vocabulary: the Airflow DAG runs them once per vocabulary, each run
 # restricted to it; the stages before them run once for all vocabularies
-PER_VOCABULARY_STAGES = ("tokenize", "prefix_rows", "load", "validate", "activate")
+PER_VOCABULARY_STAGES = INDEX_STAGES
 _BY_NAME = {s.name: s for s in SPECS}
 
 
@@ -58,7 +60,7 @@ def spec(name: str) -> StageSpec:
 def select_stages(cfg: Config, only: Iterable[str] | None = None) -> list[str]:
     """The stages to run: ``only`` in pipeline order, or all that the config enables
     (``sitelinks`` only when ``input`` names sitelinks dumps; ``graph`` instead of parse,
-    sitelinks and labels when ``graph.format`` is set)."""
+    sitelinks and labels when ``graph.format`` is set; ``paths`` only for a path build)."""
     wanted = list(only) if only else list(STAGE_NAMES)
     for name in wanted:
         spec(name)
@@ -66,6 +68,8 @@ def select_stages(cfg: Config, only: Iterable[str] | None = None) -> list[str]:
         skipped = {"parse", "sitelinks", "labels"}
     else:
         skipped = {"graph"} | (set() if cfg.input.sitelinks_source() else {"sitelinks"})
+    if not cfg.path_index.enabled:
+        skipped.add("paths")
     return [s for s in STAGE_NAMES if s in wanted and s not in skipped]
 
 

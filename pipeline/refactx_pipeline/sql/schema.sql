@@ -74,3 +74,5 @@ CREATE TABLE IF NOT EXISTS {schema}.building (
     build_id  bigint NOT NULL REFERENCES {schema}.builds (build_id),
     since     timestamptz NOT NULL DEFAULT now()
 );
+-- index_kind: what the build's sequences are, facts (<s> <p> <o> .) or paths (A -> r -> B .).
+ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS index_kind text NOT NULL DEFAULT 'facts';

@@ -239,6 +239,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
                 "fact_prefix": meta.get("fact_prefix", cfg.tokenize.fact_prefix),
                 "fact_suffix": meta.get("fact_suffix", cfg.tokenize.fact_suffix),
                 "parquet_path": str(rows_dir),
+                "index_kind": cfg.index_kind,
             },
         )
         log.info("build %d (%s): loading %d rows from %d files", build_id, name, expected_rows, len(files))

@@ -75,12 +75,12 @@ LABELS = StructType(
     ]
 )
 
-# verbalize/facts -- de-duplicated textual facts
+# verbalize/facts -- de-duplicated textual facts (and paths/paths, the texts of a path build)
 FACTS = StructType(
     [
         StructField("fact_id", LongType(), False),  # stable 64-bit hash of text
         StructField("text", StringType(), False),  # <s> <p> <o> .
-        StructField("kind", StringType(), False),  # statement | description | short_description | inverse
+        StructField("kind", StringType(), False),  # statement | description | short_description | inverse; paths/paths: path
         StructField("property", StringType(), True),
     ]
 )

@@ -393,10 +393,12 @@ def _replace_directory(spark: SparkSession, source: Path, target: Path) -> None:
 
 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
-    """Tokenize verbalize/facts for every configured vocabulary (see the module docstring)."""
+    """Tokenize verbalize/facts (a path build: paths/paths) for every configured vocabulary
+    (see the module docstring)."""
     tcfg = cfg.tokenize
     vocabs = vocabularies(tcfg)
-    facts_path = stage_input(cfg, STAGE, "verbalize", "facts")
+    facts_path = (stage_input(cfg, STAGE, "paths", "paths") if cfg.path_index.enabled
+                  else stage_input(cfg, STAGE, "verbalize", "facts"))
     facts = spark.read.parquet(str(facts_path)).select("fact_id", "text")
     fact_ids = facts.select("fact_id")
 

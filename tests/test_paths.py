@@ -1,0 +1,395 @@
+"""Reasoning paths (issue 24): an independent oracle (a plain breadth-first enumeration over
+the kept statements, with its own reading of the parse and labels outputs and its own caps)
+against the Spark ``paths`` stage and the runtime's per-question ``PathGraph``, on a
+hand-made graph (a 2- and a 3-cycle, a self-loop, a capped hub, literals, inverse edges)
+and on the shared sample; then the matcher over a path index (a dead end ends the path) and
+constrained generation with the real SmolLM2 (every path written is stored, verbatim).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from .conftest import tokenizer_dir
+
+pytestmark = pytest.mark.spark
+
+SEP, END = " -> ", " ."
+
+
+# ---------------------------------------------------------------- the oracle
+def _clean(text: str | None) -> str | None:
+    from refactx_pipeline.stages.render import clean_text
+
+    return clean_text(text) if text is not None else None
+
+
+def oracle_edges(statements: list[dict], labels: dict[str, str], properties: dict[str, str],
+                 inverse_labels: dict[str, str] | None = None) -> dict[str, set[tuple[str, str | None, str]]]:
+    """src id -> {(relation, dst id or None for a literal, dst label)} of the kept statements:
+    subject, property and item object labelled, a literal that renders."""
+    from refactx_pipeline.stages.render import render_literal
+
+    edges: dict[str, set[tuple[str, str | None, str]]] = {}
+    for st in statements:
+        subject, relation = labels.get(st["subject"]), properties.get(st["property"])
+        if subject is None or relation is None:
+            continue
+        if st["object_kind"] == "item":
+            dst, obj = st["object_item"], labels.get(st["object_item"])
+        else:
+            dst, obj = None, render_literal(st["object_kind"], st["object_value"] or "")
+        if obj is None:
+            continue
+        edges.setdefault(st["subject"], set()).add((relation, dst, obj))
+        inverse = (inverse_labels or {}).get(st["property"])
+        if dst is not None and inverse:
+            edges.setdefault(dst, set()).add((inverse.strip(), st["subject"], subject))
+    return edges
+
+
+def oracle_paths(edges, labels: dict[str, str], seeds, hops: int, fanout: int, budget: int):
+    """(path texts, {"fanout", "max_paths", "not_simple"}) by breadth-first enumeration."""
+    ordered = {src: sorted(out, key=lambda e: (e[0], e[2], e[1] is not None, e[1] or ""))
+               for src, out in edges.items()}
+    paths: list[str] = []
+    counts = {"fanout": 0, "max_paths": 0, "not_simple": 0}
+    for seed in sorted(set(seeds)):
+        if seed not in labels:
+            continue
+        level = [([seed], labels[seed])]
+        held = 0
+        for _ in range(hops):
+            found = []
+            for nodes, text in level:
+                out = ordered.get(nodes[-1], []) if nodes[-1] is not None else []
+                counts["fanout"] += max(0, len(out) - fanout)
+                for relation, dst, label in out[:fanout]:
+                    if dst is not None and dst in nodes:
+                        counts["not_simple"] += 1
+                        continue
+                    found.append((nodes + [dst], f"{text}{SEP}{relation}{SEP}{label}"))
+            found.sort(key=lambda p: p[1])
+            room = budget - held
+            counts["max_paths"] += max(0, len(found) - room)
+            level = found[:room]
+            held += len(level)
+            paths += [text for _, text in level]
+    return paths, counts
+
+
+def hops_of(text: str) -> int:
+    return text.count(SEP) // 2
+
+
+# ---------------------------------------------------------------- a hand-made graph
+ENTITIES = {"Q1": "Alpha", "Q2": "Beta", "Q3": "Gamma", "Q4": "Hub", "Q10": "Self",
+            **{f"Q{i}": f"Leaf {i}" for i in range(5, 10)}}
+PROPERTIES = {"P1": "knows", "P2": "part of", "P3": "born"}
+
+
+def _st(subject, prop, item=None, kind="item", value=None):
+    return {"subject": subject, "property": prop, "object_kind": kind, "object_item": item,
+            "object_value": value, "object_datatype": None, "object_lang": None}
+
+
+STATEMENTS = [
+    _st("Q1", "P1", "Q2"), _st("Q2", "P1", "Q1"),  # a 2-cycle
+    _st("Q2", "P2", "Q3"), _st("Q3", "P2", "Q1"),  # a 3-cycle with Q1 -> Q2
+    _st("Q10", "P1", "Q10"),  # a self-loop
+    _st("Q1", "P2", "Q4"), *[_st("Q4", "P1", f"Q{i}") for i in range(5, 10)],  # a hub of 6 edges
+    _st("Q4", "P3", kind="time", value="+1952-03-11T00:00:00Z"),
+    _st("Q2", "P3", kind="quantity", value="+10"),
+    _st("Q9", "P1", "Q1"),
+    _st("Q3", "P1", "Q404"),  # an object without a label: not a kept statement
+]
+SEEDS = ["Q1", "Q10", "Q4", "Q404"]
+INVERSE = {"P2": "has part"}
+FANOUT, BUDGET = 3, 7
+
+
+@pytest.fixture(scope="module")
+def tiny(spark, tmp_path_factory):
+    """The hand-made graph through verbalize (with inverse facts) and paths, L = 3; the
+    Config and the stage's counts."""
+    from refactx_pipeline.config import Config
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.stages.schemas import LABELS, STATEMENTS as STATEMENTS_SCHEMA
+
+    root = tmp_path_factory.mktemp("tiny")
+    seeds = root / "seeds.txt"
+    seeds.write_text("\n".join(SEEDS) + "\n\n")
+    cfg = Config().updated({
+        "paths.build_root": str(root / "build"),
+        "verbalize.inverse": True, "verbalize.inverse_labels": INVERSE,
+        "path_index.enabled": True, "path_index.seeds_file": str(seeds), "path_index.max_hops": 3,
+        "path_index.max_fanout": FANOUT, "path_index.max_paths": BUDGET,
+    })
+    for stage, name, schema, rows in [
+        ("parse", "statements", STATEMENTS_SCHEMA, STATEMENTS),
+        ("labels", "labels", LABELS, [{"entity": e, "label": label, "label_source": "label"}
+                                      for e, label in {**ENTITIES, **PROPERTIES}.items()]),
+    ]:
+        out = cfg.stage_dir(stage) / name
+        out.mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema(
+            [pa.field(f.name, pa.string(), f.nullable) for f in schema.fields])), out / "part-0.parquet")
+    results = run_pipeline(spark, cfg, ["verbalize", "paths"])
+    return cfg, results[-1].counts
+
+
+def _texts(path: Path, column: str = "text") -> list[str]:
+    return ds.dataset(str(path), format="parquet").to_table(columns=[column]).column(column).to_pylist()
+
+
+def _runtime_graph(fact_texts):
+    from refactx_index.paths import PathGraph
+
+    return PathGraph.from_fact_texts(fact_texts)
+
+
+def test_tiny_graph_oracle_spark_and_runtime_agree_for_l_1_2_3(tiny):
+    from refactx_index.paths import PathCaps
+
+    cfg, counts = tiny
+    edges = oracle_edges(STATEMENTS, ENTITIES, PROPERTIES, INVERSE)
+    spark_texts = _texts(cfg.stage_dir("paths") / "paths")
+    assert all(t.endswith(END) for t in spark_texts)
+    spark_paths = sorted(t[:-len(END)] for t in spark_texts)
+    graph = _runtime_graph(_texts(cfg.stage_dir("verbalize") / "facts"))
+    for hops in (1, 2, 3):
+        expected, expected_counts = oracle_paths(edges, ENTITIES, SEEDS, hops, FANOUT, BUDGET)
+        assert len(expected) == len(set(expected))
+        assert sorted(t for t in spark_paths if hops_of(t) <= hops) == sorted(expected), hops
+        found = graph.paths([ENTITIES.get(s, s) for s in SEEDS], PathCaps(hops, FANOUT, BUDGET))
+        assert sorted(found.paths) == sorted(expected), hops
+        assert {**found.capped, "not_simple": found.not_simple} == expected_counts, hops
+        assert found.unknown_seeds == ["Q404"]
+    # the graph has what the test claims: cycles refused, the hub capped, the budget reached
+    assert expected_counts["not_simple"] > 0 and expected_counts["fanout"] > 0 and expected_counts["max_paths"] > 0
+    assert "Self" not in {t.split(SEP)[0] for t in expected}  # its only edge is the self-loop
+    assert "Alpha -> part of -> Hub -> born -> 1952-03-11" in expected  # a literal ends a path
+    assert {**counts["capped"], "not_simple": counts["not_simple"]} == expected_counts
+    assert counts["seeds"] == {"given": 4, "used": 3, "unknown": 1, "malformed_question_lines": 0}
+    assert counts["paths"] == len(expected) == counts["written"]
+
+
+def test_a_path_build_needs_seeds_and_tokenizes_its_own_texts(tiny):
+    from refactx_pipeline.config import Config
+    from refactx_pipeline.orchestration.table import select_stages
+
+    cfg = tiny[0]
+    assert cfg.stage_dir("tokenize") == cfg.build_dir() / "path_index" / "tokenize"
+    assert cfg.index_name("qwen2.5") == "wikidata-paths-qwen2.5" and cfg.index_kind == "paths"
+    assert "paths" in select_stages(cfg) and "paths" not in select_stages(Config())
+
+
+def test_a_path_build_is_served_as_a_paths_index(spark, tiny, pg_dsn):
+    """tokenize ... activate, unchanged, over the paths: the catalog says it holds paths and
+    the served tree holds every path text, tokenized as the tokenize stage does."""
+    import psycopg
+
+    from refactx_index.pg import open_index
+    from refactx_index.vocab import encode_facts, open_tokenizer
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
+
+    vocab = tokenizer_dir("qwen2.5")
+    cfg = tiny[0].updated({"tokenize.vocabularies": [f"qwen2.5={vocab}"]})
+    run_pipeline(spark, cfg, ["tokenize", "prefix_rows", "load", "validate", "activate"], dsn=pg_dsn)
+    with psycopg.connect(pg_dsn) as conn:
+        kinds = conn.execute("SELECT name, index_kind, status FROM refactx.builds").fetchall()
+    assert kinds == [("wikidata-paths-qwen2.5", "paths", "active")]
+    texts = _texts(cfg.stage_dir("paths") / "paths")
+    encoded = encode_facts(open_tokenizer(str(vocab)), texts, ())
+    with open_index(pg_dsn, "wikidata-paths-qwen2.5") as index:
+        assert index.info.facts == len(texts)
+        assert all(step.ends for step in index.next_tokens_batch([encoded.ids(i) for i in range(len(texts))]))
+
+
+# ---------------------------------------------------------------- the shared sample
+SAMPLE_MIN_FACTS, SAMPLE_FANOUT, SAMPLE_BUDGET = 25, 4, 30
+
+
+@pytest.fixture(scope="module")
+def sample_paths(spark, sample_verbalized):
+    from refactx_pipeline.orchestration.pipeline import run_pipeline
+
+    cfg = sample_verbalized.updated({
+        "path_index.enabled": True, "path_index.min_facts": SAMPLE_MIN_FACTS, "path_index.max_hops": 3,
+        "path_index.max_fanout": SAMPLE_FANOUT, "path_index.max_paths": SAMPLE_BUDGET,
+    })
+    counts = run_pipeline(spark, cfg, ["paths"])[0].counts
+    return cfg, counts
+
+
+def _sample_oracle_inputs(cfg):
+    def rows(stage, name):
+        return ds.dataset(str(cfg.stage_dir(stage) / name), format="parquet").to_table().to_pylist()
+
+    labels = {r["entity"]: _clean(r["label"]) for r in rows("labels", "labels") if _clean(r["label"])}
+    properties = {r["property"]: _clean(r["label"]) for r in rows("parse", "properties") if _clean(r["label"])}
+    properties.update({e: label for e, label in labels.items() if e.startswith("P")})
+    return rows("parse", "statements"), labels, properties
+
+
+def test_sample_oracle_spark_and_runtime_agree_for_l_1_2_3(sample_paths, sample_fact_texts):
+    from refactx_index.paths import PathCaps
+
+    cfg, counts = sample_paths
+    statements, labels, properties = _sample_oracle_inputs(cfg)
+    edges = oracle_edges(statements, labels, properties)
+    # the seeds by degree: subjects of at least k kept statements (a statement, not a distinct edge)
+    kept_by_subject: dict[str, int] = {}
+    for st in statements:
+        if st["subject"] in edges and _kept(st, labels, properties):
+            kept_by_subject[st["subject"]] = kept_by_subject.get(st["subject"], 0) + 1
+    seeds = sorted(s for s, n in kept_by_subject.items() if n >= SAMPLE_MIN_FACTS)
+    assert len(seeds) >= 5
+    spark_paths = sorted(t[:-len(END)] for t in _texts(cfg.stage_dir("paths") / "paths"))
+    graph = _runtime_graph(sample_fact_texts)
+    for hops in (1, 2, 3):
+        expected, expected_counts = oracle_paths(edges, labels, seeds, hops, SAMPLE_FANOUT, SAMPLE_BUDGET)
+        assert sorted(t for t in spark_paths if hops_of(t) <= hops) == sorted(expected), hops
+        found = graph.paths([labels[s] for s in seeds], PathCaps(hops, SAMPLE_FANOUT, SAMPLE_BUDGET))
+        assert sorted(found.paths) == sorted(expected), hops
+        assert {**found.capped, "not_simple": found.not_simple} == expected_counts, hops
+    assert expected_counts["fanout"] > 0 and expected_counts["max_paths"] > 0 and expected_counts["not_simple"] > 0
+    assert {**counts["capped"], "not_simple": counts["not_simple"]} == expected_counts
+    assert counts["seeds"]["used"] == len(seeds)
+
+
+def _kept(st, labels, properties) -> bool:
+    from refactx_pipeline.stages.render import render_literal
+
+    if st["subject"] not in labels or st["property"] not in properties:
+        return False
+    if st["object_kind"] == "item":
+        return st["object_item"] in labels
+    return render_literal(st["object_kind"], st["object_value"] or "") is not None
+
+
+# ---------------------------------------------------------------- generation over paths
+def _matcher(index, tokenizer):
+    from refactx_index.engines.core import trigger_variants
+    from refactx_index.matcher import FactMatcher
+    from refactx_index.paths import TRIGGER
+
+    return FactMatcher(index, trigger_variants(tokenizer, TRIGGER), [0])
+
+
+def test_a_dead_end_can_only_end_the_path():
+    """At a path's last entity with nothing beyond it, the only continuation is the end
+    (` .`): the row cannot write past the trie; where a path may go on, both are allowed."""
+    from tokenizers import Tokenizer
+
+    from refactx_index.paths import PathCaps, PathGraph
+    from refactx_index.matcher import FACT, FREE
+
+    file = tokenizer_dir("qwen2.5") / "tokenizer.json"
+    tok = Tokenizer.from_file(str(file))
+    graph = PathGraph.from_fact_texts(["<Alpha> <knows> <Beta> .", "<Alpha> <part of> <Hub> .",
+                                       "<Hub> <knows> <Leaf> .", "<Alpha> <description> <a letter> ."])
+    index, found = graph.index(["Alpha"], str(file), PathCaps(max_hops=2))
+    assert sorted(found.paths) == ["Alpha -> knows -> Beta", "Alpha -> part of -> Hub",
+                                   "Alpha -> part of -> Hub -> knows -> Leaf"]
+    matcher = _matcher(index, tok)
+    prompt = tok.encode("Path:", add_special_tokens=False).ids
+    end_ids = tok.encode("Path: Alpha -> knows -> Beta .", add_special_tokens=False).ids
+    dead = tok.encode("Path: Alpha -> knows -> Beta", add_special_tokens=False).ids
+    state = matcher.scan(dead, len(prompt))
+    assert state.mode == FACT and not state.ends
+    assert state.allowed.tolist() == [end_ids[len(dead)]]  # only the end: no free token, no " ->"
+    at_end = matcher.scan(end_ids, len(prompt))
+    assert at_end.mode == FACT and at_end.ends and at_end.allowed.size == 0
+    closed = matcher.scan(end_ids + tok.encode("\n", add_special_tokens=False).ids, len(prompt))
+    assert closed.mode == FREE and closed.done == (tuple(end_ids[len(prompt):]),)
+    branching = matcher.scan(tok.encode("Path: Alpha -> part of -> Hub", add_special_tokens=False).ids,
+                             len(prompt))
+    assert branching.allowed.size == 2 and not branching.ends  # " ." or " ->"
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from refactx_index.models import load_model
+
+    return load_model("smollm2")
+
+
+@pytest.mark.slow
+def test_smollm2_writes_only_stored_paths_verbatim(smollm2, sample_fact_texts):
+    import torch
+    from transformers import LogitsProcessorList
+
+    from refactx_index.engines.transformers import RefactxLogitsProcessor
+    from refactx_index.paths import TRIGGER, PathCaps, PathGraph
+    from refactx_index.vocab import decode_continuation, encode_facts, open_tokenizer
+
+    graph = PathGraph.from_fact_texts(sample_fact_texts)
+    index, found = graph.index(["Germany"], str(smollm2.tokenizer_file), PathCaps(max_hops=2, max_fanout=20))
+    stored_texts = {p + END for p in found.paths}
+    fast = open_tokenizer(str(smollm2.tokenizer_file))
+    encoded = encode_facts(fast, sorted(stored_texts), ())
+    stored = {tuple(encoded.ids(i)) for i in range(len(stored_texts))}
+    tok = smollm2.tokenizer
+    messages = [{"role": "system", "content": "Answer with reasoning paths of a knowledge graph, one a line: "
+                 "Path: Entity -> relation -> Entity -> relation -> Entity ."},
+                {"role": "user", "content": "What is the capital of Germany?"}]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + TRIGGER
+    enc = tok(text, return_tensors="pt", add_special_tokens=False)
+    processor = RefactxLogitsProcessor(index, tok, eos_token_id=smollm2.eos_token_ids, trigger=TRIGGER)
+    with torch.inference_mode():
+        out = smollm2.model.generate(**enc, logits_processor=LogitsProcessorList([processor]), do_sample=False,
+                                     num_beams=1, max_new_tokens=40, pad_token_id=smollm2.eos_token_ids[0],
+                                     eos_token_id=smollm2.eos_token_ids)
+    row = out[0].tolist()
+    width = enc["input_ids"].shape[1]
+    state = processor.matcher.scan(row, width)
+    written = list(state.done) + ([state.prefix] if state.prefix else [])
+    assert state.done, tok.decode(row[width:])  # at least one whole path
+    for path in state.done:
+        assert path in stored
+        assert decode_continuation(fast, path).strip() in stored_texts
+    for partial in written[len(state.done):]:  # stopped inside a path: a prefix of a stored one
+        assert any(s[:len(partial)] == partial for s in stored)
+    reply = tok.decode(row[width:], skip_special_tokens=True)
+    first = decode_continuation(fast, state.done[0]).strip()
+    assert reply.lstrip().startswith(first)  # the text as the model wrote it, verbatim
+
+
+def test_refactx_paths_command_lists_a_seeds_paths_and_names_a_missing_file(tmp_path, capsys):
+    from refactx_index.cli import main
+
+    facts = tmp_path / "facts.txt"
+    facts.write_text("<Alpha> <knows> <Beta> .\n<Beta> <knows> <Gamma> .\nnot a fact\n", encoding="utf-8")
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("Q1\tAlpha\n", encoding="utf-8")
+    assert main(["paths", "--facts", str(facts), "--labels", str(labels), "--seed", "Q1", "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["texts"] == ["Alpha -> knows -> Beta", "Alpha -> knows -> Beta -> knows -> Gamma"]
+    assert out["by_hops"] == {"1": 1, "2": 1}
+    assert main(["paths", "--facts", str(facts), "--seed", "Nobody"]) == 3
+    assert main(["paths", "--facts", str(tmp_path / "absent.txt"), "--seed", "Alpha"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("refactx: facts file") and "absent.txt" in err[-1]
+
+
+def test_seeds_from_a_question_file_count_its_malformed_lines(spark, tmp_path):
+    from refactx_pipeline.config import PathIndexConfig
+    from refactx_pipeline.stages.paths import read_seeds
+
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text('{"question": "q1", "entities": ["Q1", " Q2 "]}\n{"question": "q2", "entities": []}\n'
+                         'not json\n{"question": "q3", "entities": ["Q1"]}\n', encoding="utf-8")
+    kept = spark.createDataFrame([("Q7",), ("Q7",), ("Q8",)], "subject string")
+    seeds, malformed = read_seeds(spark, PathIndexConfig(questions_file=str(questions), min_facts=2), kept)
+    assert sorted(r["seed"] for r in seeds.collect()) == ["Q1", "Q2", "Q7"]
+    assert malformed == 1
