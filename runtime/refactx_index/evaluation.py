@@ -20,7 +20,7 @@ decoding, constrained and not ("LLM-only"), and scored the paper's way (docs/eva
   line, or an empty one, at a natural end) is answered and wrong;
 - **A** = right / all questions, **P** = right / answered questions;
 - **supported**: an answered question whose answer equals the object of a stored fact the
-  model wrote; **facts stored**: the share of written facts the index holds (100 % when
+  model wrote (or, right by an alias, whose written fact's object is a gold label); **facts stored**: the share of written facts the index holds (100 % when
   constrained, by construction of the constraint);
 - **gold ids**: where a question has ``fact_ids`` and a written fact carries a ``fact_id``
   (provenance), the answer is also scored by ids (``id_right``); otherwise not scored by id.
@@ -50,10 +50,10 @@ _NOT_WORD = re.compile(r"[^\w]+")
 
 
 def normalize(text: str) -> str:
-    """The form answers are compared in: Unicode NFKC, the display label's parenthesized
-    description at the end removed (``Berlin (capital of Germany)`` -> ``Berlin``), case
+    """The form answers are compared in: Unicode NFKC, a final full stop (or ``!?;:,``)
+    dropped, the display label's parenthesized description at the end removed (``Berlin (capital of Germany)`` -> ``Berlin``), case
     folded, punctuation replaced by spaces, the articles a / an / the dropped, spaces collapsed."""
-    text = unicodedata.normalize("NFKC", text).strip()
+    text = unicodedata.normalize("NFKC", text).strip().rstrip(".!?;:, ")
     while True:
         stripped = _TRAILING_PARENTHESES.sub("", text)
         if stripped == text or not stripped:
@@ -167,7 +167,7 @@ def score(question: Question, answer_text: str, facts: Sequence[Any], cut: bool,
     answered = not unknown and not cut
     right = answered and said in question.gold
     stored_objects = {normalize(o) for f in facts if f.stored and (o := fact_object(f.text)) is not None}
-    supported = answered and bool(said) and said in stored_objects
+    supported = answered and bool(said) and (said in stored_objects or (right and bool(stored_objects & question.gold)))
     written_ids = {getattr(f, "fact_id", None) for f in facts if f.stored} - {None}
     id_right = bool(written_ids & set(question.fact_ids)) if question.fact_ids and written_ids else None
     return Scored(id=question.id, type=question.type, question=question.question, answer=answer_text,
