@@ -113,13 +113,21 @@ def cfg(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def sample_fact_texts(spark, tmp_path_factory) -> list[str]:
-    """The shared sample's facts, verbalized by the pipeline's own stages (once per session)."""
-    import pyarrow.dataset as ds
-
+def sample_verbalized(spark, tmp_path_factory):
+    """The Config of the shared sample's build, run by the pipeline's own stages up to verbalize
+    (once per session)."""
     from refactx_pipeline.orchestration.pipeline import run_pipeline
 
     cfg = sample_config(tmp_path_factory.mktemp("facts") / "build")
     run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def sample_fact_texts(sample_verbalized) -> list[str]:
+    """The shared sample's facts, verbalized by the pipeline's own stages (once per session)."""
+    import pyarrow.dataset as ds
+
+    cfg = sample_verbalized
     table = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(columns=["text"])
     return table.column("text").to_pylist()

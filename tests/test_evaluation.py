@@ -68,11 +68,13 @@ def test_each_kind_of_reply_is_counted_as_the_docs_say(questions):
         "unknown": score(questions["unknown"], "I don't know.", [], cut=False, seconds=1.0),
         # no Answer: line at a natural end: answered, and wrong
         "empty": score(questions["empty"], "", [], cut=False, seconds=1.0),
-        "cut": score(questions["cut"], "Ber", [_fact("<Germany> <capital> <Ber", stored=False)], cut=True,
-                     seconds=1.0),
+        # the fact the limit cut is not counted as written
+        "cut": score(questions["cut"], "", [GeneratedFact("<Germany> <capital> <Ber", (1,), False, complete=False)],
+                     cut=True, seconds=1.0),
         # exact match: the right answer with extra words is wrong
         "extra-words": score(questions["extra-words"], "Yes, Brussels is in Belgium.", [], cut=False, seconds=1.0),
-        "wrong": score(questions["wrong"], "Yes.", [], cut=False, seconds=1.0),
+        "wrong": score(questions["wrong"], "Yes.", [_fact("<Cologne> <country> <France> .", stored=False)],
+                       cut=False, seconds=1.0),
         # the display label's description is not needed, nor is the gold one's
         "description": score(questions["description"], "The United Kingdom (England, Scotland, Wales).",
                              [_fact("<Belfast> <country> <United Kingdom (country in Europe)> .")], cut=False,

@@ -20,8 +20,9 @@ decoding, constrained and not ("LLM-only"), and scored the paper's way (docs/eva
   line, or an empty one, at a natural end) is answered and wrong;
 - **A** = right / all questions, **P** = right / answered questions;
 - **supported**: an answered question whose answer equals the object of a stored fact the
-  model wrote (or, right by an alias, whose written fact's object is a gold label); **facts stored**: the share of written facts the index holds (100 % when
-  constrained, by construction of the constraint);
+**facts stored**: the share of written facts the index holds (100 % when
+  constrained, by construction of the constraint; a fact the token limit cut is not counted
+  as written);
 - **gold ids**: where a question has ``fact_ids`` and a written fact carries a ``fact_id``
   (provenance), the answer is also scored by ids (``id_right``); otherwise not scored by id.
 
@@ -162,6 +163,7 @@ def score(question: Question, answer_text: str, facts: Sequence[Any], cut: bool,
     """Score one reply: ``facts`` are :class:`refactx_index.ask.GeneratedFact` (``text``,
     ``stored``; a ``fact_id`` where provenance gives one), ``cut`` whether generation hit
     the token limit."""
+    facts = [f for f in facts if getattr(f, "complete", True)]  # a fact cut by the token limit was not written
     said = normalize(answer_text)
     unknown = said == _UNKNOWN or said.startswith(_UNKNOWN + " ")
     answered = not unknown and not cut
