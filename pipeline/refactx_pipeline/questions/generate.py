@@ -33,7 +33,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from refactx_pipeline.common import ingest_stage, stage_input
@@ -82,9 +82,10 @@ def stored_statements(statements: DataFrame, labels: DataFrame, properties: Data
     )
 
 
-def _answer(text: str, item: str | None, fact: str, fact_id: int) -> Any:
-    return F.struct(F.col(text).alias("label"), F.col(item).alias("id") if item else F.lit(None).cast("string")
-                    .alias("id"), F.col(fact).alias("fact"), F.col(fact_id).alias("fact_id"))
+def _answer(label: str, item: str, fact: str, fact_id: str) -> Column:
+    """A gold answer (the columns named): its label, entity id (null for a literal), fact and fact id."""
+    return F.struct(F.col(label).alias("label"), F.col(item).alias("id"), F.col(fact).alias("fact"),
+                    F.col(fact_id).alias("fact_id"))
 
 
 def _candidates(stored: DataFrame, max_answers: int, only: Sequence[str] | None
@@ -227,7 +228,7 @@ def generate_questions(spark: SparkSession, statements: DataFrame, labels: DataF
         distractors = _distractors(stored, sorted({r["property"] for r in negatives}), seed)
         objects = _objects_of(stored, [(r["subject"], r["property"]) for r in negatives])
         answer_ids = [a["id"] for rows in chosen.values() for r in rows for a in r["answers"]]
-        names = _aliases(spark, terms, answer_ids + [d[1] for ds in distractors.values() for d in ds], languages)
+        names = _aliases(spark, terms, answer_ids, languages)
     finally:
         stored.unpersist()
 
@@ -235,6 +236,7 @@ def generate_questions(spark: SparkSession, statements: DataFrame, labels: DataF
         return [{"label": a["label"], "aliases": [n for n in names.get(a["id"], []) if n != a["label"]],
                  "id": a["id"]} for a in row["answers"]]
 
+    log.info("questions: quotas %s of %s candidates sampled", quotas, {t: len(r) for t, r in sampled.items()})
     questions: list[dict[str, Any]] = []
     for kind in QUESTION_TYPES:
         for i, row in enumerate(chosen[kind]):
