@@ -99,7 +99,7 @@ def test_eval_command_scores_finance_questions_constrained_and_not(finance, tmp_
     questions.write_text("".join(json.dumps(q) + "\n" for q in _pick(_read(FINANCE_SET), ["forward", "inverse"])))
     proc = subprocess.run(
         [sys.executable, "-m", "refactx_index.cli", "eval", str(questions), "--index-file", str(finance[0]),
-         "--beams", "1", "--max-new-tokens", "48", "--batch-size", "2", "--out", str(tmp_path / "eval")],
+         "--beams", "1", "--max-new-tokens", "32", "--batch-size", "2", "--out", str(tmp_path / "eval")],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "eval.json").read_text())
@@ -123,7 +123,7 @@ def test_eval_on_wikidata_questions_writes_only_stored_facts_constrained(sample_
     questions = [question_from_json(q) for q in _pick(_read(WIKIDATA_SET), ["forward", "two_hop"])]
     results = evaluate(questions, index, loaded, batch_size=2, num_beams=1, max_new_tokens=48, progress=False)
     summary = report(results)
-    constrained = [r for r in results["constrained"]]
+    constrained = results["constrained"]
     assert [r.question for r in constrained] == [q.question for q in questions]
     assert sum(r.facts for r in constrained) >= 1  # the prompt makes the model fetch facts
     assert summary["constrained"]["all"]["facts_stored_share"] == 1.0
