@@ -12,9 +12,9 @@ unconstrained, with one model (SmolLM2-135M-Instruct unless ``--model``).
    ``docs/figures/eval.json`` (both summaries); ``--out`` elsewhere (a ``--limit`` run should
    not overwrite the committed figures).
 
-Scoring rules: docs/evaluation.md. Time: 2 finance questions, defaults but ``--batch-size 2``,
-took 229 s a question constrained and 112 s unconstrained on the 2-core machine at load
-average 11-13 (2026-11-25): the full run is hours there.
+Scoring rules: docs/evaluation.md. Time: the first 8 finance questions with the defaults took
+7.5 s a question constrained and 62 s unconstrained on the 2-core machine at load average 5
+(2026-11-25): the full run is about 9 hours there.
 """
 
 from __future__ import annotations
