@@ -197,6 +197,7 @@ PIPELINE_LAYERS = {
     "catalog": 1,
     "stages": 2,
     "graph": 3,
+    "questions": 3,
     "orchestration": 4,
     "scheduling": 5,
     "cli": 6,

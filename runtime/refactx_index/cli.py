@@ -27,6 +27,12 @@ answers from them::
 
     refactx facts lookup --dsn postgresql://... --index wikidata-smollm2 "<Germany> <capital> <Berlin> ."
 
+``refactx eval QUESTIONS.jsonl`` answers a question file constrained and unconstrained
+(the same prompt and decoding) and scores both (:mod:`refactx_index.evaluation`; the plot
+needs the ``eval`` extra)::
+
+    refactx eval questions.jsonl --index-file finance.rfx --out eval/finance
+
 ``refactx serve`` starts the fact server (:mod:`refactx_index.server`; the ``server`` and
 ``generation`` extras)::
 
@@ -287,6 +293,35 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    import time
+
+    from .ask import check_model_vocabulary
+    from .evaluation import evaluate, markdown_table, read_questions, write_outputs
+    from .models import load_model
+    from .prompt import Prompt
+    from .vocab import file_sha256
+
+    questions = read_questions(args.questions)
+    if args.limit:
+        questions = questions[:args.limit]
+    prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
+    modes = ["constrained"] if args.constrained_only else ["constrained", "unconstrained"]
+    with _open(args) as index:
+        loaded = load_model(args.model)
+        check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
+        started = time.perf_counter()
+        results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size,
+                           num_beams=args.beams, max_new_tokens=args.max_new_tokens, prompt=prompt)
+        index_name = index.info.name
+    meta = {"questions_file": str(args.questions), "questions": len(questions), "index": index_name,
+            "model": args.model, "beams": args.beams, "max_new_tokens": args.max_new_tokens,
+            "batch_size": args.batch_size, "seconds": round(time.perf_counter() - started, 1)}
+    summary = write_outputs(results, args.out, meta, plot_png=not args.no_plot)
+    print(markdown_table(summary), end="")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -435,6 +470,25 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--json", action="store_true", help="one JSON document on stdout")
     _path_arguments(pt)
     pt.set_defaults(func=cmd_paths)
+
+    ev = sub.add_parser("eval", help="score answers to a question file, with the fact constraint and without",
+                        description="Answer every question of QUESTIONS (JSONL: question, answers with aliases, "
+                                    "optional type and fact_ids) constrained and unconstrained, with the same prompt "
+                                    "and decoding, in batches; score A and P by exact match after normalization "
+                                    "(docs/evaluation.md); write OUT.json, OUT.md and OUT.png (the eval extra) "
+                                    "and print the table.")
+    ev.add_argument("questions", help="the question file (JSONL; refactx-index questions writes them)")
+    _index_arguments(ev)
+    ev.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
+    ev.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
+    ev.add_argument("--max-new-tokens", type=int, default=128)
+    ev.add_argument("--batch-size", type=int, default=8, help="questions generated together (default 8)")
+    ev.add_argument("--limit", type=int, help="only the first LIMIT questions")
+    ev.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompt.py)")
+    ev.add_argument("--constrained-only", action="store_true", help="skip the unconstrained answers")
+    ev.add_argument("--out", default="eval", help="path prefix of the JSON, Markdown and PNG outputs (default: eval)")
+    ev.add_argument("--no-plot", action="store_true", help="no PNG (without the eval extra's matplotlib)")
+    ev.set_defaults(func=cmd_eval, tokenizer=None)
 
     sv = sub.add_parser("serve", help="the OpenAI-compatible fact server",
                         description="An OpenAI-compatible HTTP server (chat and completions, streaming) whose "

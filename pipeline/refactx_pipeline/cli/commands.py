@@ -7,6 +7,7 @@ Commands:
   builds    list the builds in the catalog and which one serves each index name
   ask       answer a question with a model that may only write stored facts after "Fact:"
   graph-index  build an in-memory index file of a team's own graph ([graph] config), no Spark
+  questions    template questions with gold answers from a build's facts (for refactx eval)
 
 ``ask`` and the demo's question need the ``generation`` extra (torch, transformers). The
 command comes with the pipeline package; the runtime package (``refactx_index``) has none.
@@ -347,6 +348,29 @@ def cmd_graph_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_questions(args: argparse.Namespace) -> int:
+    from refactx_pipeline.common import spark_session
+    from refactx_pipeline.questions import run
+
+    cfg = _config_from(args)
+    spark = spark_session(cfg, "refactx:questions")
+    try:
+        questions = run(spark, cfg, count=args.count, seed=args.seed, templates=args.templates,
+                        max_answers=args.max_answers, only_templated=args.only_templated)
+    finally:
+        spark.stop()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as fh:
+        for question in questions:
+            fh.write(json.dumps(question, ensure_ascii=False) + "\n")
+    by_type: dict[str, int] = {}
+    for question in questions:
+        by_type[question["type"]] = by_type.get(question["type"], 0) + 1
+    print(f"{len(questions)} questions {by_type} -> {out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -466,6 +490,21 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--out", required=True, help="the index file to write")
     graph.add_argument("--json", action="store_true", help="print the counts as JSON on stdout")
     graph.set_defaults(func=cmd_graph_index)
+    qs = sub.add_parser(
+        "questions", help="template questions with gold answers from a build's facts",
+        description="Read the build's parse, labels and verbalize datasets (the config's paths; the verbalize "
+        "stage has run), keep the statements whose fact is stored, and write about COUNT questions as JSONL "
+        "(forward, inverse, yes/no, two-hop; stratified by type and property with --seed) with gold answers, "
+        "aliases and fact ids, for 'refactx eval'. Templates: docs/questions.md.")
+    add_config_arguments(qs)
+    qs.add_argument("--count", type=int, default=200, help="how many questions (default 200)")
+    qs.add_argument("--seed", type=int, default=23, help="the sampling seed (default 23)")
+    qs.add_argument("--templates", help="a JSON file of templates laid over the packaged ones")
+    qs.add_argument("--only-templated", action="store_true",
+                    help="only properties with templates of their own (not the default 'What is the P of S?')")
+    qs.add_argument("--max-answers", type=int, default=10, help="leave out questions with more gold answers")
+    qs.add_argument("--out", required=True, help="the JSONL file to write")
+    qs.set_defaults(func=cmd_questions)
     return parser
 
 
