@@ -9,7 +9,6 @@ import pytest
 
 from refactx_index.ask import GeneratedFact
 from refactx_index.errors import InputRefused
-from refactx_index.provenance import fact_id
 from refactx_index.evaluation import (
     fact_object,
     markdown_table,
@@ -20,6 +19,7 @@ from refactx_index.evaluation import (
     was_cut,
     write_outputs,
 )
+from refactx_index.provenance import fact_id
 
 BELFAST = "<Belfast> <country> <United Kingdom> ."  # the description question's gold fact
 QUESTIONS = [
