@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import contextlib
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -170,7 +172,8 @@ def _vllm_server(index, model_dir: Path, max_tokens: int):
          "--model", str(model_dir), "--model-name", "smollm2", "--index-file", f"sample={work / 'sample.rfx'}",
          "--port", str(port), "--max-new-tokens", str(max_tokens), "--max-concurrent", "64",
          "--gpu-memory-utilization", "0.25", "--max-model-len", "2048", "--enforce-eager"],
-        cwd=work, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        cwd=work, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        start_new_session=True)  # its own process group: vLLM's engine processes go with it
     ready = threading.Event()
     lines: list[str] = []
 
@@ -188,6 +191,8 @@ def _vllm_server(index, model_dir: Path, max_tokens: int):
     def stop() -> None:
         proc.terminate()
         proc.wait(60)
+        with contextlib.suppress(ProcessLookupError):  # any engine process its shutdown left
+            os.killpg(proc.pid, signal.SIGKILL)
 
     return f"http://127.0.0.1:{port}", stop
 

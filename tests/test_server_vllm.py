@@ -4,7 +4,9 @@ and the real ``openai`` client over loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -41,7 +43,8 @@ def server(tmp_path_factory, sample_fact_texts):
         [str(VLLM_PYTHON), "-m", "refactx_index.cli", "serve", "--engine", "vllm", "--model", str(model),
          "--model-name", "smollm2", "--index-file", f"sample={index_file}", "--port", str(port),
          "--gpu-memory-utilization", "0.25", "--max-model-len", "2048", "--enforce-eager", "--max-batch", "8"],
-        cwd=work, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        cwd=work, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        start_new_session=True)  # its own process group: vLLM's engine processes go with it
     lines: list[str] = []
     ready = threading.Event()
 
@@ -59,6 +62,8 @@ def server(tmp_path_factory, sample_fact_texts):
     finally:
         proc.terminate()
         proc.wait(60)
+        with contextlib.suppress(ProcessLookupError):  # any engine process its shutdown left
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _ask(client, question: str, **extra):
