@@ -19,8 +19,8 @@ Run: ./dev demo --no-question (once), then .venv/bin/python bench/bench_server.p
 from __future__ import annotations
 
 import argparse
-import json
 import contextlib
+import json
 import os
 import signal
 import socket
