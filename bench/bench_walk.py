@@ -12,9 +12,9 @@ proportional to its leaf count, until a fact ends; default cache (256 MB), opene
 Per step it times (1) ``next_tokens(prefix)`` from the root, (2) a cursor advanced by
 the chosen token (``advance`` + ``next_tokens``) fetching only the row it reaches
 (``prefetch_leaves=0``), (3) the same cursor fetching every row below a node of at most
-``PREFETCH_LEAVES`` facts in the same round trip as the row (``prefetch_in_background=False``),
-(4) the same cursor fetching its own row and the rows below on another connection (the
-default), (5) the matcher's step as generation runs it (``FactMatcher.step_batch`` for one
+``PREFETCH_LEAVES`` facts in the same round trip as the row (the default), (4) the same
+cursor fetching its own row and the rows below on another connection
+(``prefetch_in_background=True``), (5) the matcher's step as generation runs it (``FactMatcher.step_batch`` for one
 row: cursor, net of generated facts; default index). Prints mean / p50 / p99 per step, round
 trips on the steps' path and in the background. The walks here go on at once; in generation a
 model's forward pass (tens of ms) separates two steps, so a background fetch has landed
@@ -150,11 +150,11 @@ def main() -> None:
                     path.append(t)
                     cur = index.advance(cur, t)
                 walks.append(path)
-        for method in ("from_root", "cursor_row_only", "cursor_inline", "cursor", "matcher"):
+        for method in ("from_root", "cursor_row_only", "cursor", "cursor_background", "matcher"):
             # cold cache for each method; the row-only cursor never fetches the rows below
             prefetch = 0 if method == "cursor_row_only" else (args.prefetch_leaves or PREFETCH_LEAVES)
             with open_index(dsn, "walk", prefetch_leaves=prefetch,
-                            prefetch_in_background=method != "cursor_inline") as index:
+                            prefetch_in_background=method == "cursor_background") as index:
                 samples: list[float] = []
                 matcher = FactMatcher(index, [(0,)], [1])
                 for path in walks:

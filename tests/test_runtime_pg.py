@@ -111,12 +111,12 @@ def test_a_cursor_fetches_a_small_subtree_whole(pg_dsn):
 
 
 def test_a_step_waits_for_its_own_row_only_and_the_rows_below_come_in_the_background(pg_dsn):
-    """The default: a step that crosses into a small subtree fetches its own row; the rows
+    """prefetch_in_background: a step that crosses into a small subtree fetches its own row; the rows
     below come on another connection. No step pays more than one round trip, and once the
     background fetch has arrived the rest of the walk pays none."""
     seqs = random_sequences(seed=11, n=500)
     load_tree(pg_dsn, "kg", seqs, threshold=1)  # deep chains of one-fact rows
-    with open_index(pg_dsn, "kg", prefetch_leaves=10**9) as index:
+    with open_index(pg_dsn, "kg", prefetch_leaves=10**9, prefetch_in_background=True) as index:
         calls = count_fetches(index)
         for fact in sorted(seqs)[::25]:
             build = index.serving_build()

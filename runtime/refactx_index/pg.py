@@ -110,7 +110,7 @@ def open_index(
     follow: bool = True,
     check_interval_s: float = 30.0,
     prefetch_leaves: int = PREFETCH_LEAVES,
-    prefetch_in_background: bool = True,
+    prefetch_in_background: bool = False,
 ) -> "PgTreeIndex":
     """Open the build that serves ``name`` (see ``{schema}.active``).
 
@@ -126,7 +126,8 @@ def open_index(
     fetches every row below (0: only the row itself); ``prefetch_in_background`` (with a
     ``pool_size`` of 2 or more): the step that reaches it waits for that row only, and the
     rows below come on another pooled connection while the walk goes on -- a step pays at most
-    its own row's round trip. Off: they come in the same round trip as the row.
+    its own row's round trip. Off (the default: bench_walk measured it slower on 2 cores, see
+    docs/runtime.md): they come in the same round trip as the row.
     """
     from psycopg_pool import PoolTimeout
 
