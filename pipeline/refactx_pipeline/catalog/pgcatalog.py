@@ -141,23 +141,19 @@ def release_loading_lock(conn: psycopg.Connection, build_id: int) -> None:
 def attach(conn: psycopg.Connection, schema: str, build_id: int) -> None:
     """Unique B-tree on prefix and ANALYZE, then CHECK + ATTACH in one short transaction."""
     table = table_name(build_id)
-    create_index, analyze, check, attach_stmt = statements(
-        "attach.sql", schema, table=table, index=f"{table}_prefix_key",
-        check=f"{table}_build_id_check", build_id=int(build_id),
-    )
-    conn.execute(create_index)
-    conn.execute(analyze)
-    with conn.transaction():
-        conn.execute(check)
-        conn.execute(attach_stmt)
+    _attach(conn, schema, build_id, "attach.sql", table, f"{table}_prefix_key")
 
 
 def attach_provenance(conn: psycopg.Connection, schema: str, build_id: int) -> None:
     """B-tree on fact_id and ANALYZE, then CHECK + ATTACH to the provenance parent."""
     table = provenance_table_name(build_id)
+    _attach(conn, schema, build_id, "attach_provenance.sql", table, f"{table}_fact_id_idx")
+
+
+def _attach(conn: psycopg.Connection, schema: str, build_id: int, sql_file: str, table: str,
+            index: str) -> None:
     create_index, analyze, check, attach_stmt = statements(
-        "attach_provenance.sql", schema, table=table, index=f"{table}_fact_id_idx",
-        check=f"{table}_build_id_check", build_id=int(build_id),
+        sql_file, schema, table=table, index=index, check=f"{table}_build_id_check", build_id=int(build_id),
     )
     conn.execute(create_index)
     conn.execute(analyze)

@@ -23,7 +23,7 @@ import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import psycopg
@@ -151,6 +151,14 @@ def copy_provenance_files(dsn: str, schema: str, build_id: int, paths: list[Path
                          batch_rows)
 
 
+def copy_in_parallel(cfg: Config, files: list[Path], copy_group: "Callable[[list[Path]], int]") -> int:
+    """Rows copied by ``copy_group`` over ``files`` split into ``pg.load_workers`` groups, one
+    connection each (the tree's rows and the provenance rows load the same way)."""
+    workers = max(1, min(cfg.pg.load_workers, len(files)))
+    with ThreadPoolExecutor(workers, thread_name_prefix="copy") as pool:
+        return sum(pool.map(copy_group, split_files(files, workers)))
+
+
 def split_files(files: list[Path], parts: int) -> list[list[Path]]:
     """Files dealt to ``parts`` workers, largest first, to the least loaded one."""
     groups: list[list[Path]] = [[] for _ in range(parts)]
@@ -246,10 +254,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
         try:
             pgcatalog.claim_name(conn, schema, name, build_id)
             started = time.monotonic()
-            workers = max(1, min(cfg.pg.load_workers, len(files)))
-            with ThreadPoolExecutor(workers, thread_name_prefix="copy") as pool:
-                copied = sum(pool.map(lambda group: copy_files(dsn, schema, build_id, group),
-                                      split_files(files, workers)))
+            copied = copy_in_parallel(cfg, files, lambda group: copy_files(dsn, schema, build_id, group))
             copy_s = time.monotonic() - started
             if copied != expected_rows:
                 raise LoadError(f"copied {copied} rows, the Parquet holds {expected_rows}")
@@ -304,10 +309,7 @@ def load_provenance(cfg: Config, dsn: str, conn: psycopg.Connection, build_id: i
         return {"rows": None}
     expected = parquet_row_count(files)
     started = time.monotonic()
-    workers = max(1, min(cfg.pg.load_workers, len(files)))
-    with ThreadPoolExecutor(workers, thread_name_prefix="copy-provenance") as pool:
-        copied = sum(pool.map(lambda group: copy_provenance_files(dsn, schema, build_id, group),
-                              split_files(files, workers)))
+    copied = copy_in_parallel(cfg, files, lambda group: copy_provenance_files(dsn, schema, build_id, group))
     copy_s = time.monotonic() - started
     if copied != expected:
         raise LoadError(f"copied {copied} provenance rows, the Parquet holds {expected}")
