@@ -385,6 +385,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tokenizer_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tokenizer", required=True,
+                        help="the index's vocabulary: tokenizer.json or its directory (checked against a "
+                             "PostgreSQL build)")
+
+
 def _index_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("index")
     where.add_argument("--index-file", help="an index file (.rfx)")
@@ -413,8 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "objects ENTITY RELATION; facts TEXT: the facts starting with TEXT, paged")
     ex.add_argument("text", nargs="+")
     _index_arguments(ex)
-    ex.add_argument("--tokenizer", required=True,
-                    help="the index's vocabulary: tokenizer.json or its directory (checked against a PostgreSQL build)")
+    _tokenizer_argument(ex)
     ex.add_argument("--limit", type=int, default=20, help="at most this many lines (default 20)")
     ex.add_argument("--offset", type=int, default=0, help="facts: skip this many first")
     ex.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -425,8 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "first whole facts below it. Exit status 3 when no fact starts with TEXT.")
     cp.add_argument("text", help="the start of facts, e.g. ' <Northern Ireland> <'")
     _index_arguments(cp)
-    cp.add_argument("--tokenizer", required=True,
-                    help="the index's vocabulary: tokenizer.json or its directory (checked against a PostgreSQL build)")
+    _tokenizer_argument(cp)
     cp.add_argument("--limit", type=int, default=10, help="how many continuations and facts to print (default 10)")
     cp.set_defaults(func=cmd_complete)
 
