@@ -103,17 +103,49 @@ def rows_of(build_root: Path, dump_date: str = "cluster") -> set[tuple[bytes, by
     return set(zip(table.column("prefix").to_pylist(), table.column("node").to_pylist()))
 
 
-def test_whole_pipeline_on_a_standalone_cluster_equals_a_local_build(spark_cluster, pg_dsn, tmp_path):
-    url, master = spark_cluster
+# small rows, so the tree has many and a shuffle moves them between executors
+TREE = ["--set", "tree.subtree_threshold=2", "--set", "tree.facts_per_partition=500"]
+
+
+@pytest.fixture(scope="module")
+def example_vocabulary(tmp_path_factory) -> Path:
     from refactx_pipeline.cli.vocabulary import train_example_vocabulary
+    from refactx_pipeline.resources import example_graph
+
+    return train_example_vocabulary(example_graph(), tmp_path_factory.mktemp("vocab")).parent
+
+
+@pytest.fixture(scope="module")
+def local_rows(tmp_path_factory, example_vocabulary) -> set[tuple[bytes, bytes]]:
+    """The rows of the example graph built in ``local[2]`` with the tree settings both
+    cluster builds use: what each of them must equal (built once for the module)."""
+    from refactx_pipeline.resources import example_graph
+
+    work = tmp_path_factory.mktemp("local")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFACTX__")}
+    local = subprocess.run(
+        [sys.executable, "-m", "refactx_pipeline.cli", "build", "--stages",
+         "parse,labels,verbalize,tokenize,prefix_rows", "--set", f"input.dumps={example_graph()}",
+         "--set", "paths.dump_date=local", "--set", f"tokenize.vocabularies={VOCAB}={example_vocabulary}",
+         "--set", "spark.driver_memory=1g", *TREE, "--set", "spark.master=local[2]",
+         "--set", f"paths.build_root={work}"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert local.returncode == 0, local.stderr[-5000:]
+    rows = rows_of(work, "local")
+    assert len(rows) > 20
+    return rows
+
+
+def test_whole_pipeline_on_a_standalone_cluster_equals_a_local_build(spark_cluster, pg_dsn, tmp_path,
+                                                                     example_vocabulary, local_rows):
+    url, master = spark_cluster
     from refactx_pipeline.jvm import jar_path
     from refactx_pipeline.resources import example_graph
 
-    vocab = train_example_vocabulary(example_graph(), tmp_path / "vocab").parent
     common = ["--set", f"input.dumps={example_graph()}", "--set", "paths.dump_date=cluster",
-              "--set", f"tokenize.vocabularies={VOCAB}={vocab}", "--set", "spark.driver_memory=1g",
-              # small rows, so the tree has many and a shuffle moves them between executors
-              "--set", "tree.subtree_threshold=2", "--set", "tree.facts_per_partition=500"]
+              "--set", f"tokenize.vocabularies={VOCAB}={example_vocabulary}", "--set", "spark.driver_memory=1g",
+              *TREE]
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFACTX__")}
     env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     submit = subprocess.run(
@@ -127,17 +159,7 @@ def test_whole_pipeline_on_a_standalone_cluster_equals_a_local_build(spark_clust
     assert submit.returncode == 0, submit.stderr[-5000:]
     # the work ran on the workers: the master launched executors on both
     master.wait_for("Launching executor", count=2, timeout_s=10)
-
-    local = subprocess.run(
-        [sys.executable, "-m", "refactx_pipeline.cli", "build", "--stages",
-         "parse,labels,verbalize,tokenize,prefix_rows", *common, "--set", "spark.master=local[2]",
-         "--set", f"paths.build_root={tmp_path / 'local'}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False,
-    )
-    assert local.returncode == 0, local.stderr[-5000:]
-    cluster_rows, local_rows = rows_of(tmp_path / "cluster"), rows_of(tmp_path / "local")
-    assert len(cluster_rows) > 20
-    assert cluster_rows == local_rows
+    assert rows_of(tmp_path / "cluster") == local_rows
 
     # the cluster's build was loaded, validated and activated: the served rows are those rows
     with psycopg.connect(pg_dsn) as conn:
@@ -147,13 +169,13 @@ def test_whole_pipeline_on_a_standalone_cluster_equals_a_local_build(spark_clust
     assert served == local_rows
 
 
-def test_the_dag_on_the_standalone_cluster_equals_a_local_build(spark_cluster, pg_dsn, tmp_path):
+def test_the_dag_on_the_standalone_cluster_equals_a_local_build(spark_cluster, pg_dsn, tmp_path,
+                                                               example_vocabulary, local_rows):
     """`airflow dags test refactx_build` with its Spark connection pointed at the cluster: every
     Spark stage is an application of that master (the config says ``local[2]``, and spark-submit's
     master wins), and the index it activates equals a ``local[2]`` build's."""
     import json
 
-    from refactx_pipeline.cli.vocabulary import train_example_vocabulary
     from refactx_pipeline.resources import example_graph
 
     from .test_dag_run import airflow_env, dags_test
@@ -164,7 +186,7 @@ def test_the_dag_on_the_standalone_cluster_equals_a_local_build(spark_cluster, p
     dumps.mkdir(parents=True)
     (dumps / "graph.nt").symlink_to(example_graph())
     (dumps / "_IMPORTED").write_text("")
-    vocab = train_example_vocabulary(example_graph(), tmp_path / "vocab").parent
+    vocab = example_vocabulary
     config = tmp_path / "dag.toml"
     config.write_text(f"""
 [paths]
@@ -201,16 +223,6 @@ shuffle_partitions = 4
                 f"validate_{VOCAB}"):
         master.wait_for(f"Registering app refactx_{app}_{date}", timeout_s=10)
 
-    local = subprocess.run(
-        [sys.executable, "-m", "refactx_pipeline.cli", "build", "--config", str(config), "--stages",
-         "parse,labels,verbalize,tokenize,prefix_rows", "--set", f"input.dumps={example_graph()}",
-         "--set", f"paths.dump_date={date}", "--set", f"paths.build_root={tmp_path / 'local'}"],
-        cwd=tmp_path, env={k: v for k, v in env.items() if not k.startswith("AIRFLOW")},
-        capture_output=True, text=True, timeout=900, check=False,
-    )
-    assert local.returncode == 0, local.stderr[-5000:]
-    local_rows = rows_of(tmp_path / "local", date)
-    assert len(local_rows) > 20
     assert rows_of(tmp_path / "cluster", date) == local_rows
     with psycopg.connect(pg_dsn) as conn:
         table = conn.execute("SELECT b.table_name FROM refactx.active a JOIN refactx.builds b USING (build_id) "
