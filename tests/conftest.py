@@ -158,3 +158,30 @@ def sample_fact_ids(sample_fact_texts) -> set[tuple[int, ...]]:
     encoded = encode_facts(open_tokenizer(str(model_directory("smollm2") / "tokenizer.json")),
                            sample_fact_texts, ())
     return {tuple(encoded.ids(i)) for i in range(len(sample_fact_texts))}
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_db(tmp_path_factory) -> Path:
+    """An Airflow metadata database (SQLite) made by ``airflow db migrate`` once per session:
+    each test that runs ``airflow dags test`` starts from a copy (``airflow_home``)."""
+    import subprocess
+    import sys
+
+    home = tmp_path_factory.mktemp("airflow-template")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REFACTX", "AIRFLOW"))}
+    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"))
+    migrate = subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], cwd=home,
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    return home / "airflow.db"
+
+
+def airflow_home(path: Path, migrated_db: Path) -> Path:
+    """A fresh AIRFLOW_HOME at ``path`` holding a copy of the session's migrated database."""
+    import shutil
+
+    path.mkdir(parents=True)
+    shutil.copyfile(migrated_db, path / "airflow.db")
+    return path
+

@@ -26,7 +26,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from .conftest import ROOT, shared_path, tokenizer_dir
+from .conftest import ROOT, airflow_home, shared_path, tokenizer_dir
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
@@ -69,10 +69,11 @@ shuffle_partitions = 4
     return config
 
 
-def airflow_env(tmp_path: Path, config: Path, pg_dsn: str) -> dict[str, str]:
+def airflow_env(tmp_path: Path, config: Path, pg_dsn: str, migrated_db: Path) -> dict[str, str]:
+    """The environment of ``airflow dags test`` in a fresh AIRFLOW_HOME under ``tmp_path``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REFACTX", "AIRFLOW"))}
     env.update(
-        AIRFLOW_HOME=str(tmp_path / "airflow"),
+        AIRFLOW_HOME=str(airflow_home(tmp_path / "airflow", migrated_db)),
         AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW_CONN_REFACTX_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
@@ -102,13 +103,10 @@ def served(pg_dsn: str) -> dict[str, tuple[str, str]]:
     return {name: (status, date) for name, status, date in rows}
 
 
-def test_dump_sensor_and_one_branch_per_vocabulary(pg_dsn, tmp_path):
+def test_dump_sensor_and_one_branch_per_vocabulary(pg_dsn, tmp_path, migrated_airflow_db):
     root = dumps_root(tmp_path)
     config = write_config(tmp_path, root)
-    env = airflow_env(tmp_path, config, pg_dsn)
-    migrate = subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], cwd=ROOT,
-                             env=env, capture_output=True, text=True, timeout=600)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    env = airflow_env(tmp_path, config, pg_dsn, migrated_airflow_db)
 
     # 1. scheduled: the complete dump is taken, the half-written one is not
     log = dags_test(env, "2026-01-05", tmp_path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, tokenizer_dir
+from .conftest import ROOT, airflow_home, tokenizer_dir
 from .dag_harness import (  # first: it sets AIRFLOW_HOME before Airflow is imported
     DAGS,
     REGEN_GOLDEN,
@@ -204,7 +204,7 @@ def test_the_config_file_comes_from_the_environment():
 @pytest.mark.spark
 @pytest.mark.pg
 @pytest.mark.slow
-def test_a_new_export_is_built_and_served_end_to_end(pg_dsn, tmp_path):
+def test_a_new_export_is_built_and_served_end_to_end(pg_dsn, tmp_path, migrated_airflow_db):
     """`airflow dags test refactx_graph`: the sensor takes the complete export, never the
     half-written one; graph, verbalize and one vocabulary's branch run as spark-submits and
     Python tasks; the index serves the export's facts and the run is recorded."""
@@ -219,7 +219,7 @@ def test_a_new_export_is_built_and_served_end_to_end(pg_dsn, tmp_path):
     config = graph_config(tmp_path / "graph.toml", root, {"qwen2.5": tokenizer_dir("qwen2.5")}, tmp_path / "build")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REFACTX", "AIRFLOW"))}
     env.update(
-        AIRFLOW_HOME=str(tmp_path / "airflow"),
+        AIRFLOW_HOME=str(airflow_home(tmp_path / "airflow", migrated_airflow_db)),
         AIRFLOW__CORE__DAGS_FOLDER=str(DAGS),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW_CONN_REFACTX_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
@@ -228,9 +228,6 @@ def test_a_new_export_is_built_and_served_end_to_end(pg_dsn, tmp_path):
         REFACTX__PG__DSN=pg_dsn,
     )
     airflow = str(Path(sys.executable).with_name("airflow"))
-    migrate = subprocess.run([airflow, "db", "migrate"], cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=300)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
     run = subprocess.run([airflow, "dags", "test", "refactx_graph", "2026-01-05"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     log = run.stdout + run.stderr

@@ -170,7 +170,8 @@ def test_whole_pipeline_on_a_standalone_cluster_equals_a_local_build(spark_clust
 
 
 def test_the_dag_on_the_standalone_cluster_equals_a_local_build(spark_cluster, pg_dsn, tmp_path,
-                                                               example_vocabulary, local_rows):
+                                                               example_vocabulary, local_rows,
+                                                               migrated_airflow_db):
     """`airflow dags test refactx_build` with its Spark connection pointed at the cluster: every
     Spark stage is an application of that master (the config says ``local[2]``, and spark-submit's
     master wins), and the index it activates equals a ``local[2]`` build's."""
@@ -208,14 +209,10 @@ master = "local[2]"
 driver_memory = "1g"
 shuffle_partitions = 4
 """)
-    env = airflow_env(tmp_path, config, pg_dsn)
+    env = airflow_env(tmp_path, config, pg_dsn, migrated_airflow_db)
     host, port = url.rsplit(":", 1)
     env.update(AIRFLOW_CONN_REFACTX_SPARK=json.dumps({"conn_type": "spark", "host": host, "port": int(port)}),
                SPARK_LOCAL_IP="127.0.0.1")
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    migrate = subprocess.run([airflow, "db", "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=600)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
     log = dags_test(env, "2026-01-05", tmp_path)
     assert "DagRun Finished" in log and "state=success" in log, log[-5000:]
     # every Spark stage ran as an application of the cluster, its branch's ones included
