@@ -90,8 +90,12 @@ class InputConfig(Section):
     # IRI namespaces of entities (Q/P ids) and of direct claims (wdt:): a Wikibase's concept URI
     entity_namespace: str = "http://www.wikidata.org/entity/"
     direct_claim_namespace: str = "http://www.wikidata.org/prop/direct/"
+    # Fact texts someone already has (the facts stage, instead of parse ... verbalize): text
+    # files (one fact a line; .gz, .bz2) or Parquet (the string column facts_column); globs
+    facts: tuple[str, ...] = ()
+    facts_column: str = "text"
 
-    _split_dumps = field_validator("dumps", mode="before")(_split_list)
+    _split_dumps = field_validator("dumps", "facts", mode="before")(_split_list)
 
     @model_validator(mode="after")
     def _page_and_page_props_together(self) -> "InputConfig":
@@ -422,6 +426,16 @@ class Config(BaseSettings):
             super().__init__(**values)
         except ValidationError as exc:
             raise config_error(exc) from None
+
+    @model_validator(mode="after")
+    def _one_source_of_facts(self) -> "Config":
+        if self.input.facts and self.graph.format:
+            raise ValueError("input.facts and graph.format are both set: a build reads fact texts or "
+                             "a graph, not both")
+        if self.input.facts and self.path_index.enabled:
+            raise ValueError("path_index.enabled needs statements (parse or graph), and input.facts "
+                             "holds fact texts only")
+        return self
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
