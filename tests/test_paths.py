@@ -520,3 +520,23 @@ def test_a_label_with_spaces_at_its_edge_or_a_special_token_is_handled_as_whole_
         MemoryTreeIndex.from_facts(texts, tok)
     with pytest.raises(ValueError, match="cannot be stored"):
         special.index(["Alpha"], tok)
+
+
+def test_a_prepared_graph_tokenizes_no_label_at_question_time():
+    """``prepare`` tokenizes every label once; later questions add none and their tries are
+    those of whole texts."""
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.paths import PathCaps
+
+    file = str(tokenizer_dir("qwen2.5") / "tokenizer.json")
+    graph = _odd_graph()
+    assert graph.prepare(file) == len(ODD_LABELS) + 3  # and the three relations
+    store = graph._segments[id(graph._vocabulary(file)[2])]
+    held = len(store.row)
+    for seed in ODD_LABELS[:5]:
+        index, found = graph.index([seed], file, PathCaps(2, 3, 100))
+        assert index.rows == MemoryTreeIndex.from_facts([p + END for p in found.paths], file, name="paths").rows
+    assert "->" in ODD_LABELS and "." in ODD_LABELS  # the separator's and end's pieces too
+    assert len(store.row) == held  # no question tokenized anything
+    assert graph.prepare(file) == 0
+    assert _odd_graph().prepare(str(tokenizer_dir("mistral-7b-v0.1") / "tokenizer.json")) == 0

@@ -207,6 +207,24 @@ class PathGraph:
                               vocab_size=vocab_size)
         return index, found
 
+    def prepare(self, tokenizer: object, *, separator: str = SEPARATOR, end: str = END) -> int:
+        """Tokenize every label of the graph now, in one batch, so that no later question
+        tokenizes any (every build is warm); ``tokenizer`` as :meth:`index` takes it. Returns
+        how many labels were tokenized: 0 when the vocabulary encodes whole texts, where
+        there is nothing to keep. Labels with a space at an edge are left out (their paths
+        are encoded whole)."""
+        with self._lock:
+            backend = self._vocabulary(tokenizer)[2]
+            store = self._segment_store(backend, separator, end)
+            if store is None:
+                return 0
+            relations = (relation for out in self._out.values() for relation, _ in out)
+            labels = [label for label in dict.fromkeys(itertools.chain(self._out, self._targets, relations))
+                      if label and not label[0].isspace() and not label[-1].isspace() and label not in store.row]
+            if labels:
+                store._add(labels)
+            return len(labels)
+
     def forget_tokens(self) -> None:
         """Drop the label ids and vocabularies kept from earlier questions (the next
         :meth:`index` tokenizes its labels again: a cold build, as the benchmark measures it)."""
