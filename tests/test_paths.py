@@ -393,3 +393,150 @@ def test_seeds_from_a_question_file_count_its_malformed_lines(spark, tmp_path):
     seeds, malformed = read_seeds(spark, PathIndexConfig(questions_file=str(questions), min_facts=2), kept)
     assert sorted(r["seed"] for r in seeds.collect()) == ["Q1", "Q2", "Q7"]
     assert malformed == 1
+
+
+# ---------------------------------------------------------------- per-question trie: ids by labels
+def _tokenizer_files():
+    """The shared vocabularies, and SmolLM2's when its package is installed (converted once)."""
+    files = [pytest.param(tokenizer_dir(name) / "tokenizer.json", id=name)
+             for name in ("qwen2.5", "gpt2", "llama3", "mistral-7b-v0.1", "phi-3-mini")]
+    return files + [pytest.param("smollm2", id="smollm2")]
+
+
+def _file(spec):
+    if spec == "smollm2":
+        pytest.importorskip("transformers")
+        from refactx_index.errors import ConfigError
+        from refactx_index.models import model_directory
+
+        try:
+            return model_directory("smollm2") / "tokenizer.json"
+        except ConfigError as exc:
+            pytest.skip(str(exc))
+    if not Path(spec).is_file():
+        pytest.skip(f"{spec} is absent (../shared)")
+    return spec
+
+
+# labels that test a piece's edges: digits, contractions, punctuation runs, combining marks,
+# scripts without spaces, inner spaces, the separator and end themselves, a special token
+ODD_LABELS = ["Alpha", "Leaf 5", "1952-03-11", "O'Neil's", "U.S.", "C++", "A.", "x\u0301", "Zu\u0308rich",
+              "\u6771\u4eac\u90fd", "100 km\u00b2", "a  b", "->", "a -> b", ".", "\U0001f389 party", "3.14",
+              "'", "don't", "(band)", "\u0645\u0635\u0631", "tab\there"]
+
+
+def _odd_graph():
+    from refactx_index.paths import PathGraph
+
+    n = len(ODD_LABELS)
+    facts = [f"<{a}> <{r}> <{ODD_LABELS[(i + k) % n]}> ." for i, a in enumerate(ODD_LABELS)
+             for r, k in (("knows", 1), ("part of", 5), ("'s", 7))]
+    return PathGraph.from_fact_texts(facts)
+
+
+@pytest.mark.parametrize("spec", _tokenizer_files())
+def test_a_path_tries_ids_are_the_whole_texts_ids_for_real_vocabularies(spec, sample_fact_texts):
+    """The rule of the per-question trie: a path's ids are exactly what the tokenize stage
+    (``encode_facts``) gives its whole text, whether they were put together from its labels'
+    ids (byte-level BPE with a known pre-tokenizer regex) or encoded whole (SentencePiece)."""
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.paths import PathCaps, PathGraph, segments_concatenate
+    from refactx_index.vocab import encode_facts, open_tokenizer
+
+    file = _file(spec)
+    tok = open_tokenizer(str(file))
+    # byte-level BPE vocabularies put ids together; SentencePiece ones (Metaspace) cannot
+    assert segments_concatenate(tok) == (Path(file).parent.name not in ("mistral-7b-v0.1", "phi-3-mini"))
+    sample = PathGraph.from_fact_texts(sample_fact_texts)
+    hubs = sorted({t[1:].split("> <", 1)[0] for t in sample_fact_texts}, key=lambda n: (-sample.degree(n), n))[:8]
+    for graph, seeds, caps in [(sample, hubs, PathCaps(2, 20, 400)), (sample, hubs[:2], PathCaps(3, 6, 300)),
+                               (_odd_graph(), ODD_LABELS, PathCaps(3, 3, 10_000))]:
+        for _ in range(2):  # the second time, every label's ids come from the graph's store
+            index, found = graph.index(seeds, str(file), caps)
+            texts = [p + END for p in found.paths]
+            whole = encode_facts(tok, texts, ())
+            assert (whole.status == 0).all()
+            store = graph._segments.get(id(graph._vocabulary(str(file))[2]))
+            if store is not None and store.exact:
+                values, offsets = store.path_ids(graph._walk(seeds, caps, SEP)[1], SEP, END, ())
+                # the token ids equality itself, path by path
+                assert offsets.tolist() == whole.offsets.tolist()
+                assert values.tolist() == whole.values.tolist()
+            reference = MemoryTreeIndex.from_facts(texts, str(file), name="paths")
+            assert index.rows == reference.rows
+            assert index.info == reference.info
+    assert (store is not None and store.exact) == segments_concatenate(tok)
+
+
+def test_tree_rows_are_build_rows():
+    """The vectorized tree of the per-question trie gives ``memory.build_rows``' rows, byte for
+    byte, under every cut (thresholds and token caps small enough to expand at many depths;
+    duplicates; a sequence that is a prefix of others)."""
+    import numpy as np
+
+    from refactx_index.memory import build_rows
+    from refactx_index.paths import _common_prefixes, _memory_index, _tree_rows
+
+    rng = np.random.default_rng(24)
+    for trial in range(30):
+        n = int(rng.integers(1, 300))
+        seqs = [tuple(int(t) for t in rng.integers(0, 5 + trial, size=int(rng.integers(1, 9)))) for _ in range(n)]
+        seqs += seqs[: n // 7] + [s[:1] for s in seqs[: n // 5]]
+        distinct = sorted(set(seqs))
+        width = max(map(len, distinct))
+        mat = np.array([list(s) + [-1] * (width - len(s)) for s in distinct], dtype=np.int64)
+        lengths = np.array([len(s) for s in distinct], dtype=np.int64)
+        for threshold, max_tokens in [(1, 1), (2, 5), (3, 40), (16, 1000), (1024, 32768)]:
+            assert _tree_rows(mat, lengths, _common_prefixes(mat), threshold, max_tokens) == \
+                build_rows(seqs, threshold=threshold, max_subtree_tokens=max_tokens), (trial, threshold)
+        values = np.array([t for s in seqs for t in s], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum([len(s) for s in seqs])))
+        index = _memory_index(values, offsets, name="m", tokenizer="", tokenizer_hash="", vocab_size=0)
+        from refactx_index.memory import MemoryTreeIndex
+
+        reference = MemoryTreeIndex.from_sequences(seqs, name="m")
+        assert index.rows == reference.rows and index.info == reference.info
+
+
+def test_a_label_with_spaces_at_its_edge_or_a_special_token_is_handled_as_whole_texts():
+    """A label whose piece boundary is not certain (a space at its edge) makes the question's
+    paths encode whole; a label holding a special token is what ``from_facts`` makes of it:
+    text with a vocabulary file (special tokens encoded as text), an error with a tokenizer
+    object that matches special tokens."""
+    from tokenizers import Tokenizer
+
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.paths import PathCaps, PathGraph
+
+    file = str(tokenizer_dir("qwen2.5") / "tokenizer.json")
+    graph = PathGraph({"Alpha": [("knows", " Beta "), ("is", "Gamma")], " Beta ": [("knows", "Gamma")]})
+    index, found = graph.index(["Alpha"], file, PathCaps(2))
+    assert index.rows == MemoryTreeIndex.from_facts([p + END for p in found.paths], file, name="paths").rows
+    special = PathGraph({"Alpha": [("knows", "Beta<|endoftext|>")]})
+    texts = [p + END for p in special.paths(["Alpha"]).paths]
+    assert special.index(["Alpha"], file)[0].rows == MemoryTreeIndex.from_facts(texts, file, name="paths").rows
+    tok = Tokenizer.from_file(file)
+    with pytest.raises(ValueError, match="cannot be stored"):
+        MemoryTreeIndex.from_facts(texts, tok)
+    with pytest.raises(ValueError, match="cannot be stored"):
+        special.index(["Alpha"], tok)
+
+
+def test_a_prepared_graph_tokenizes_no_label_at_question_time():
+    """``prepare`` tokenizes every label once; later questions add none and their tries are
+    those of whole texts."""
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.paths import PathCaps
+
+    file = str(tokenizer_dir("qwen2.5") / "tokenizer.json")
+    graph = _odd_graph()
+    assert graph.prepare(file) == len(ODD_LABELS) + 3  # and the three relations
+    store = graph._segments[id(graph._vocabulary(file)[2])]
+    held = len(store.row)
+    for seed in ODD_LABELS[:5]:
+        index, found = graph.index([seed], file, PathCaps(2, 3, 100))
+        assert index.rows == MemoryTreeIndex.from_facts([p + END for p in found.paths], file, name="paths").rows
+    assert "->" in ODD_LABELS and "." in ODD_LABELS  # the separator's and end's pieces too
+    assert len(store.row) == held  # no question tokenized anything
+    assert graph.prepare(file) == 0
+    assert _odd_graph().prepare(str(tokenizer_dir("mistral-7b-v0.1") / "tokenizer.json")) == 0

@@ -23,13 +23,23 @@ a dead end ends the path and the row never writes past the trie.
 
 from __future__ import annotations
 
+import itertools
+import json
+import logging
+import operator
+import os
 import re
+import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from .errors import ConfigError
-from .index import TreeIndex
-from .memory import MemoryTreeIndex
+from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtree_runs
+from .index import IndexInfo, TreeIndex, vocabulary_size
+from .memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD, MemoryTreeIndex, deepest_row
 from .prompt import UNKNOWN, Prompt
 
 TRIGGER = "Path:"
@@ -51,6 +61,11 @@ PATH_PROMPT = Prompt(
          "Answer: France."),
     ),
 )
+log = logging.getLogger(__name__)
+# a path as it is enumerated: its text (without the end), its nodes, its relations
+_Path = tuple[str, tuple[str, ...], tuple[str, ...]]
+_TEXT, _NODES, _RELATIONS = (operator.itemgetter(i) for i in range(3))
+
 # facts about an entity that are not edges to another node
 NOT_EDGES = ("description", "short description")
 _FACT = re.compile(r"^<(.+?)> <(.+?)> <(.*)> \.$")
@@ -92,6 +107,10 @@ class PathGraph:
         self.rejected = rejected
         self._out: dict[str, list[tuple[str, str]]] = {node: sorted(set(out)) for node, out in edges.items()}
         self._targets = {t for out in self._out.values() for _, t in out}
+        # what does not depend on the question: the opened vocabulary, each label's ids
+        self._vocabularies: dict[tuple[str, int, int], tuple[str, str, object, tuple[int, ...], int]] = {}
+        self._segments: dict[int, _SegmentIds] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def from_fact_texts(cls, texts: Iterable[str], not_edges: Sequence[str] = NOT_EDGES) -> "PathGraph":
@@ -122,17 +141,23 @@ class PathGraph:
 
     def paths(self, seeds: Sequence[str], caps: PathCaps = PathCaps(), separator: str = SEPARATOR) -> PathSet:
         """The capped simple paths of 1..``caps.max_hops`` edges from each seed label."""
+        return self._walk(seeds, caps, separator)[0]
+
+    def _walk(self, seeds: Sequence[str], caps: PathCaps, separator: str) -> tuple[PathSet, list[_Path]]:
+        """:meth:`paths`, and per path (in the same order) its text, nodes and relations: the
+        labels its text is made of, which :meth:`index` tokenizes one by one."""
         found = PathSet()
+        parts: list[_Path] = []
         fanout, budget = caps.max_fanout, caps.max_paths
         for seed in dict.fromkeys(seeds):
             if not self.has_node(seed):
                 found.unknown_seeds.append(seed)
                 continue
-            frontier: list[tuple[tuple[str, ...], str]] = [((seed,), seed)]
+            frontier: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [(seed, (seed,), ())]
             held = 0
             for hop in range(1, caps.max_hops + 1):
-                extended: list[tuple[str, tuple[str, ...]]] = []
-                for nodes, text in frontier:
+                extended: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+                for text, nodes, relations in frontier:
                     out = self._out.get(nodes[-1], ())
                     if len(out) > fanout:
                         found.capped["fanout"] += len(out) - fanout
@@ -140,30 +165,362 @@ class PathGraph:
                         if target in nodes:
                             found.not_simple += 1
                         else:
-                            extended.append((f"{text}{separator}{relation}{separator}{target}", nodes + (target,)))
+                            extended.append((f"{text}{separator}{relation}{separator}{target}",
+                                             nodes + (target,), relations + (relation,)))
+                # ranked by text (ties by nodes; paths equal in both write the same text)
                 extended.sort()
                 kept = extended[:budget - held]
                 found.capped["max_paths"] += len(extended) - len(kept)
                 held += len(kept)
                 found.by_hops[hop] = found.by_hops.get(hop, 0) + len(kept)
-                found.paths.extend(text for text, _ in kept)
-                frontier = [(nodes, text) for text, nodes in kept]
+                found.paths.extend(map(_TEXT, kept))
+                parts.extend(kept)
+                frontier = kept
                 if not frontier:
                     break
-        return found
+        return found, parts
 
     def index(self, seeds: Sequence[str], tokenizer: object, caps: PathCaps = PathCaps(), *,
               separator: str = SEPARATOR, end: str = END, name: str = "paths") -> tuple[MemoryTreeIndex, PathSet]:
         """An in-memory index of the seeds' paths (each text + ``end``), tokenized as the
         pipeline's tokenize stage does; ``tokenizer`` as ``MemoryTreeIndex.from_facts``
-        takes it. Raises ``ConfigError`` when the seeds have no path at all."""
-        found = self.paths(seeds, caps, separator)
+        takes it. Raises ``ConfigError`` when the seeds have no path at all.
+
+        The ids are those of the whole texts, but where the vocabulary allows it
+        (:func:`segments_concatenate`) each distinct label is tokenized once per graph and
+        a path's ids are its labels' ids put together; otherwise the texts are
+        batch-encoded whole. Either way the ids are what ``encode_facts`` gives."""
+        found, parts = self._walk(seeds, caps, separator)
         if not found.paths:
             raise ConfigError(f"no path from {', '.join(map(repr, seeds)) or 'no seed'}"
                               + (f" (not in the graph: {', '.join(map(repr, found.unknown_seeds))})"
                                  if found.unknown_seeds else ""))
-        texts = [text + end for text in found.paths]
-        return MemoryTreeIndex.from_facts(texts, tokenizer, name=name), found
+        # one question at a time reads and extends the kept ids (a server may ask from threads)
+        with self._lock:
+            vocab_name, digest, backend, forbidden, vocab_size = self._vocabulary(tokenizer)
+            store = self._segment_store(backend, separator, end)
+            encoded = store.path_ids(parts, separator, end, forbidden) if store is not None else None
+        if encoded is None:
+            texts = [text + end for text in found.paths]
+            return MemoryTreeIndex.from_facts(texts, tokenizer, name=name), found
+        index = _memory_index(*encoded, name=name, tokenizer=vocab_name, tokenizer_hash=digest,
+                              vocab_size=vocab_size)
+        return index, found
+
+    def prepare(self, tokenizer: object, *, separator: str = SEPARATOR, end: str = END) -> int:
+        """Tokenize every label of the graph now, in one batch, so that no later question
+        tokenizes any (every build is warm); ``tokenizer`` as :meth:`index` takes it. Returns
+        how many labels were tokenized: 0 when the vocabulary encodes whole texts, where
+        there is nothing to keep. Labels with a space at an edge are left out (their paths
+        are encoded whole)."""
+        with self._lock:
+            backend = self._vocabulary(tokenizer)[2]
+            store = self._segment_store(backend, separator, end)
+            if store is None:
+                return 0
+            relations = (relation for out in self._out.values() for relation, _ in out)
+            labels = [label for label in dict.fromkeys(itertools.chain(self._out, self._targets, relations))
+                      if label and not label[0].isspace() and not label[-1].isspace() and label not in store.row]
+            if labels:
+                store._add(labels)
+            return len(labels)
+
+    def forget_tokens(self) -> None:
+        """Drop the label ids and vocabularies kept from earlier questions (the next
+        :meth:`index` tokenizes its labels again: a cold build, as the benchmark measures it)."""
+        with self._lock:
+            self._vocabularies.clear()
+            self._segments.clear()
+
+    def _vocabulary(self, tokenizer: object) -> tuple[str, str, object, tuple[int, ...], int]:
+        """(vocabulary name, sha256, ``tokenizers.Tokenizer``, forbidden ids, vocabulary size) as
+        ``MemoryTreeIndex.from_facts`` derives them; a ``tokenizer.json`` path is opened and
+        hashed once per graph (again when the file's size or time changes), not per question."""
+        from .vocab import open_vocabulary, special_token_ids
+
+        if isinstance(tokenizer, (str, os.PathLike)):
+            path = Path(tokenizer)
+            stat = path.stat()
+            key = (os.fspath(path), stat.st_size, stat.st_mtime_ns)
+            held = self._vocabularies.get(key)
+            if held is None:
+                vocab = open_vocabulary((path if path.is_dir() else path.parent).name, os.fspath(path))
+                backend = vocab.tokenizer()
+                held = (vocab.name, vocab.sha256, backend, tuple(vocab.forbidden_ids), vocabulary_size(backend))
+                self._vocabularies = {key: held}  # one at a time: a graph serves one model
+            return held
+        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        return "", "", backend, special_token_ids(backend), vocabulary_size(tokenizer)
+
+    def _segment_store(self, backend: object, separator: str, end: str) -> "_SegmentIds | None":
+        """The graph's label ids for ``backend`` (kept while the graph lives, for a few
+        tokenizers), or None when its paths must be encoded whole."""
+        if not _splits_at(separator, end):
+            return None
+        held = self._segments.get(id(backend))
+        if held is None or held.tokenizer is not backend:
+            if len(self._segments) >= 4:  # a few models at most; the oldest goes
+                self._segments.pop(next(iter(self._segments)))
+            held = _SegmentIds(backend, segments_concatenate(backend, separator, end))
+            self._segments[id(backend)] = held
+        return held if held.exact else None
+
+
+# ---------------------------------------------------------------- tokenizing a path by its labels
+# A path's text is ``Fact:`` (the tokenize stage's context, cut off after encoding), then
+# " " + label, " ->", " " + relation, " ->", " " + label ..., " .": every piece after the
+# first starts with a space followed by a non-space. The byte-level BPE vocabularies below
+# pre-tokenize with a regex that always starts a new piece there (a space after a non-space
+# begins the next match; a run of spaces gives its last one to the next match) and whose only
+# look-ahead, (?!\S), reads the same before a space as at the end of a text. BPE never merges
+# across pieces, so the ids of the whole text are the ids of its pieces encoded alone, put
+# together. Any other vocabulary (SentencePiece's Metaspace merges across spaces, an unknown
+# regex, a normalizer other than NFC: NFC never composes across a space, a starter) encodes
+# whole texts. The derivation is then checked on probe paths (PROBE_LABELS) per tokenizer.
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+KNOWN_SPLITS = frozenset({QWEN2_SPLIT, LLAMA3_SPLIT})
+# labels that exercise the pre-tokenizer's rules at a piece's edges: digits, contractions,
+# punctuation runs, combining marks, non-Latin scripts, inner spaces, the separator itself
+PROBE_LABELS = ("Alpha", "Leaf 5", "1952-03-11", "O'Neil's", "it's", "U.S.", "C++", "A.", "(band)",
+                "x\u0301", "Zu\u0308rich", "Z\u00fcrich", "\u6771\u4eac", "\u041c\u043e\u0441\u043a\u0432\u0430",
+                "100 km\u00b2", "a  b", "->", "-> x", "\U0001f389 party", "42", "3.14", "'", "x'")
+
+
+def _splits_at(separator: str, end: str) -> bool:
+    """Whether ``separator`` is " X " and ``end`` is "" or " Y" with X, Y without spaces:
+    the path format whose pieces all start with a space followed by a non-space."""
+    core = separator[1:-1]
+    return (len(separator) > 2 and separator[0] == " " and separator[-1] == " " and not _has_space(core)
+            and (end == "" or (len(end) > 1 and end[0] == " " and not _has_space(end[1:]))))
+
+
+def _has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
+
+
+def _state(component: object | None) -> dict | None:
+    return None if component is None else json.loads(component.__getstate__())
+
+
+def _pieces_are_regex_split(pre: dict | None) -> bool:
+    """A pre-tokenizer of the kind described above: GPT-2's ByteLevel regex, or a known Split
+    regex before a ByteLevel without its own regex, optionally after Digits (which only adds
+    boundaries around digits)."""
+    if pre is None:
+        return False
+    steps = pre["pretokenizers"] if pre.get("type") == "Sequence" else [pre]
+    if steps and steps[0].get("type") == "Digits":
+        steps = steps[1:]
+    if len(steps) == 1:
+        (byte_level,) = steps
+        return (byte_level.get("type") == "ByteLevel" and byte_level.get("use_regex") is True
+                and not byte_level.get("add_prefix_space"))
+    if len(steps) == 2:
+        split, byte_level = steps
+        return (split.get("type") == "Split" and split.get("pattern", {}).get("Regex") in KNOWN_SPLITS
+                and split.get("behavior") == "Isolated" and not split.get("invert")
+                and byte_level.get("type") == "ByteLevel" and byte_level.get("use_regex") is False
+                and not byte_level.get("add_prefix_space"))
+    return False
+
+
+def _config_allows_pieces(tokenizer: object) -> bool:
+    """The tokenizer's own description says a path's ids are its pieces' ids (see above)."""
+    model = getattr(tokenizer, "model", None)
+    if type(model).__name__ != "BPE" or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix:
+        return False
+    if tokenizer.truncation is not None or tokenizer.padding is not None:
+        return False
+    if _state(tokenizer.normalizer) not in (None, {"type": "NFC"}):
+        return False
+    # an added token is matched before pre-tokenizing: one holding a space, or eating the
+    # spaces beside it, could span two pieces
+    if any(_has_space(t.content) or t.lstrip or t.rstrip for t in tokenizer.get_added_tokens_decoder().values()):
+        return False
+    return _pieces_are_regex_split(_state(tokenizer.pre_tokenizer))
+
+
+def segments_concatenate(tokenizer: object, separator: str = SEPARATOR, end: str = END) -> bool:
+    """Whether, for this ``tokenizers.Tokenizer`` and path format, the ids ``encode_facts``
+    gives a path text equal its labels' ids encoded alone (each as " " + label) and put
+    together: derived from the tokenizer's configuration (see above), then checked on probe
+    paths built from ``PROBE_LABELS``."""
+    if not _splits_at(separator, end) or not _config_allows_pieces(tokenizer):
+        return False
+    from .vocab import encode_facts
+
+    probe = _SegmentIds(tokenizer, exact=True)
+    shapes = [((a, b), ("r",)) for a, b in zip(PROBE_LABELS, PROBE_LABELS[1:] + PROBE_LABELS[:1])]
+    shapes += [((a, "B", c), (b, "part of")) for a, b, c in zip(PROBE_LABELS, PROBE_LABELS[3:], PROBE_LABELS[5:])]
+    parts = [(separator.join(_interleave(nodes, relations)), nodes, relations) for nodes, relations in shapes]
+    texts = [text + end for text, _, _ in parts]
+    whole = encode_facts(tokenizer, texts, ())
+    pieces = probe.path_ids(parts, separator, end, ())
+    agree = (pieces is not None and bool((whole.status == 0).all())
+             and np.array_equal(whole.offsets, pieces[1]) and np.array_equal(whole.values, pieces[0]))
+    if not agree:
+        log.warning("path labels cannot be tokenized alone for this tokenizer (probe paths differ): "
+                    "paths are encoded whole")
+    return agree
+
+
+def _interleave(nodes: tuple[str, ...], relations: tuple[str, ...]) -> list[str]:
+    out = [nodes[0]]
+    for relation, node in zip(relations, nodes[1:]):
+        out += [relation, node]
+    return out
+
+
+class _SegmentIds:
+    """Token ids of " " + piece for every label (or separator core) a path used so far,
+    encoded in one batch per question for the pieces not seen before and kept: labels do not
+    depend on the question. ``exact``: whether pieces may be used at all for ``tokenizer``."""
+
+    def __init__(self, tokenizer: object, exact: bool) -> None:
+        self.tokenizer = tokenizer  # held: the cache is keyed by id(tokenizer)
+        self.exact = exact
+        self.row: dict[str, int] = {}
+        self.values = np.zeros(0, dtype=np.int32)
+        self.starts = np.zeros(0, dtype=np.int64)
+        self.lengths = np.zeros(0, dtype=np.int64)
+
+    def _add(self, pieces: list[str]) -> None:
+        encoded = self.tokenizer.encode_batch_fast([" " + piece for piece in pieces], add_special_tokens=False)
+        id_lists = [e.ids for e in encoded]
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        starts = len(self.values) + np.cumsum(lengths) - lengths
+        values = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+        first = len(self.row)
+        self.row.update(zip(pieces, range(first, first + len(pieces))))
+        self.values = np.concatenate([self.values, values])
+        self.starts = np.concatenate([self.starts, starts])
+        self.lengths = np.concatenate([self.lengths, lengths])
+
+    def path_ids(self, parts: Sequence[_Path], separator: str, end: str,
+                 forbidden: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The paths' ids as (values, offsets): path i's at ``values[offsets[i]:offsets[i + 1]]``.
+        None when a new label has a space at an edge (or is empty): its piece boundary is not
+        certain and the caller encodes whole texts. Raises ``ValueError`` as
+        ``MemoryTreeIndex.from_facts`` does when a path holds a forbidden id."""
+        core, tail = separator[1:-1], end[1:]
+        # every path's nodes and relations in two flat lists (C-level chains, no loop per path)
+        node_labels = list(itertools.chain.from_iterable(map(_NODES, parts)))
+        relation_labels = list(itertools.chain.from_iterable(map(_RELATIONS, parts)))
+        new = [p for p in dict.fromkeys(itertools.chain(node_labels, relation_labels, (core, tail)))
+               if p and p not in self.row]
+        if any(p[0].isspace() or p[-1].isspace() for p in new) or not all(node_labels) or not all(relation_labels):
+            return None
+        if new:
+            self._add(new)
+        hops = np.fromiter(map(len, map(_RELATIONS, parts)), dtype=np.int64, count=len(parts))
+        # piece order of a path of h hops: node 0, then (core, relation k, core, node k) for
+        # k = 1..h, then the tail: node k at 4k, relation k at 4k - 2, cores at 4k - 3, 4k - 1
+        has_tail = 1 if tail else 0
+        counts = 1 + 4 * hops + has_tail
+        first_piece = np.cumsum(counts) - counts
+        pieces = np.empty(int(counts.sum()), dtype=np.int64)
+        pieces[:] = self.row[core]
+        node_path = np.repeat(np.arange(len(parts)), hops + 1)
+        node_k = np.arange(node_path.size) - np.repeat(np.cumsum(hops + 1) - (hops + 1), hops + 1)
+        pieces[first_piece[node_path] + 4 * node_k] = np.fromiter(
+            map(self.row.__getitem__, node_labels), dtype=np.int64, count=len(node_labels))
+        relation_path = np.repeat(np.arange(len(parts)), hops)
+        relation_k = 1 + np.arange(relation_path.size) - np.repeat(np.cumsum(hops) - hops, hops)
+        pieces[first_piece[relation_path] + 4 * relation_k - 2] = np.fromiter(
+            map(self.row.__getitem__, relation_labels), dtype=np.int64, count=len(relation_labels))
+        if tail:
+            pieces[first_piece + counts - 1] = self.row[tail]
+        lengths = self.lengths[pieces]
+        # every piece's ids copied to its place in one flat array: source index = the piece's
+        # start in the store + the position within the piece
+        out_starts = np.cumsum(lengths) - lengths
+        flat_ids = self.values[np.repeat(self.starts[pieces] - out_starts, lengths) + np.arange(int(lengths.sum()))]
+        path_lengths = np.add.reduceat(lengths, first_piece) if len(parts) else lengths[:0]
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(path_lengths, out=offsets[1:])
+        if len(forbidden):
+            bad = np.isin(flat_ids, np.asarray(forbidden, dtype=np.int32))
+            if bad.any():
+                rows_bad = np.unique(np.searchsorted(offsets, np.flatnonzero(bad), side="right") - 1)
+                _, nodes, relations = parts[int(rows_bad[0])]
+                raise ValueError(f"{len(rows_bad)} facts cannot be stored (special tokens, or fused with the "
+                                 f"trigger), e.g. {separator.join(_interleave(nodes, relations)) + end!r}")
+        return flat_ids.astype(np.int64), offsets
+
+
+# ---------------------------------------------------------------- the tree, vectorized
+def _memory_index(values: np.ndarray, offsets: np.ndarray, *, name: str, tokenizer: str, tokenizer_hash: str,
+                  vocab_size: int) -> MemoryTreeIndex:
+    """``MemoryTreeIndex.from_sequences`` of the sequences ``values[offsets[i]:offsets[i+1]]``
+    with its defaults: the same rows (``_tree_rows``) and description, without a Python tuple
+    per sequence."""
+    lengths = np.diff(offsets)
+    width = int(lengths.max())
+    mat = np.full((lengths.size, width), -1, dtype=np.int64)
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    mat[mask] = values  # row-major: each sequence's ids in order
+    # lexicographic order (-1 padding puts a sequence before its extensions), duplicates out
+    order = np.lexsort(mat.T[::-1])
+    mat, lengths = mat[order], lengths[order]
+    lcp = _common_prefixes(mat)
+    if lengths.size > 1 and (lcp[1:] == width).any():
+        keep = np.concatenate(([True], lcp[1:] < width))
+        mat, lengths = mat[keep], lengths[keep]
+        lcp = _common_prefixes(mat)
+    rows = _tree_rows(mat, lengths, lcp, DEFAULT_SUBTREE_THRESHOLD, DEFAULT_MAX_SUBTREE_TOKENS)
+    info = IndexInfo(name=name, tokenizer=tokenizer, tokenizer_hash=tokenizer_hash, vocab_size=vocab_size,
+                     depth=deepest_row(rows), subtree_threshold=DEFAULT_SUBTREE_THRESHOLD,
+                     format_version=FORMAT_VERSION, fact_prefix=" ", fact_suffix="", facts=int(lengths.size),
+                     rows=len(rows))
+    return MemoryTreeIndex(rows, info)
+
+
+def _common_prefixes(mat: np.ndarray) -> np.ndarray:
+    """``lcp[i]``: the common prefix length of rows i - 1 and i of a padded matrix (0 for i = 0)."""
+    if mat.shape[0] < 2:
+        return np.zeros(mat.shape[0], dtype=np.int64)
+    differs = mat[1:] != mat[:-1]
+    first = np.where(differs.any(axis=1), differs.argmax(axis=1), mat.shape[1])
+    return np.concatenate(([0], first)).astype(np.int64)
+
+
+def _tree_rows(mat: np.ndarray, lengths: np.ndarray, lcp: np.ndarray, threshold: int,
+               max_subtree_tokens: int) -> dict[bytes, bytes]:
+    """``memory.build_rows`` of the sorted, distinct, -1-padded sequences ``mat``: the same
+    cut rule and the same bytes (tests/test_paths.py compares them), with each expanded
+    row's children found by numpy over its range and every whole-subtree row encoded in one
+    ``encode_subtree_runs`` call (the pipeline's prefix rows job's encoder), so there is no
+    Python work per sequence, only per row."""
+    total = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=total[1:])
+    rows: dict[bytes, bytes] = {}
+    leaf_lo: list[int] = []
+    leaf_hi: list[int] = []
+    leaf_depth: list[int] = []
+    stack = [(0, int(lengths.size), 0)]
+    while stack:
+        lo, hi, d = stack.pop()
+        if hi - lo <= threshold and int(total[hi] - total[lo]) - d * (hi - lo) <= max_subtree_tokens:
+            leaf_lo.append(lo)
+            leaf_hi.append(hi)
+            leaf_depth.append(d)
+            continue
+        ends = bool(lengths[lo] == d)  # sorted: the prefix itself comes first
+        first = lo + 1 if ends else lo
+        # rows of [first, hi) share d tokens; a child starts where a row differs at column d
+        starts = np.concatenate(([first], first + 1 + np.flatnonzero(lcp[first + 1:hi] <= d)))
+        stops = np.append(starts[1:], hi)
+        rows[encode_prefix(mat[lo, :d].tolist())] = encode_children(
+            mat[starts, d].tolist(), (stops - starts).tolist(), ends)
+        stack.extend((a, b, d + 1) for a, b in zip(starts.tolist(), stops.tolist()))
+    if leaf_lo:
+        encoded = encode_subtree_runs(mat, lengths, lcp, leaf_lo, leaf_hi, leaf_depth)
+        for lo, d, row in zip(leaf_lo, leaf_depth, encoded):
+            rows[encode_prefix(mat[lo, :d].tolist())] = row
+    return rows
 
 
 def graph_of_index(index: TreeIndex, tokenizer: object) -> PathGraph:
