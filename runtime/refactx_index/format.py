@@ -37,7 +37,7 @@ wrapper: the crc32 already guards it) compressed against the build's *preset dic
 a deterministic sample of its own row bodies (:func:`make_dictionary`) and stored with the
 build (the catalog's ``refactx.build_dictionaries``, the ``.rfx`` file). Rows hold about a
 dozen facts, too little for zlib to learn their vocabulary of token bytes; the dictionary
-gives every row that history up front (docs/tree.md, "Preset dictionary"). The crc32 of such a
+gives every row that history up front (docs/tree.md, "Row format"). The crc32 of such a
 row is seeded with the dictionary's own crc32 (it is the crc32 of dictionary, header and
 stored body, in that order), so a row read with another build's dictionary is a checksum
 ``FormatError``, and one read without a dictionary is refused before anything is inflated.
@@ -145,8 +145,8 @@ def make_dictionary(rows: Iterable[tuple[bytes, bytes]]) -> PresetDictionary | N
         size += len(piece)
         if size >= MAX_DICTIONARY_BYTES:
             break
-    # deflate reaches the end of the dictionary with the shortest distances: the last piece
-    # is the cheapest to copy from, an arbitrary but fixed choice
+    # sample order, whatever it favours (deflate copies from the dictionary's end with the
+    # shortest distances): any fixed order keeps the build reproducible byte for byte
     data = b"".join(pieces)
     return PresetDictionary(data) if data else None
 
