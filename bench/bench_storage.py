@@ -14,7 +14,11 @@ statement per key, as a cursor's step does; same keys, same order, every variant
 * ``inline pglz`` / ``inline lz4``: ``toast_tuple_target=128`` and ``STORAGE MAIN``, so
   PostgreSQL tries to compress every row above 128 bytes inline (rows are already
   zlib-compressed by the format when that is smaller, so this measures what is left);
-* ``no compression``: ``STORAGE EXTERNAL`` (out of line, never compressed) for comparison.
+* ``no compression``: ``STORAGE EXTERNAL`` (out of line, never compressed) for comparison;
+* ``no dictionary``: the same facts loaded again with rows compressed one by one (format
+  version 2's bodies; version 3 compresses them against the build's preset dictionary), with
+  the decode cost per row of both builds (``format.decode_fragment`` over every row, best of
+  3 interleaved passes).
 
 Run: .venv/bin/python bench/bench_storage.py [--facts 300000] [--reads 3000] [--json out.json]
 """
@@ -46,6 +50,41 @@ VARIANTS = {
 }
 
 
+def dictionary_figures(conn: psycopg.Connection, build_id: int, plain_id: int, n: int) -> dict:
+    """Size and decode cost of the build with its preset dictionary against the same rows
+    compressed one by one (same facts, same run)."""
+    from refactx_index import format as fmt
+    from refactx_pipeline.catalog import pgcatalog
+
+    dictionary = pgcatalog.build_dictionary(conn, "refactx", build_id)
+    out = {"dictionary_bytes": len(dictionary.data) if dictionary else 0}
+    builds = {"no dictionary": (plain_id, None), "dictionary": (build_id, dictionary)}
+    rows = {}
+    for name, (bid, _) in builds.items():
+        table = f"refactx.tree_b{bid}"
+        tbytes, ibytes, node_bytes = conn.execute(
+            f"SELECT pg_table_size('{table}'::regclass), pg_indexes_size('{table}'::regclass), "
+            f"(SELECT sum(length(node)) FROM {table})").fetchone()
+        rows[name] = [bytes(node) for (node,) in conn.execute(f"SELECT node FROM {table} ORDER BY prefix")]
+        out[name] = {"node_bytes_per_fact": node_bytes / n, "table_bytes_per_fact": tbytes / n,
+                     "btree_bytes_per_fact": ibytes / n, "total_bytes_per_fact": (tbytes + ibytes) / n}
+    best = {name: float("inf") for name in builds}
+    for _ in range(3):  # interleaved: a busy neighbour slows both alike
+        for name, (_, preset) in builds.items():
+            t0 = time.perf_counter()
+            for node in rows[name]:
+                fmt.decode_fragment(node, 3, preset)
+            best[name] = min(best[name], (time.perf_counter() - t0) / len(rows[name]) * 1e6)
+    for name in builds:
+        out[name]["decode_us_per_row"] = best[name]
+        out[name]["rows"] = len(rows[name])
+        print(f"{name:<14} rows {len(rows[name]):,}  node {out[name]['node_bytes_per_fact']:.1f} B/fact  "
+              f"table {out[name]['table_bytes_per_fact']:.1f}  B-tree {out[name]['btree_bytes_per_fact']:.1f}  "
+              f"total {out[name]['total_bytes_per_fact']:.1f} B/fact  decode {best[name]:.1f} µs/row", flush=True)
+    print(f"preset dictionary: {out['dictionary_bytes']:,} bytes", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--facts", type=int, default=300_000)
@@ -68,8 +107,12 @@ def main() -> None:
     with fresh_database(args.dsn, "refactx_bench_storage") as dsn:
         build_id = load_tree(dsn, "storage", seqs, threshold=DEFAULT_SUBTREE_THRESHOLD,
                              max_subtree_tokens=DEFAULT_MAX_SUBTREE_TOKENS, vocab_size=151_665)
+        plain_id = load_tree(dsn, "storage_plain", seqs, threshold=DEFAULT_SUBTREE_THRESHOLD,
+                             max_subtree_tokens=DEFAULT_MAX_SUBTREE_TOKENS, vocab_size=151_665,
+                             dictionary=False)
         base = f"refactx.tree_b{build_id}"
         with psycopg.connect(dsn, autocommit=True) as conn:
+            figures["dictionary"] = dictionary_figures(conn, build_id, plain_id, n)
             rows, raw, over_2k = conn.execute(
                 f"SELECT count(*), sum(length(node)), count(*) FILTER (WHERE length(node) > 2000) FROM {base}"
             ).fetchone()

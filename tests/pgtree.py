@@ -5,7 +5,9 @@ with a unique key, attached to the parent, then activation."""
 from __future__ import annotations
 
 import contextlib
+import struct
 import uuid
+import zlib
 from typing import Iterable, Iterator, Sequence
 
 import psycopg
@@ -15,7 +17,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.stages.activate import activate_build
 from refactx_index.format import FORMAT_VERSION
-from refactx_index.memory import build_rows, deepest_row
+from refactx_index.memory import build_rows, compress_rows, deepest_row
+
+
+def as_version_2(node: bytes) -> bytes:
+    """A version 3 row without a dictionary as version 2 wrote it (the version byte differs,
+    and so the checksum)."""
+    head = bytes([2]) + node[1:10]
+    return head + struct.pack("<I", zlib.crc32(node[14:], zlib.crc32(head))) + node[14:]
 
 
 @contextlib.contextmanager
@@ -49,6 +58,7 @@ def load_tree(
     activate: bool = True,
     reader_role: str = "",
     max_shrink: float | None = None,
+    dictionary: bool = True,
 ) -> int:
     """Build rows with the cut rule, load them as a new build of ``name``; return its build id.
 
@@ -58,6 +68,11 @@ def load_tree(
     """
     seqs = {tuple(int(t) for t in s) for s in sequences}
     rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
+    preset = None
+    if format_version == 2:  # a build as format version 2 wrote it: the same rows, no dictionary
+        rows = {key: as_version_2(node) for key, node in rows.items()}
+    elif dictionary:  # as the pipeline writes version 3: compressed against the build's dictionary
+        rows, preset = compress_rows(rows)
     with psycopg.connect(dsn, autocommit=True) as conn:
         pgcatalog.apply_schema(conn, schema)
         pgcatalog.grant_reader(conn, schema, reader_role)
@@ -69,6 +84,8 @@ def load_tree(
         })
         try:
             pgcatalog.claim_name(conn, schema, name, build_id)
+            if preset is not None:
+                pgcatalog.store_dictionary(conn, schema, build_id, preset.data)
             ident = sql.Identifier(schema, pgcatalog.table_name(build_id))
             with conn.transaction(), conn.cursor().copy(
                 sql.SQL("COPY {} (build_id, prefix, node) FROM STDIN").format(ident)

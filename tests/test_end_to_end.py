@@ -11,6 +11,7 @@ import pytest
 
 from refactx_pipeline.config import Config, VocabularyConfig
 from refactx_index.format import decode_fragment, encode_prefix
+from refactx_pipeline.catalog import pgcatalog
 
 from .conftest import fresh_database, sample_config, tokenizer_dir
 
@@ -106,18 +107,19 @@ def test_rows_are_unique_and_leaf_counts_add_up(built, module_db, vocab):
     schema = cfg.pg.schema
     name = cfg.index_name(vocab)
     with psycopg.connect(module_db) as conn:
-        table, facts = conn.execute(
-            f"SELECT b.table_name, b.facts FROM {schema}.active a JOIN {schema}.builds b USING (build_id) "
-            "WHERE a.name = %s",
+        build_id, table, facts = conn.execute(
+            f"SELECT build_id, b.table_name, b.facts FROM {schema}.active a JOIN {schema}.builds b "
+            "USING (build_id) WHERE a.name = %s",
             (name,),
         ).fetchone()
         rows = conn.execute(f"SELECT prefix, node FROM {schema}.{table}").fetchall()
+        dictionary = pgcatalog.build_dictionary(conn, schema, build_id)
     prefixes = [bytes(p) for p, _ in rows]
     assert len(prefixes) == len(set(prefixes)), "a prefix key appears twice"
     row_leaves: dict[bytes, int] = {}
     external_leaves: dict[bytes, int] = {}
     for prefix, node in rows:
-        frag = decode_fragment(node)
+        frag = decode_fragment(node, dictionary=dictionary)
         row_leaves[bytes(prefix)] = int(frag.leaves[0])
         parent = np.concatenate(([-1], np.repeat(np.arange(frag.n_nodes), frag.child_count)))
         for i in range(frag.n_nodes):

@@ -13,12 +13,16 @@ from hypothesis import strategies as st
 from refactx_index.errors import FormatError
 from refactx_index.format import (
     FORMAT_VERSION,
+    MAX_DICTIONARY_BYTES,
+    PresetDictionary,
     decode_fragment,
     decode_prefix,
     encode_children,
     encode_prefix,
     encode_subtree,
     iter_suffixes,
+    make_dictionary,
+    with_dictionary,
 )
 
 token = st.sampled_from([0, 1, 2, 3, 255, 256, 65535, 65536, 151_000, 2**32 - 1])
@@ -85,7 +89,7 @@ def test_compressed_body_that_does_not_inflate_is_a_format_error():
 def test_header_layout_is_stable():
     blob = encode_subtree([[5]], compress=False)
     version, flags, tw, cw, lw, _, n, crc = struct.unpack_from("<BBBBBBII", blob)
-    assert (version, flags, tw, n) == (FORMAT_VERSION, 0, 1, 2) == (2, 0, 1, 2)
+    assert (version, flags, tw, n) == (FORMAT_VERSION, 0, 1, 2) == (3, 0, 1, 2)
     assert crc == zlib.crc32(blob[14:], zlib.crc32(blob[:10]))
 
 
@@ -144,3 +148,112 @@ def test_subtree_runs_encode_like_one_subtree_per_row(facts, cuts):
         i = j
     got = encode_subtree_runs(mat, n, lcp, np.array(lo), np.array(hi), np.array(depth))
     assert got == [encode_subtree([facts[x][d:] for x in range(a, b)]) for a, b, d in zip(lo, hi, depth)]
+
+
+# --------------------------------------------------------------------------- version 3
+
+
+def as_version_2(blob: bytes) -> bytes:
+    """The same row as version 2 wrote it (a row without a dictionary differs in its version
+    byte only, and so in its checksum)."""
+    head = bytes([2]) + blob[1:10]
+    return head + struct.pack("<I", zlib.crc32(blob[14:], zlib.crc32(head))) + blob[14:]
+
+
+def fragments_equal(a, b) -> bool:
+    """The decoded content: the same children, leaf counts, ends and external nodes."""
+    return all(np.array_equal(getattr(a, f), getattr(b, f))
+               for f in ("tokens", "child_start", "child_count", "ends", "external", "leaves"))
+
+
+def sample_rows(count: int = 60) -> dict[bytes, bytes]:
+    rng = np.random.default_rng(0)
+    rows = {}
+    for i in range(count):
+        facts = [[i, 70_000 + int(rng.integers(0, 50)), *rng.integers(0, 300, int(rng.integers(1, 9)))]
+                 for _ in range(int(rng.integers(1, 30)))]
+        rows[encode_prefix([i])] = encode_subtree(facts)
+    rows[b""] = encode_children(list(range(count)), [3] * count, ends=False)
+    return rows
+
+
+def test_version_2_rows_are_still_read_in_a_version_2_build():
+    for seqs in ([[5]], [[1, 2, 3], [1, 2, 4], [7]], [list(range(i, i + 30)) for i in range(20)]):
+        blob = encode_subtree(seqs)
+        old = decode_fragment(as_version_2(blob), 2)
+        assert fragments_equal(old, decode_fragment(blob, 3))
+        with pytest.raises(FormatError, match="version 2 row inside a format version 3 build"):
+            decode_fragment(as_version_2(blob), 3)
+
+
+def test_dictionary_rows_decode_to_the_same_content_and_are_smaller():
+    rows = sample_rows()
+    dictionary = make_dictionary(rows.items())
+    assert 0 < len(dictionary.data) <= MAX_DICTIONARY_BYTES
+    packed = {key: with_dictionary(node, dictionary) for key, node in rows.items()}
+    assert sum(map(len, packed.values())) < sum(map(len, rows.values()))
+    assert any(node[1] & 2 for node in packed.values()), "some rows use the dictionary"
+    for key, node in rows.items():
+        assert fragments_equal(decode_fragment(packed[key], 3, dictionary), decode_fragment(node, 3))
+
+
+@settings(max_examples=100, deadline=None)
+@given(facts_strategy, facts_strategy)
+def test_dictionary_round_trip_property(facts, other):
+    """Any row, compressed against a dictionary made from any other rows, decodes as before."""
+    sampled = {encode_prefix([i]): encode_subtree(other) for i in range(3)}
+    dictionary = make_dictionary(sampled.items())
+    for node in (encode_subtree(facts), encode_children([5, 9, 70_000], [1, 2, 3], ends=True)):
+        assert fragments_equal(decode_fragment(with_dictionary(node, dictionary), 3, dictionary),
+                               decode_fragment(node, 3))
+
+
+def test_the_dictionary_is_deterministic_whatever_the_order_of_the_rows():
+    rows = sample_rows()
+    items = list(rows.items())
+    first = make_dictionary(items)
+    assert make_dictionary(reversed(items)) == first
+    assert make_dictionary(sorted(items, key=lambda kv: kv[1])).data == first.data
+
+
+def test_a_dictionary_row_without_its_dictionary_or_with_another_is_a_format_error():
+    rows = sample_rows()
+    dictionary = make_dictionary(rows.items())
+    key = next(k for k in rows if k)
+    node = with_dictionary(rows[key], dictionary)
+    assert node[1] & 2
+    with pytest.raises(FormatError, match="preset dictionary, read without one"):
+        decode_fragment(node, 3)
+    other = PresetDictionary(dictionary.data[:-1] + bytes([dictionary.data[-1] ^ 1]))
+    with pytest.raises(FormatError, match="checksum mismatch.*another build's preset dictionary"):
+        decode_fragment(node, 3, other)
+    with pytest.raises(FormatError, match="checksum"):
+        decode_fragment(node, 3, PresetDictionary(b"another build"))
+
+
+def test_a_flipped_bit_in_a_dictionary_row_is_caught():
+    rows = sample_rows()
+    dictionary = make_dictionary(rows.items())
+    node = with_dictionary(rows[encode_prefix([3])], dictionary)
+    assert node[1] & 2
+    for position in range(1, len(node)):
+        for bit in (0, 7):
+            bad = bytearray(node)
+            bad[position] ^= 1 << bit
+            with pytest.raises(FormatError):
+                decode_fragment(bytes(bad), 3, dictionary)
+
+
+def test_the_dictionary_flag_is_refused_in_older_versions():
+    node = as_version_2(encode_subtree([[1, 2, 3]], compress=False))
+    head = bytes([2, 2]) + node[2:10]
+    forged = head + struct.pack("<I", zlib.crc32(node[14:], zlib.crc32(head))) + node[14:]
+    with pytest.raises(FormatError, match="flags"):
+        decode_fragment(forged, 2, PresetDictionary(b"x" * 100))
+
+
+def test_a_preset_dictionary_is_at_most_deflates_window():
+    with pytest.raises(FormatError):
+        PresetDictionary(b"x" * (MAX_DICTIONARY_BYTES + 1))
+    with pytest.raises(FormatError):
+        PresetDictionary(b"")

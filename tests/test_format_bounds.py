@@ -148,8 +148,10 @@ def test_a_version_1_row_is_refused_inside_a_version_2_build():
     assert fmt.decode_fragment(v1, 1).n_nodes == 4
     with pytest.raises(FormatError, match="version 1 row inside a format version 2 build"):
         fmt.decode_fragment(v1, 2)
-    with pytest.raises(FormatError, match="version 2 row inside a format version 1 build"):
+    with pytest.raises(FormatError, match="version 3 row inside a format version 1 build"):
         fmt.decode_fragment(blob, 1)
+    with pytest.raises(FormatError, match="version 1 row inside a format version 3 build"):
+        fmt.decode_fragment(v1, 3)
 
 
 def test_a_huge_repetitive_subtree_is_stored_so_that_it_decodes():
@@ -190,3 +192,49 @@ def _decode_quietly(row: bytes) -> None:
         fmt.decode_fragment(row)
     except FormatError:
         pass
+
+
+def forge_with_dictionary(body: bytes, n: int, tw: int, cw: int, lw: int,
+                          dictionary: fmt.PresetDictionary) -> bytes:
+    """A version 3 row compressed against ``dictionary`` with a valid checksum around any body."""
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, dictionary.data)
+    packed = deflater.compress(body) + deflater.flush()
+    head = HEADER.pack(3, 2, tw, cw, lw, 0, n)
+    return head + struct.pack("<I", zlib.crc32(packed, zlib.crc32(head, dictionary.crc))) + packed
+
+
+def test_dictionary_rows_are_held_to_the_same_bounds():
+    """A dictionary that holds a row's whole body lets a forger store it in a few bytes: the
+    node count is still bounded by the stored size, and nothing inflates past the header."""
+    n = fmt.MAX_FRAGMENT_NODES
+    body = root_with_children(np.full(n - 1, 7))
+    dictionary = fmt.PresetDictionary(body[: fmt.MAX_DICTIONARY_BYTES])
+    row = forge_with_dictionary(body, n, 1, 4, 1, dictionary)
+
+    def decode():
+        with pytest.raises(FormatError, match="stored bytes"):
+            fmt.decode_fragment(row, 3, dictionary)
+
+    assert peak_bytes(decode) < 1 << 20
+    # a bomb: zeros far past the largest body a legal header allows
+    zeros = fmt.PresetDictionary(bytes(fmt.MAX_DICTIONARY_BYTES))
+    bomb = forge_with_dictionary(bytes(200 << 20), n, 1, 1, 1, zeros)
+
+    def inflate():
+        with pytest.raises(FormatError, match="inflates past"):
+            fmt.decode_fragment(bomb, 3, zeros)
+
+    assert peak_bytes(inflate) < 64 << 20
+
+
+def test_the_dictionary_encoder_stores_plain_rather_than_past_the_ratio():
+    n = 200_000
+    chain = fmt.encode_fragment(
+        tokens=np.ones(n - 1, dtype=np.int64), child_count=np.r_[np.ones(n - 1, dtype=np.int64), 0],
+        ends=np.r_[np.zeros(n - 1, dtype=bool), True], external=np.zeros(n, dtype=bool),
+        ext_leaves=np.zeros(0, dtype=np.int64),
+    )
+    dictionary = fmt.PresetDictionary(chain[14:][: fmt.MAX_DICTIONARY_BYTES])
+    row = fmt.with_dictionary(chain, dictionary)
+    assert row[1] == 0 and len(row) > 2 * n
+    assert n <= fmt.max_nodes_for(len(row))

@@ -21,6 +21,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from refactx_index import format as fmt
+from refactx_pipeline.catalog import pgcatalog
+from refactx_pipeline.common import DICTIONARY_FILE
 from refactx_pipeline.config import VocabularyConfig
 from refactx_index.errors import FormatError, LoadError, ValidationFailed
 
@@ -94,7 +96,8 @@ def read_active(dsn, schema, name):
         nodes = conn.execute(
             f"SELECT prefix, node FROM {schema}.{table} WHERE prefix = ANY(%s)", ([b""],)
         ).fetchall()
-    return build_id, fmt.decode_fragment(nodes[0][1])
+        dictionary = pgcatalog.build_dictionary(conn, schema, build_id)
+    return build_id, fmt.decode_fragment(nodes[0][1], dictionary=dictionary)
 
 
 def builds(dsn, schema):
@@ -542,13 +545,15 @@ def test_spark_checks_name_each_fault(spark, tmp_path):
     # the same row as format version 1 wrote it (no checksum) inside a version 2 build
     version_1 = bytes([1]) + rows[deep_key][1:10] + rows[deep_key][14:]
     fails("version1", {**rows, deep_key: version_1},
-          "does not decode: a format version 1 row inside a format version 2 build")
+          "does not decode: a format version 1 row inside a format version 3 build")
 
 
 def rewrite_rows(rows_dir: Path, change) -> str:
     """Replace a prefix rows dataset by what ``change(table)`` returns (one file), as a faulty
     job would write it; returns the reason validation should give."""
-    table, reason = change(pq.read_table(rows_dir))
+    path = rows_dir.parent / DICTIONARY_FILE  # the build's dictionary, beside its rows
+    dictionary = fmt.PresetDictionary(path.read_bytes()) if path.exists() else None
+    table, reason = change(pq.read_table(rows_dir), dictionary)
     for f in rows_dir.iterdir():
         f.unlink()
     pq.write_table(table, rows_dir / "part-00000.parquet")
@@ -563,7 +568,7 @@ def _deepest_row(table: pa.Table) -> tuple[int, str]:
     return i, re.escape(str(fmt.decode_prefix(prefixes[i]).tolist()))
 
 
-def _flip_a_byte(table: pa.Table):
+def _flip_a_byte(table: pa.Table, dictionary=None):
     i, key = _deepest_row(table)
     nodes = table.column("node").to_pylist()
     node = bytearray(nodes[i])
@@ -573,19 +578,19 @@ def _flip_a_byte(table: pa.Table):
             rf"row {key}: does not decode: fragment checksum mismatch")
 
 
-def _drop_a_child_row(table: pa.Table):
+def _drop_a_child_row(table: pa.Table, dictionary=None):
     i, key = _deepest_row(table)
     keep = np.ones(table.num_rows, dtype=bool)
     keep[i] = False
     return table.filter(pa.array(keep)), rf"1 external nodes have no row \(for example {key}, external in row \["
 
 
-def _miscount_a_row(table: pa.Table):
+def _miscount_a_row(table: pa.Table, dictionary=None):
     """The deepest row holding one fact more than its parent's external node says (its own
     columns consistent)."""
     i, key = _deepest_row(table)
     nodes, leaves = table.column("node").to_pylist(), table.column("leaves").to_pylist()
-    suffixes = [path for path, external in fmt.iter_suffixes(fmt.decode_fragment(nodes[i])) if not external]
+    suffixes = [path for path, external in fmt.iter_suffixes(fmt.decode_fragment(nodes[i], dictionary=dictionary)) if not external]
     nodes[i], leaves[i] = fmt.encode_subtree(suffixes + [(99999,)]), len(suffixes) + 1
     return (table.set_column(1, "node", pa.array(nodes, pa.binary())).set_column(3, "leaves", pa.array(leaves, pa.int64())),
             rf"row {key}: {len(suffixes) + 1} leaves, its parent row \[.*\] says {len(suffixes)}")
@@ -618,4 +623,13 @@ def test_validation_reports_its_spark_and_database_time(spark, cfg, pg_dsn):
     build(spark, cfg, pg_dsn)
     counts = json.loads((cfg.stage_dir("validate") / "counts.json").read_text())["vocabularies"][VOCAB]
     assert counts["rows"] > 1 and counts["walked"] == len(FACTS) and counts["root_leaves"] == len(FACTS)
+    # format version 3: the prefix rows stage's dictionary is the one the catalog serves
+    tree = json.loads((cfg.stage_dir("prefix_rows") / VOCAB / "counts.json").read_text())
+    path = cfg.stage_dir("prefix_rows") / VOCAB / DICTIONARY_FILE
+    with psycopg.connect(pg_dsn) as conn:
+        stored = pgcatalog.build_dictionary(conn, cfg.pg.schema, counts["build_id"])
+        version = builds(pg_dsn, cfg.pg.schema)[counts["build_id"]]["format_version"]
+    assert version == tree["format_version"] == 3
+    assert (stored.data if stored else b"") == (path.read_bytes() if path.exists() else b"")
+    assert tree["dictionary_bytes"] == len(stored.data if stored else b"")
     assert counts["spark_seconds"] > 0 and counts["pg_seconds"] > 0

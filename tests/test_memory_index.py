@@ -182,10 +182,18 @@ def test_a_file_of_the_first_layout_is_read_with_a_warning_naming_the_rewrite(gr
     import zlib
     from dataclasses import asdict
 
+    from dataclasses import replace
+
+    from refactx_index.memory import build_rows
+
     _, seqs, index = graph
+    # a file of that layout holds no dictionary: the same build's rows without one
+    index = MemoryTreeIndex(build_rows(seqs, threshold=16), replace(index.info, dictionary=None))
     records = b"".join(struct.pack("<II", len(k), len(index.rows[k])) + k + index.rows[k]
                        for k in sorted(index.rows))
-    header = {**asdict(index.info), "records": len(index.rows), "crc32": zlib.crc32(records)}
+    info = asdict(index.info)
+    del info["dictionary"]
+    header = {**info, "records": len(index.rows), "crc32": zlib.crc32(records)}
     head = json.dumps(header, sort_keys=True).encode()
     old = tmp_path / "old.rfx"
     old.write_bytes(b"RFXTREE1" + struct.pack("<I", len(head)) + head + records)
@@ -195,3 +203,52 @@ def test_a_file_of_the_first_layout_is_read_with_a_warning_naming_the_rewrite(gr
     loaded.save(old)  # the rewrite the warning names: the new layout, no warning
     caplog.clear()
     assert MemoryTreeIndex.load(old).info == index.info and "checksum" not in caplog.text
+
+
+def version_2_file(index: MemoryTreeIndex, path) -> None:
+    """``index`` as the second layout wrote it: no dictionary, format version 2 rows."""
+    import json
+    import struct
+    import zlib
+    from dataclasses import asdict
+
+    rows = {}
+    for key, node in index.rows.items():
+        head = bytes([2]) + node[1:10]
+        rows[key] = head + struct.pack("<I", zlib.crc32(node[14:], zlib.crc32(head))) + node[14:]
+    records = b"".join(struct.pack("<II", len(k), len(rows[k])) + k + rows[k] for k in sorted(rows))
+    info = asdict(index.info)
+    del info["dictionary"]
+    header = {**info, "format_version": 2, "records": len(rows)}
+    head = json.dumps(header, sort_keys=True).encode()
+    path.write_bytes(b"RFXTREE2" + struct.pack("<II", len(head), zlib.crc32(records, zlib.crc32(head)))
+                     + head + records)
+
+
+def test_the_dictionary_is_saved_with_the_file_and_old_files_still_read(graph, tmp_path):
+    from dataclasses import replace
+
+    from refactx_index.memory import build_rows
+
+    _, seqs, index = graph
+    assert index.info.dictionary is not None and index.info.format_version == 3
+    assert any(node[1] & 2 for node in index.rows.values())
+    index.save(tmp_path / "v3.rfx")
+    loaded = MemoryTreeIndex.load(tmp_path / "v3.rfx")
+    assert loaded.info.dictionary == index.info.dictionary and dict(loaded.rows) == dict(index.rows)
+    plain = MemoryTreeIndex(build_rows(seqs, threshold=16), replace(index.info, dictionary=None))
+    version_2_file(plain, tmp_path / "v2.rfx")
+    old = MemoryTreeIndex.load(tmp_path / "v2.rfx")
+    assert old.info.format_version == 2 and old.info.dictionary is None
+    for seq in sorted(seqs)[:: max(1, len(seqs) // 50)]:
+        for k in range(len(seq)):
+            a, b = old.next_tokens(seq[:k]), loaded.next_tokens(seq[:k])
+            assert a.tokens.tolist() == b.tokens.tolist() and a.leaves.tolist() == b.leaves.tolist()
+            assert a.ends == b.ends
+    # a changed dictionary byte is the file's checksum error, never a wrong answer
+    data = bytearray((tmp_path / "v3.rfx").read_bytes())
+    head_len = int.from_bytes(data[8:12], "little")
+    data[16 + head_len + 5] ^= 1
+    (tmp_path / "bad.rfx").write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="checksum"):
+        MemoryTreeIndex.load(tmp_path / "bad.rfx")

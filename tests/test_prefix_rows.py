@@ -33,7 +33,8 @@ class ReferenceTrie:
 
 
 def check_rows_against_trie(
-    rows: Mapping[bytes, bytes], facts: Iterable[Sequence[int]], threshold: int, max_tokens: int
+    rows: Mapping[bytes, bytes], facts: Iterable[Sequence[int]], threshold: int, max_tokens: int,
+    dictionary: fmt.PresetDictionary | None = None,
 ) -> int:
     """Walk the stored rows from the root, following external nodes into their rows,
     and compare every node with the reference trie. Returns the number of nodes checked.
@@ -56,7 +57,7 @@ def check_rows_against_trie(
         assert key in rows, f"no row for prefix {row_prefix}"
         assert key not in reached, f"row {row_prefix} reached twice"
         reached.add(key)
-        frag = fmt.decode_fragment(rows[key])
+        frag = fmt.decode_fragment(rows[key], dictionary=dictionary)
         expanded = ref.leaves[row_prefix] > threshold or tokens_below[row_prefix] > max_tokens
         assert bool(frag.external.any()) == expanded
         if expanded:
@@ -177,8 +178,49 @@ def test_run_writes_rows_and_counts(spark, cfg):
     assert counts["partitions"] >= 3  # 8 distinct facts, at most 3 per partition
     assert counts["largest_row_bytes"] >= counts["p99_row_bytes"] > 0
     rows = {bytes(r["prefix"]): bytes(r["node"]) for r in written}
-    check_rows_against_trie(rows, FACTS, 1, 8)
+    path = cfg.stage_dir("prefix_rows") / "toy" / job.DICTIONARY_FILE
+    dictionary = fmt.PresetDictionary(path.read_bytes()) if path.exists() else None
+    assert counts["format_version"] == fmt.FORMAT_VERSION == 3
+    assert counts["dictionary_bytes"] == (len(dictionary.data) if dictionary else 0)
+    check_rows_against_trie(rows, FACTS, 1, 8, dictionary)
     assert (cfg.stage_dir("prefix_rows") / "toy" / "counts.json").exists()
+
+
+def random_facts(count: int, seed: int = 0) -> list[list[int]]:
+    """Facts that share a vocabulary of tokens, as real ones do (what a dictionary learns)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    common = rng.integers(0, 151_000, 40)
+    return [[int(common[i % 7]), *map(int, rng.choice(common, int(rng.integers(2, 12)))), int(rng.integers(0, 70_000))]
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("threshold,max_tokens,partitions", [(8, 4096, 3), (64, 64, 5)])
+def test_dictionary_rows_match_the_reference_byte_for_byte(spark, threshold, max_tokens, partitions):
+    """The Spark job's dictionary and rows are ``memory.compress_rows`` of the reference rows
+    (the same bytes, whatever the partitioning), and decode to the rows of the previous
+    format: the same children, leaf counts and ends for every prefix."""
+    from refactx_index.memory import build_rows as reference_rows, compress_rows
+    from refactx_pipeline.stages.prefix_rows import build_dictionary, prefix_rows, with_dictionary
+    from refactx_pipeline.stages.schemas import TOKENS
+
+    facts = random_facts(1500)
+    tokens = spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS)
+    plain = prefix_rows(tokens, threshold, max_tokens, partitions).cache()
+    dictionary = build_dictionary(plain)
+    rows = {bytes(r["prefix"]): bytes(r["node"]) for r in with_dictionary(plain, dictionary).collect()}
+    reference = reference_rows(facts, threshold=threshold, max_subtree_tokens=max_tokens)
+    expected, expected_dictionary = compress_rows(reference)
+    assert dictionary == expected_dictionary and dictionary is not None
+    assert rows == expected
+    assert sum(node[1] & 2 != 0 for node in rows.values()) > len(rows) // 2
+    assert sum(map(len, rows.values())) < sum(map(len, reference.values()))
+    for key, node in reference.items():
+        new, old = fmt.decode_fragment(rows[key], 3, dictionary), fmt.decode_fragment(node, 3)
+        for field in ("tokens", "child_count", "ends", "external", "leaves"):
+            assert getattr(new, field).tolist() == getattr(old, field).tolist()
+    check_rows_against_trie(rows, facts, threshold, max_tokens, dictionary)
 
 
 def test_partition_reads_sliced_batches_by_absolute_offsets():

@@ -325,8 +325,50 @@ def test_a_version_1_row_forged_into_a_version_2_build_is_refused(pg_dsn):
         v1 = bytes([1]) + bytes(node[1:10]) + bytes(node[14:])  # the same row in version 1
         conn.execute(f"UPDATE refactx.{table} SET node = %s WHERE prefix = %s", (v1, key))
     with open_index(pg_dsn, "kg", follow=False) as index:
-        with pytest.raises(FormatError, match="version 1 row inside a format version 2 build"):
+        with pytest.raises(FormatError, match="version 1 row inside a format version 3 build"):
             index.next_tokens(decode_prefix(bytes(key)).tolist())
+
+
+def test_a_version_2_build_and_a_version_3_build_are_both_served(pg_dsn):
+    """Builds loaded before format version 3 serve on beside dictionary builds, each decoded
+    with its own dictionary (and its own cache), with the same answers."""
+    seqs = random_sequences(seed=7)
+    load_tree(pg_dsn, "old", seqs, format_version=2)
+    load_tree(pg_dsn, "new", seqs)
+    with open_index(pg_dsn, "old", follow=False) as old, open_index(pg_dsn, "new", follow=False) as new:
+        assert old.info.format_version == 2 and old.info.dictionary is None
+        assert new.info.format_version == 3 and new.info.dictionary is not None
+        for seq in sorted(seqs)[::7]:
+            for k in range(len(seq) + 1):
+                a, b = old.next_tokens(seq[:k]), new.next_tokens(seq[:k])
+                assert a.tokens.tolist() == b.tokens.tolist()
+                assert a.leaves.tolist() == b.leaves.tolist() and a.ends == b.ends
+
+
+def test_a_dictionary_row_without_its_dictionary_or_with_another_is_a_format_error(pg_dsn):
+    seqs = random_sequences(seed=7)
+    build_id = load_tree(pg_dsn, "kg", seqs)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        (stored,) = conn.execute("SELECT dictionary FROM refactx.build_dictionaries WHERE build_id = %s",
+                                 (build_id,)).fetchone()
+        stored = bytes(stored)
+        conn.execute("UPDATE refactx.build_dictionaries SET dictionary = %s WHERE build_id = %s",
+                     (stored[:-1] + bytes([stored[-1] ^ 1]), build_id))
+    with open_index(pg_dsn, "kg", follow=False) as index:
+        with pytest.raises(FormatError, match="checksum mismatch.*preset dictionary"):
+            walk_all(index, seqs)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM refactx.build_dictionaries WHERE build_id = %s", (build_id,))
+    with open_index(pg_dsn, "kg", follow=False) as index:
+        with pytest.raises(FormatError, match="read without one"):
+            walk_all(index, seqs)
+
+
+def walk_all(index, seqs) -> None:
+    """Every prefix of every fact (some row on the way is compressed with the dictionary)."""
+    for seq in sorted(seqs):
+        for k in range(len(seq) + 1):
+            index.next_tokens(seq[:k])
 
 
 @pytest.fixture()

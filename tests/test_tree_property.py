@@ -56,6 +56,8 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_toke
     from refactx_pipeline.catalog import pgcatalog
     from refactx_pipeline.stages.schemas import TOKENS
     from refactx_pipeline.config import Config, VocabularyConfig
+    from refactx_index import format as fmt
+    from refactx_index.memory import build_rows as reference_rows, compress_rows
 
     cfg = Config().updated({
         "paths.build_root": tempfile.mkdtemp(prefix="refactx_prop_"),
@@ -78,7 +80,17 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_toke
         ).fetchall()
         rows = {bytes(p): bytes(n) for p, n in stored}
         assert len(rows) == len(stored) == info["rows"]
-        check_rows_against_trie(rows, facts, threshold, max_tokens)
+        dictionary = pgcatalog.build_dictionary(conn, cfg.pg.schema, info["build_id"])
+        check_rows_against_trie(rows, facts, threshold, max_tokens, dictionary)
+        # the previous row format's decoded content, prefix for prefix (the same children, leaf
+        # counts and ends), and the reference's rows compressed the same way, byte for byte
+        previous = reference_rows(facts, threshold=threshold, max_subtree_tokens=max_tokens)
+        assert set(previous) == set(rows)
+        for key, node in previous.items():
+            new, old = fmt.decode_fragment(rows[key], 3, dictionary), fmt.decode_fragment(node)
+            for field in ("tokens", "child_count", "ends", "external", "leaves"):
+                assert getattr(new, field).tolist() == getattr(old, field).tolist()
+        assert (rows, dictionary) == compress_rows(previous)
         # the validator agrees (every fact walked, counts consistent)
         distinct = {tuple(f) for f in facts}
         result = validate.validate_build(

@@ -133,6 +133,11 @@ def ingest_stage(cfg: Config) -> str:
     return "graph" if cfg.graph.format else "parse"
 
 
+# the preset dictionary of a vocabulary's rows (format version 3), written by the prefix rows
+# stage beside its rows (``prefix_rows/<vocab>/``) and stored in the catalog by the load stage
+DICTIONARY_FILE = "dictionary.bin"
+
+
 def stage_input(cfg: Config, stage: str, needs: str, *parts: str, written_by: str | None = None) -> Path:
     """The output ``parts`` of stage ``needs`` that ``stage`` reads, or ``StageInputMissing``
     naming the stage to run first (``written_by``, when another stage writes that directory:

@@ -31,6 +31,17 @@ version 1 build only (``decode_fragment(row, version)``: a checksum-less row ins
 2 build is refused). The checksum turns a flipped bit (a token id, a count) into a
 ``FormatError`` instead of a silent wrong answer.
 
+Version 3 (issue 25) is version 2 plus ``flags`` bit 1: the body is raw deflate (no zlib
+wrapper: the crc32 already guards it) compressed against the build's *preset dictionary*
+(``zdict``; :class:`PresetDictionary`, at most 32 KiB, deflate's window), made per build from
+a deterministic sample of its own row bodies (:func:`make_dictionary`) and stored with the
+build (the catalog's ``refactx.build_dictionaries``, the ``.rfx`` file). Rows hold about a
+dozen facts, too little for zlib to learn their vocabulary of token bytes; the dictionary
+gives every row that history up front (docs/tree.md, "Row format"). The crc32 of such a
+row is seeded with the dictionary's own crc32 (it is the crc32 of dictionary, header and
+stored body, in that order), so a row read with another build's dictionary is a checksum
+``FormatError``, and one read without a dictionary is refused before anything is inflated.
+
 ``flags`` bit 0: the body is zlib-compressed (used when that is smaller). Widths
 are the smallest of 1, 2, 4, 8 bytes that hold the largest value. In BFS order
 the children of every node are contiguous and sorted by token, so decoding is a
@@ -44,18 +55,27 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from .errors import FormatError
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # builds written in version 1 are still served
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # builds written in versions 1 and 2 are still served
 _HEADER_V1 = struct.Struct("<BBBBBBI")
 _HEADER = struct.Struct("<BBBBBBII")
 _FLAG_ZLIB = 1
+_FLAG_ZDICT = 2  # version 3: raw deflate against the build's preset dictionary
+_KNOWN_FLAGS = {1: _FLAG_ZLIB, 2: _FLAG_ZLIB, 3: _FLAG_ZLIB | _FLAG_ZDICT}
+# deflate's window: a longer dictionary is never referenced
+MAX_DICTIONARY_BYTES = 32 * 1024
+# rows sampled into the dictionary at most (the Spark job collects this many to the driver)
+DICTIONARY_SAMPLE_ROWS = 4096
+# bytes taken from the start of each sampled body: many short pieces of many rows cover the
+# build's common token bytes better than a few whole large rows (measured: docs/tree.md)
+DICTIONARY_PIECE_BYTES = 1024
 _COMPRESS_MIN_BYTES = 64
 _MAX_TOKEN = 2**32 - 1
 # Bounds a row must respect before it is trusted (encoders refuse to write past them, the
@@ -79,6 +99,76 @@ NODES_PER_STORED_BYTE = 16
 def max_nodes_for(stored_bytes: int) -> int:
     """The most nodes a row of ``stored_bytes`` bytes (header included) may hold."""
     return min(MAX_FRAGMENT_NODES, max(NODES_ANY_ROW, NODES_PER_STORED_BYTE * stored_bytes))
+
+
+# --------------------------------------------------------------------------- dictionary
+
+
+@dataclass(frozen=True)
+class PresetDictionary:
+    """A build's preset dictionary (format version 3) and its crc32, computed once: every
+    dictionary-compressed row's checksum is seeded with it."""
+
+    data: bytes
+    crc: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, bytes):
+            object.__setattr__(self, "data", bytes(self.data))
+        if not 0 < len(self.data) <= MAX_DICTIONARY_BYTES:
+            raise FormatError(
+                f"a preset dictionary of {len(self.data)} bytes; it holds 1 to {MAX_DICTIONARY_BYTES}"
+            )
+        object.__setattr__(self, "crc", zlib.crc32(self.data))
+
+    def __repr__(self) -> str:
+        return f"PresetDictionary({len(self.data)} bytes, crc32 {self.crc:08x})"
+
+
+def dictionary_sample_order(prefix: bytes) -> tuple[int, bytes]:
+    """The order rows are sampled in for the dictionary: by crc32 of their key (a seeded
+    shuffle that Spark SQL computes alike: ``crc32(prefix)``), then the key (ties)."""
+    return zlib.crc32(prefix), prefix
+
+
+def make_dictionary(rows: Iterable[tuple[bytes, bytes]]) -> PresetDictionary | None:
+    """The preset dictionary of a build from ``(prefix, node)`` rows (any order; only the
+    ``DICTIONARY_SAMPLE_ROWS`` first in :func:`dictionary_sample_order` are read, so a caller
+    may pass just those). The first ``DICTIONARY_PIECE_BYTES`` of each sampled row's
+    uncompressed body, in sample order, until ``MAX_DICTIONARY_BYTES``; the same rows give
+    the same bytes. ``None`` when the rows hold no body at all."""
+    sample = sorted(rows, key=lambda r: dictionary_sample_order(r[0]))[:DICTIONARY_SAMPLE_ROWS]
+    pieces, size = [], 0
+    for _, node in sample:
+        piece = _plain_body(node)[:DICTIONARY_PIECE_BYTES][: MAX_DICTIONARY_BYTES - size]
+        pieces.append(piece)
+        size += len(piece)
+        if size >= MAX_DICTIONARY_BYTES:
+            break
+    # sample order, whatever it favours (deflate copies from the dictionary's end with the
+    # shortest distances): any fixed order keeps the build reproducible byte for byte
+    data = b"".join(pieces)
+    return PresetDictionary(data) if data else None
+
+
+def _plain_body(node: bytes) -> bytes:
+    """The uncompressed body of a checksummed row written without a dictionary."""
+    frag_version, flags = node[0], node[1]
+    if frag_version < 2 or flags & _FLAG_ZDICT:
+        raise ValueError("only a version 2 or 3 row without a dictionary is sampled")
+    body = node[_HEADER.size:]
+    return zlib.decompress(body) if flags & _FLAG_ZLIB else body
+
+
+def with_dictionary(node: bytes, dictionary: PresetDictionary | None, *, compress: bool = True) -> bytes:
+    """A row written without a dictionary, written again as a version 3 row compressed
+    against ``dictionary`` when that is smaller (else plain or zlib as it was). Its decoded
+    content is unchanged; the Spark job encodes rows first and compresses them once the
+    build's dictionary is known."""
+    row_version, _flags, tw, cw, lw, _, n = _HEADER_V1.unpack_from(node)
+    if row_version != FORMAT_VERSION:
+        raise ValueError(f"a version {row_version} row; only version {FORMAT_VERSION} rows are rewritten")
+    return _frame(_plain_body(node), n, tw, cw, lw, compress, dictionary)
 
 
 # --------------------------------------------------------------------------- prefixes
@@ -178,17 +268,31 @@ def encode_fragment(
     return _frame(body, n, tw, cw, lw, compress)
 
 
-def _frame(body: bytes, n: int, tw: int, cw: int, lw: int, compress: bool) -> bytes:
-    """Header, checksum and (when it pays) zlib around a fragment body."""
+def _frame(body: bytes, n: int, tw: int, cw: int, lw: int, compress: bool,
+           dictionary: PresetDictionary | None = None) -> bytes:
+    """Header, checksum and (when it pays) zlib, or deflate against the build's preset
+    dictionary, around a fragment body."""
     flags = 0
-    if compress and len(body) >= _COMPRESS_MIN_BYTES:
-        packed = zlib.compress(body, 6)
+    if compress and dictionary is not None and len(body) >= _DICTIONARY_MIN_BYTES:
+        deflater = zlib.compressobj(_DICTIONARY_LEVEL, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY,
+                                    dictionary.data)
+        packed = deflater.compress(body) + deflater.flush()
         # compressed past what the decoder accepts for its node count (a huge, very repetitive
         # subtree): stored plain instead, which always fits (2+ bytes per node)
         if len(packed) < len(body) and n <= max_nodes_for(_HEADER.size + len(packed)):
+            body, flags = packed, _FLAG_ZDICT
+    elif compress and len(body) >= _COMPRESS_MIN_BYTES:
+        packed = zlib.compress(body, 6)
+        if len(packed) < len(body) and n <= max_nodes_for(_HEADER.size + len(packed)):
             body, flags = packed, _FLAG_ZLIB
     head = _HEADER_V1.pack(FORMAT_VERSION, flags, tw, cw, lw, 0, n)
-    return head + struct.pack("<I", zlib.crc32(body, zlib.crc32(head))) + body
+    seed = zlib.crc32(head, dictionary.crc) if flags & _FLAG_ZDICT else zlib.crc32(head)
+    return head + struct.pack("<I", zlib.crc32(body, seed)) + body
+
+
+# with the dictionary even a short body shrinks (its common bytes are in the dictionary)
+_DICTIONARY_MIN_BYTES = 16
+_DICTIONARY_LEVEL = 9  # measured: a few tenths of a byte per fact over level 6, once per row
 
 
 def encode_children(
@@ -423,10 +527,13 @@ class Fragment:
         return -1
 
 
-def decode_fragment(data: bytes | memoryview, version: int | None = None) -> Fragment:
+def decode_fragment(data: bytes | memoryview, version: int | None = None,
+                    dictionary: PresetDictionary | None = None) -> Fragment:
     """Decode a stored row. ``version``: the format version of the build it belongs to; a row
     of any other version is refused (a version 1 row, which has no checksum, must not slip
-    into a version 2 build). ``None`` accepts every readable version."""
+    into a version 2 build). ``None`` accepts every readable version. ``dictionary``: the
+    build's preset dictionary (version 3); a row compressed against one is refused without
+    it, and fails its checksum with another build's."""
     data = bytes(data)
     if len(data) < _HEADER_V1.size:
         raise FormatError("fragment shorter than its header")
@@ -439,14 +546,28 @@ def decode_fragment(data: bytes | memoryview, version: int | None = None) -> Fra
             "the row is corrupt or forged"
         )
     version = row_version
+    if flags & ~_KNOWN_FLAGS[version]:
+        raise FormatError(f"fragment flags {flags:#x} are not those of a version {version} row")
+    if flags & _FLAG_ZLIB and flags & _FLAG_ZDICT:
+        raise FormatError("fragment flags claim both zlib and the preset dictionary")
+    if flags & _FLAG_ZDICT and dictionary is None:
+        raise FormatError(
+            "a row compressed with its build's preset dictionary, read without one: the "
+            "build's dictionary is missing from its catalog or file"
+        )
     header_size = _HEADER_V1.size
     if version >= 2:
         if len(data) < _HEADER.size:
             raise FormatError("fragment shorter than its header")
         (stored_crc,) = struct.unpack_from("<I", data, _HEADER_V1.size)
         header_size = _HEADER.size
-        if zlib.crc32(data[header_size:], zlib.crc32(data[: _HEADER_V1.size])) != stored_crc:
-            raise FormatError("fragment checksum mismatch: the stored row is corrupt")
+        seed = (zlib.crc32(data[: _HEADER_V1.size], dictionary.crc) if flags & _FLAG_ZDICT
+                else zlib.crc32(data[: _HEADER_V1.size]))
+        if zlib.crc32(data[header_size:], seed) != stored_crc:
+            raise FormatError(
+                "fragment checksum mismatch: the stored row is corrupt"
+                + (", or read with another build's preset dictionary" if flags & _FLAG_ZDICT else "")
+            )
     if tw not in _DTYPES or cw not in _DTYPES or lw not in _DTYPES or n < 1:
         raise FormatError("fragment header is corrupt")
     if n > MAX_FRAGMENT_NODES:
@@ -460,9 +581,10 @@ def decode_fragment(data: bytes | memoryview, version: int | None = None) -> Fra
     # the largest body the header allows (every node external): nothing bigger is inflated
     most = tw * (n - 1) + cw * n + 2 * nb + lw * n
     body = data[header_size:]
-    if flags & _FLAG_ZLIB:
+    if flags & (_FLAG_ZLIB | _FLAG_ZDICT):
         try:
-            inflater = zlib.decompressobj()
+            inflater = (zlib.decompressobj(-15, dictionary.data) if flags & _FLAG_ZDICT
+                        else zlib.decompressobj())
             body = inflater.decompress(body, most + 1)
         except zlib.error as exc:
             raise FormatError(f"fragment body does not decompress: {exc}") from exc

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # numpy is imported by the implementations, not at package im
     from .provenance import Provenance
 
     from .cache import ByteLRUCache
-    from .format import Fragment
+    from .format import Fragment, PresetDictionary
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,9 @@ class IndexInfo:
     rows: int | None = None
     build_id: int | None = None
     provenance_rows: int | None = None  # None: the build has no provenance (docs/provenance.md)
+    # format version 3: the build's preset dictionary (None: its rows use none); read once
+    # when the build is opened, so every row of this build decodes with it and no other
+    dictionary: "PresetDictionary | None" = field(default=None, repr=False)
 
 
 @runtime_checkable
@@ -110,12 +113,14 @@ def tokenizer_sha256(path: str | os.PathLike[str]) -> str:
     return file_sha256(resolve_tokenizer_file(os.fspath(path)))
 
 
-def decode_row(node: bytes | memoryview, version: int | None = None) -> "Fragment":
+def decode_row(node: bytes | memoryview, version: int | None = None,
+               dictionary: "PresetDictionary | None" = None) -> "Fragment":
     """Decode a stored row of a build in format ``version`` (a row of another version is a
-    ``FormatError``) and freeze its arrays (they are shared through the cache)."""
+    ``FormatError``) with the build's preset ``dictionary``, and freeze its arrays (they are
+    shared through the cache)."""
     from .format import decode_fragment
 
-    frag = decode_fragment(node, version)
+    frag = decode_fragment(node, version, dictionary)
     for arr in (frag.tokens, frag.child_start, frag.child_count, frag.ends, frag.external,
                 frag.leaves):
         arr.flags.writeable = False
@@ -313,7 +318,7 @@ class RowTreeIndex:
         return frag
 
     def _decode(self, build: ServedBuild, key: bytes, node: bytes) -> "Fragment":
-        frag = decode_row(node, build.info.format_version)
+        frag = decode_row(node, build.info.format_version, build.info.dictionary)
         self.stats.rows_decoded += 1
         build.cache.put(key, frag)
         return frag

@@ -4,16 +4,18 @@ It stores exactly the rows a PostgreSQL build would hold (same cut rule, same
 fragment encoding) and walks them with the same code, so both indexes give the same
 answers. It can be saved to and loaded from one file (``.rfx``):
 
-    magic        8 bytes   b"RFXTREE2"
+    magic        8 bytes   b"RFXTREE3"
     header_len   uint32 LE
-    crc32        uint32 LE  of everything after it: the header and the records as stored
-    header       JSON (utf-8): the IndexInfo fields, "records"
+    crc32        uint32 LE  of everything after it: the header, dictionary and records as stored
+    header       JSON (utf-8): the IndexInfo fields, "records", "dictionary_bytes"
+    dictionary   the build's preset dictionary (format version 3), dictionary_bytes long
     records      per row: prefix_len uint32 LE, node_len uint32 LE, prefix, node
 
 Nothing in the file is unpickled or evaluated; every length is checked. Files of the first
 layout (``b"RFXTREE1"``: no crc32 field, a crc32 of the records alone in the JSON header, so
 a changed header byte went unnoticed) are still read, with a warning that says how to
-rewrite them; the build they describe is unchanged.
+rewrite them; the build they describe is unchanged. Files of the second layout
+(``b"RFXTREE2"``: no dictionary) are read as they are.
 """
 
 from __future__ import annotations
@@ -29,7 +31,16 @@ from typing import Iterable, Mapping, Sequence
 
 from .cache import ByteLRUCache
 from .errors import FormatError
-from .format import FORMAT_VERSION, READABLE_VERSIONS, encode_children, encode_prefix, encode_subtree
+from .format import (
+    FORMAT_VERSION,
+    READABLE_VERSIONS,
+    PresetDictionary,
+    encode_children,
+    encode_prefix,
+    encode_subtree,
+    make_dictionary,
+    with_dictionary,
+)
 from .index import (
     IndexInfo,
     RowTreeIndex,
@@ -41,7 +52,8 @@ from .index import (
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"RFXTREE2"
+MAGIC = b"RFXTREE3"
+MAGIC_V2 = b"RFXTREE2"  # no dictionary: read as it is
 MAGIC_V1 = b"RFXTREE1"  # header outside the checksum: read with a warning
 _U32 = struct.Struct("<I")
 _RECORD = struct.Struct("<II")
@@ -108,6 +120,15 @@ def build_rows(
     return rows
 
 
+def compress_rows(rows: Mapping[bytes, bytes]) -> tuple[dict[bytes, bytes], PresetDictionary | None]:
+    """Rows of ``build_rows`` compressed against their build's preset dictionary (format
+    version 3), made from them as the Spark job makes it: the same rows, the same bytes."""
+    dictionary = make_dictionary(rows.items())
+    if dictionary is None:
+        return dict(rows), None
+    return {key: with_dictionary(node, dictionary) for key, node in rows.items()}, dictionary
+
+
 def deepest_row(rows: Iterable[bytes]) -> int:
     """The longest row prefix, in tokens (a lookup from the root never needs rows deeper)."""
     return max((len(k) // 4 for k in rows), default=0)
@@ -155,10 +176,15 @@ class MemoryTreeIndex(RowTreeIndex):
         fact_prefix: str = " ",
         fact_suffix: str = "",
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        dictionary: bool = True,
     ) -> "MemoryTreeIndex":
-        """An index of token sequences (already tokenized facts)."""
+        """An index of token sequences (already tokenized facts); ``dictionary``: rows
+        compressed against a preset dictionary of the build (format version 3)."""
         seqs = {tuple(map(int, s)) for s in sequences}
         rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
+        preset = None
+        if dictionary:
+            rows, preset = compress_rows(rows)
         info = IndexInfo(
             name=name,
             tokenizer=tokenizer,
@@ -171,6 +197,7 @@ class MemoryTreeIndex(RowTreeIndex):
             fact_suffix=fact_suffix,
             facts=len(seqs),
             rows=len(rows),
+            dictionary=preset,
         )
         return cls(rows, info, cache_bytes=cache_bytes)
 
@@ -237,9 +264,11 @@ class MemoryTreeIndex(RowTreeIndex):
             parts.append(_RECORD.pack(len(key), len(node)))
             parts.append(key)
             parts.append(node)
-        body = b"".join(parts)
+        dictionary = self.info.dictionary.data if self.info.dictionary is not None else b""
+        body = dictionary + b"".join(parts)
         header = asdict(self.info)
-        header.update(records=len(self._rows))
+        del header["dictionary"]  # stored as bytes after the header, not in its JSON
+        header.update(records=len(self._rows), dictionary_bytes=len(dictionary))
         head = json.dumps(header, sort_keys=True).encode("utf-8")
         crc = zlib.crc32(body, zlib.crc32(head))  # the header too: a changed byte there is caught
         tmp = Path(f"{os.fspath(path)}.tmp")
@@ -258,14 +287,14 @@ class MemoryTreeIndex(RowTreeIndex):
         """Read a file written by :meth:`save`; checks its format and, if given, the vocabulary."""
         data = Path(path).read_bytes()
         magic = data[: len(MAGIC)]
-        if magic not in (MAGIC, MAGIC_V1):
+        if magic not in (MAGIC, MAGIC_V2, MAGIC_V1):
             raise FormatError(f"{path}: not a refactx_index tree file")
         pos = len(MAGIC)
         fixed = 4 if magic == MAGIC_V1 else 8
         if len(data) < pos + fixed:
             raise FormatError(f"{path}: truncated header")
         (head_len,) = _U32.unpack_from(data, pos)
-        if magic == MAGIC:
+        if magic != MAGIC_V1:
             (stored_crc,) = _U32.unpack_from(data, pos + 4)
             if zlib.crc32(memoryview(data)[pos + fixed:]) != stored_crc:
                 raise FormatError(f"{path}: checksum mismatch (truncated or corrupt file)")
@@ -285,9 +314,17 @@ class MemoryTreeIndex(RowTreeIndex):
             log.warning(
                 "%s: an .rfx file of the first layout, whose header is not covered by its "
                 "checksum; rewrite it with MemoryTreeIndex.load(path).save(path)", path)
-        known = {f.name for f in fields(IndexInfo)}
+        dictionary = None
+        if magic == MAGIC:
+            size = header.get("dictionary_bytes")
+            if not isinstance(size, int) or size < 0 or pos + size > len(data):
+                raise FormatError(f"{path}: corrupt dictionary length {size!r}")
+            if size:
+                dictionary = PresetDictionary(data[pos : pos + size])
+            pos += size
+        known = {f.name for f in fields(IndexInfo)} - {"dictionary"}
         try:
-            info = IndexInfo(**{k: v for k, v in header.items() if k in known})
+            info = IndexInfo(**{k: v for k, v in header.items() if k in known}, dictionary=dictionary)
         except TypeError as exc:
             raise FormatError(f"{path}: header lacks fields: {exc}") from exc
         if info.format_version not in READABLE_VERSIONS:

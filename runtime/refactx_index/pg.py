@@ -41,7 +41,7 @@ from .errors import (
     PermissionDenied,
     QueryTimeout,
 )
-from .format import READABLE_VERSIONS
+from .format import READABLE_VERSIONS, PresetDictionary
 from .index import (
     Cursor,
     IndexInfo,
@@ -239,6 +239,21 @@ class PgTreeIndex(RowTreeIndex):
                          prefetch_in_background=prefetch_in_background)
 
     # ------------------------------------------------------------------ catalog
+    def _read_dictionary(self, build_id: int) -> PresetDictionary | None:
+        """A format version 3 build's preset dictionary, read once per build opened (None: the
+        build has none; a row that needs one is then a ``FormatError`` naming it)."""
+        from psycopg import sql
+
+        query = sql.SQL("SELECT dictionary FROM {}.build_dictionaries WHERE build_id = %s").format(
+            sql.Identifier(self._schema))
+        try:
+            found = self._execute(query, (build_id,), binary=True)
+        except DatabaseError as exc:
+            if exc.sqlstate == "42P01":  # no loader of version 3 has upgraded this catalog
+                return None
+            raise
+        return PresetDictionary(bytes(found[0][0])) if found else None
+
     def _read_served(self) -> ServedBuild:
         """The active build of this index name, with a fresh cache of its own."""
         from psycopg import sql
@@ -271,6 +286,7 @@ class PgTreeIndex(RowTreeIndex):
             depth=int(depth), subtree_threshold=int(threshold), format_version=int(version),
             fact_prefix=fact_prefix, fact_suffix=fact_suffix, facts=facts, rows=rows,
             build_id=int(build_id), provenance_rows=provenance_rows,
+            dictionary=self._read_dictionary(int(build_id)) if version >= 3 else None,
         )
         rows_query = sql.SQL("SELECT prefix, node FROM {}.{} WHERE prefix = ANY(%s)").format(
             sql.Identifier(self._schema), sql.Identifier(table)

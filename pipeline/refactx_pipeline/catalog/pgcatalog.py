@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg import sql
 
+from refactx_index import format as fmt
 from refactx_pipeline.errors import ConfigError, LoadError
 from refactx_pipeline.resources import sql_text
 
@@ -281,11 +282,24 @@ def grant_reader(conn: psycopg.Connection, schema: str, role: str, table: str | 
     who = sql.Identifier(role)
     if table is None:
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), who))
-        conn.execute(sql.SQL("GRANT SELECT ON {s}.builds, {s}.active TO {r}").format(
+        conn.execute(sql.SQL("GRANT SELECT ON {s}.builds, {s}.active, {s}.build_dictionaries TO {r}").format(
             s=sql.Identifier(schema), r=who))
     else:
         conn.execute(sql.SQL("GRANT SELECT ON {}.{} TO {}").format(
             sql.Identifier(schema), sql.Identifier(table), who))
+
+
+def store_dictionary(conn: psycopg.Connection, schema: str, build_id: int, dictionary: bytes) -> None:
+    """A build's preset dictionary (format version 3), beside its catalog row."""
+    conn.execute(sql.SQL("INSERT INTO {}.build_dictionaries (build_id, dictionary) VALUES (%s, %s)").format(
+        sql.Identifier(schema)), (int(build_id), dictionary))
+
+
+def build_dictionary(conn: psycopg.Connection, schema: str, build_id: int) -> fmt.PresetDictionary | None:
+    """A build's preset dictionary as readers get it (None: the build has none)."""
+    found = conn.execute(sql.SQL("SELECT dictionary FROM {}.build_dictionaries WHERE build_id = %s").format(
+        sql.Identifier(schema)), (int(build_id),)).fetchone()
+    return fmt.PresetDictionary(bytes(found[0])) if found else None
 
 
 def table_readers(conn: psycopg.Connection, schema: str, table: str) -> list[str]:
@@ -309,6 +323,8 @@ def missing_reader_privileges(conn: psycopg.Connection, schema: str, role: str, 
         (f"USAGE on schema {schema}", "has_schema_privilege(%(role)s::name, %(schema)s::text, 'USAGE')"),
         (f"SELECT on {schema}.builds", "has_table_privilege(%(role)s::name, format('%%I.builds', %(schema)s::text), 'SELECT')"),
         (f"SELECT on {schema}.active", "has_table_privilege(%(role)s::name, format('%%I.active', %(schema)s::text), 'SELECT')"),
+        (f"SELECT on {schema}.build_dictionaries",
+         "has_table_privilege(%(role)s::name, format('%%I.build_dictionaries', %(schema)s::text), 'SELECT')"),
         (f"SELECT on {schema}.{table}",
          "has_table_privilege(%(role)s::name, format('%%I.%%I', %(schema)s::text, %(table)s::text), 'SELECT')"),
     ]

@@ -32,11 +32,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refactx_pipeline.catalog import pgcatalog
-from refactx_pipeline.common import stage_input, write_counts
+from refactx_pipeline.common import DICTIONARY_FILE, stage_input, write_counts
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config, VocabularyConfig
 from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
 from refactx_pipeline.errors import ConfigError, LoadError
+from refactx_index.errors import FormatError
 from refactx_index.vocab import open_vocabulary
 
 log = logging.getLogger(__name__)
@@ -217,6 +218,29 @@ def tokenizer_meta(cfg: Config, vocab: VocabularyConfig) -> dict[str, Any]:
 # --------------------------------------------------------------------------- load
 
 
+def rows_format(cfg: Config, vocab: str, tree_counts: dict[str, Any]) -> tuple[int, fmt.PresetDictionary | None]:
+    """The format version of the rows the prefix rows stage wrote (its counts say; rows of a
+    stage that did not say are version 2) and their preset dictionary, checked against the
+    size and crc32 the counts recorded."""
+    version = int(tree_counts.get("format_version", 2))
+    if version not in fmt.READABLE_VERSIONS:
+        raise LoadError(f"prefix rows of {vocab!r} are in format version {version}; this loader "
+                        f"reads {fmt.READABLE_VERSIONS}")
+    size = int(tree_counts.get("dictionary_bytes") or 0)
+    if version < 3 or not size:
+        return version, None
+    path = stage_input(cfg, STAGE, "prefix_rows", vocab, DICTIONARY_FILE)
+    try:
+        dictionary = fmt.PresetDictionary(path.read_bytes())
+    except FormatError as exc:
+        raise LoadError(f"{path}: {exc}") from exc
+    if len(dictionary.data) != size or dictionary.crc != tree_counts.get("dictionary_crc32"):
+        raise LoadError(f"{path} is not the dictionary the prefix rows stage wrote: {len(dictionary.data)} "
+                        f"bytes, crc32 {dictionary.crc:08x}; its counts say {size} bytes, crc32 "
+                        f"{tree_counts.get('dictionary_crc32')}")
+    return version, dictionary
+
+
 def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str, Any]:
     """Load one vocabulary's rows as a new build (status ``loaded``, not active)."""
     schema = cfg.pg.schema
@@ -224,6 +248,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
     tree_counts = json.loads(stage_input(cfg, STAGE, "prefix_rows", vocab.name, "counts.json").read_text())
     files = parquet_files(rows_dir)
     expected_rows = parquet_row_count(files)
+    format_version, dictionary = rows_format(cfg, vocab.name, tree_counts)
     meta = tokenizer_meta(cfg, vocab)
     name = cfg.index_name(vocab.name)
     with connect(dsn, autocommit=True, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn:
@@ -243,7 +268,7 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
                 "dump_date": cfg.paths.dump_date,
                 "depth": int(tree_counts["max_depth"]),  # the deepest row: lookups speculate no deeper
                 "subtree_threshold": cfg.tree.subtree_threshold,
-                "format_version": fmt.FORMAT_VERSION,
+                "format_version": format_version,
                 "fact_prefix": meta.get("fact_prefix", cfg.tokenize.fact_prefix),
                 "fact_suffix": meta.get("fact_suffix", cfg.tokenize.fact_suffix),
                 "parquet_path": str(rows_dir),
@@ -253,6 +278,8 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
         log.info("build %d (%s): loading %d rows from %d files", build_id, name, expected_rows, len(files))
         try:
             pgcatalog.claim_name(conn, schema, name, build_id)
+            if dictionary is not None:
+                pgcatalog.store_dictionary(conn, schema, build_id, dictionary.data)
             started = time.monotonic()
             copied = copy_in_parallel(cfg, files, lambda group: copy_files(dsn, schema, build_id, group))
             copy_s = time.monotonic() - started

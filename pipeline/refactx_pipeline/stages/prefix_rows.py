@@ -29,12 +29,20 @@ How (no group ever holds more than one row, no task more than its partition):
 
 Python runs only in the Arrow functions (``mapInArrow``), vectorized per level with
 one ``format.encode_*`` call per output row.
+
+4. Preset dictionary (format version 3): the rows, persisted, are sampled by
+   ``crc32(prefix)`` (a top-k: ``format.DICTIONARY_SAMPLE_ROWS`` rows reach the driver),
+   ``format.make_dictionary`` makes the build's dictionary (at most 32 KiB, the same bytes for
+   the same rows), and one more ``mapInArrow`` compresses every row against it
+   (``format.with_dictionary``). It is written beside the rows (``dictionary.bin``) for the
+   load stage, which stores it in the catalog.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -53,7 +61,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from refactx_pipeline.common import stage_input, write_counts
+from refactx_pipeline.common import DICTIONARY_FILE, stage_input, write_counts
 from refactx_pipeline.stages.schemas import ROWS
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config
@@ -387,6 +395,45 @@ def _merge_shares_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBat
         )
 
 
+def _dictionary_fn(dictionary: bytes):
+    """Rows encoded without a dictionary -> the same rows compressed against the build's
+    preset dictionary (``format.with_dictionary``: one call per row, as the encoders)."""
+
+    def compress(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        preset = fmt.PresetDictionary(dictionary)  # its crc32 once per task, not per row
+        for batch in batches:
+            nodes = [fmt.with_dictionary(node, preset) for node in batch.column("node").to_pylist()]
+            yield pa.RecordBatch.from_arrays(
+                [batch.column("prefix"), pa.array(nodes, pa.binary()), batch.column("depth"),
+                 batch.column("leaves")],
+                schema=_ROWS_ARROW,
+            )
+
+    return compress
+
+
+def build_dictionary(rows: DataFrame) -> fmt.PresetDictionary | None:
+    """The build's preset dictionary from a deterministic sample of its rows: the
+    ``format.DICTIONARY_SAMPLE_ROWS`` first by ``crc32(prefix)`` (then prefix), whatever the
+    partitioning (a top-k per task, merged on the driver), given to ``format.make_dictionary``
+    -- the bytes ``refactx_index.memory.compress_rows`` makes from the same rows."""
+    sample = (
+        rows.select(F.crc32("prefix").alias("h"), "prefix", "node")
+        .orderBy("h", "prefix")
+        .limit(fmt.DICTIONARY_SAMPLE_ROWS)
+        .collect()
+    )
+    return fmt.make_dictionary((bytes(r["prefix"]), bytes(r["node"])) for r in sample)
+
+
+def with_dictionary(rows: DataFrame, dictionary: fmt.PresetDictionary | None) -> DataFrame:
+    """``rows`` compressed against ``dictionary`` (made first, then sent to every task with
+    the function's closure: 32 KiB at most)."""
+    if dictionary is None:
+        return rows
+    return rows.mapInArrow(_dictionary_fn(dictionary.data), ROWS)
+
+
 def edge_counts(facts: DataFrame) -> dict[bytes, tuple[int, int, int]]:
     """Step 2: prefix key -> (facts below, their tokens after it, partitions it spans), for
     the prefixes of every partition's first and last fact."""
@@ -438,6 +485,18 @@ def prefix_rows(
     return whole.unionByName(merged)
 
 
+def write_dictionary(path: Path, dictionary: fmt.PresetDictionary | None) -> dict[str, Any]:
+    """The build's preset dictionary beside its rows (the load stage stores it in the
+    catalog); its size and crc32 for the counts. No dictionary: no file."""
+    path.unlink(missing_ok=True)
+    if dictionary is None:
+        return {"dictionary_bytes": 0, "dictionary_crc32": None}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(dictionary.data)
+    tmp.replace(path)
+    return {"dictionary_bytes": len(dictionary.data), "dictionary_crc32": dictionary.crc}
+
+
 def partitions_for(facts: int, facts_per_partition: int, parallelism: int) -> int:
     """Range partitions for ``facts`` valid facts: at most ``facts_per_partition`` each,
     and at least one per core."""
@@ -482,11 +541,16 @@ def run(spark: SparkSession, cfg: Config) -> dict:
         partitions = partitions_for(counts["facts"] - counts["rejected"], tree.facts_per_partition,
                                     spark.sparkContext.defaultParallelism)
         cached: list[DataFrame] = []
-        prefix_rows(tokens, tree.subtree_threshold, tree.max_subtree_tokens, partitions, cached).write.mode(
-            "overwrite"
-        ).parquet(str(out))
+        # rows are encoded first, then compressed against the dictionary made from them
+        plain = prefix_rows(tokens, tree.subtree_threshold, tree.max_subtree_tokens, partitions,
+                            cached).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(plain)
+        dictionary = build_dictionary(plain)
+        with_dictionary(plain, dictionary).write.mode("overwrite").parquet(str(out))
         for frame in cached:
             frame.unpersist()
+        counts.update(write_dictionary(out.parent / DICTIONARY_FILE, dictionary))
+        counts["format_version"] = fmt.FORMAT_VERSION
         counts.update(output_counts(spark.read.parquet(str(out))))
         counts["partitions"] = partitions
         counts["rows_per_fact"] = counts["rows"] / max(counts["distinct_facts"], 1)

@@ -105,7 +105,8 @@ def external_keys(prefix: bytes, frag: fmt.Fragment) -> tuple[np.ndarray, np.nda
 
 
 def _row_check(prefix: bytes, node: bytes, depth: int, leaves: int, max_tokens: int,
-               format_version: int) -> tuple[fmt.Fragment | None, str | None]:
+               format_version: int, dictionary: fmt.PresetDictionary | None = None,
+               ) -> tuple[fmt.Fragment | None, str | None]:
     """One row's own invariants: its fragment (None when it does not decode) and the fault, if
     any. A row of another format version than the build's is a fault: a version 1 row has no
     checksum, so one inside a version 2 build would hide a flipped bit."""
@@ -114,7 +115,7 @@ def _row_check(prefix: bytes, node: bytes, depth: int, leaves: int, max_tokens: 
     if len(prefix) // 4 > max_tokens:
         return None, f"a key of {len(prefix) // 4} tokens is longer than any fact ({max_tokens})"
     try:
-        frag = fmt.decode_fragment(node, format_version)
+        frag = fmt.decode_fragment(node, format_version, dictionary)
     except FormatError as exc:
         return None, f"does not decode: {exc}"
     if frag.n_nodes > 1 and int(frag.tokens[1:].max()) > _MAX_TOKEN:
@@ -129,9 +130,11 @@ def _row_check(prefix: bytes, node: bytes, depth: int, leaves: int, max_tokens: 
 
 
 def _facts_of_rows(batches: Iterator[pa.RecordBatch], max_tokens: int,
-                   format_version: int) -> Iterator[pa.RecordBatch]:
+                   format_version: int, dictionary: bytes | None = None) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: prefix rows in, ``ROW_FACTS`` out -- one record per row (its key,
-    leaves, fault, size) and one per external node in it (its full key, leaves, the row's key)."""
+    leaves, fault, size) and one per external node in it (its full key, leaves, the row's key).
+    ``dictionary``: the build's preset dictionary as the catalog holds it (format version 3)."""
+    preset = fmt.PresetDictionary(dictionary) if dictionary else None
     for batch in batches:
         prefixes = batch.column("prefix").to_pylist()
         nodes = batch.column("node").to_pylist()
@@ -147,7 +150,7 @@ def _facts_of_rows(batches: Iterator[pa.RecordBatch], max_tokens: int,
         for r in range(n):
             prefix, node = prefixes[r], nodes[r]
             frag, errors[r] = _row_check(prefix, node, int(depths[r]), int(leaf_col[r]), max_tokens,
-                                        format_version)
+                                        format_version, preset)
             row_bytes[r] = len(prefix) + len(node)
             if not prefix:
                 digests[r] = hashlib.sha256(node).hexdigest()
@@ -212,9 +215,11 @@ def _example(kind: str, ex: Any) -> str:
 
 
 def check_parquet(spark, rows_dir: str | Path, *, max_tokens: int,
-                  format_version: int = fmt.FORMAT_VERSION) -> dict[str, Any]:
+                  format_version: int = fmt.FORMAT_VERSION,
+                  dictionary: fmt.PresetDictionary | None = None) -> dict[str, Any]:
     """Every row of a prefix rows dataset checked in Spark (see the module docstring), each
-    row decoded as a row of a ``format_version`` build (the build's own version); returns
+    row decoded as a row of a ``format_version`` build (the build's own version) with the
+    build's preset ``dictionary`` (the catalog's: the one readers will use); returns
     its summary (rows, bytes, root leaves and digest, deepest row, largest fragment) or raises
     ``_Invalid`` naming the faults found, with examples."""
     from pyspark.sql import functions as F
@@ -229,7 +234,8 @@ def check_parquet(spark, rows_dir: str | Path, *, max_tokens: int,
     ])
     facts = (spark.read.parquet(str(rows_dir)).select("prefix", "node", "depth", "leaves")
              .mapInArrow(functools.partial(_facts_of_rows, max_tokens=max_tokens,
-                                           format_version=format_version), schema))
+                                           format_version=format_version,
+                                           dictionary=dictionary.data if dictionary else None), schema))
     is_row, ref = F.col("is_row"), ~F.col("is_row")
     per_key = facts.groupBy("key").agg(
         F.count(F.when(is_row, 1)).alias("n_rows"),
@@ -302,7 +308,7 @@ def check_table(conn: psycopg.Connection, schema: str, table: str, parquet: Mapp
 
 def walk_facts(
     conn: psycopg.Connection, schema: str, table: str, facts: Sequence[Sequence[int]],
-    format_version: int = fmt.FORMAT_VERSION,
+    format_version: int = fmt.FORMAT_VERSION, dictionary: fmt.PresetDictionary | None = None,
 ) -> int:
     """Walk every fact from the root to its end, every row read as a row of a
     ``format_version`` build; returns how many walked (all, or raises).
@@ -320,7 +326,7 @@ def walk_facts(
         frags = {}
         for key, node in found.items():
             try:
-                frags[key] = fmt.decode_fragment(node, format_version)
+                frags[key] = fmt.decode_fragment(node, format_version, dictionary)
             except FormatError as exc:
                 raise _Invalid(f"row {_key(key)} in PostgreSQL does not decode: {exc}") from None
         nxt: dict[int, tuple[int, int | None]] = {}
@@ -386,9 +392,13 @@ def validate_build(
     table = build["table_name"]
     timings: dict[str, float] = {}
     try:
+        try:
+            dictionary = pgcatalog.build_dictionary(conn, schema, build_id)
+        except FormatError as exc:
+            raise _Invalid(f"the build's preset dictionary in the catalog: {exc}") from None
         started = time.monotonic()
         parquet = check_parquet(spark, rows_dir, max_tokens=max_tokens,
-                                format_version=build["format_version"])
+                                format_version=build["format_version"], dictionary=dictionary)
         timings["spark_seconds"] = time.monotonic() - started
         if parquet["rows"] != expected_rows or (build["rows"] is not None and build["rows"] != expected_rows):
             raise _Invalid(f"the Parquet holds {parquet['rows']} rows, its metadata {expected_rows}, "
@@ -399,7 +409,7 @@ def validate_build(
             raise _Invalid(f"the deepest row has {parquet['max_depth']} tokens, the catalog says {build['depth']}")
         started = time.monotonic()
         found = check_table(conn, schema, table, parquet)
-        walked = walk_facts(conn, schema, table, sample, build["format_version"])
+        walked = walk_facts(conn, schema, table, sample, build["format_version"], dictionary)
         if found["bytes"] != parquet["bytes"]:
             raise _Invalid(f"PostgreSQL holds {found['bytes']} bytes of keys and fragments, the Parquet "
                            f"{parquet['bytes']}: some row differs")
