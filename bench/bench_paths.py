@@ -119,7 +119,8 @@ def trie_section(args, fact_texts: list[str] | None) -> dict:
         """The build before issue 24's budget work: every path text encoded whole
         (``encode_facts``) and the tree built by ``from_facts``; the same index."""
         found = graph.paths([seed], caps)
-        return MemoryTreeIndex.from_facts([p + END for p in found.paths], tokenizer, name="paths"), found
+        return MemoryTreeIndex.from_facts([p + END for p in found.paths], tokenizer, name="paths",
+                                          index_kind="paths", dictionary=False), found
 
     def cold(graph: PathGraph, seed: str):
         graph.forget_tokens()  # no label's ids kept from an earlier question

@@ -208,6 +208,7 @@ def test_a_path_build_is_served_as_a_paths_index(spark, tiny, pg_dsn):
     encoded = encode_facts(open_tokenizer(str(vocab)), texts, ())
     with open_index(pg_dsn, "wikidata-paths-qwen2.5") as index:
         assert index.info.facts == len(texts)
+        assert index.info.index_kind == "paths"  # so ask() writes after Path:, with the path prompt
         assert all(step.ends for step in index.next_tokens_batch([encoded.ids(i) for i in range(len(texts))]))
 
 
@@ -297,6 +298,7 @@ def test_a_dead_end_can_only_end_the_path():
     index, found = graph.index(["Alpha"], str(file), PathCaps(max_hops=2))
     assert sorted(found.paths) == ["Alpha -> knows -> Beta", "Alpha -> part of -> Hub",
                                    "Alpha -> part of -> Hub -> knows -> Leaf"]
+    assert index.info.index_kind == "paths"
     matcher = _matcher(index, tok)
     prompt = tok.encode("Path:", add_special_tokens=False).ids
     end_ids = tok.encode("Path: Alpha -> knows -> Beta .", add_special_tokens=False).ids
@@ -462,7 +464,7 @@ def test_a_path_tries_ids_are_the_whole_texts_ids_for_real_vocabularies(spec, sa
                 # the token ids equality itself, path by path
                 assert offsets.tolist() == whole.offsets.tolist()
                 assert values.tolist() == whole.values.tolist()
-            reference = MemoryTreeIndex.from_facts(texts, str(file), name="paths")
+            reference = MemoryTreeIndex.from_facts(texts, str(file), name="paths", index_kind="paths", dictionary=False)
             assert index.rows == reference.rows
             assert index.info == reference.info
     assert (store is not None and store.exact) == segments_concatenate(tok)
@@ -494,7 +496,7 @@ def test_tree_rows_are_build_rows():
         index = _memory_index(values, offsets, name="m", tokenizer="", tokenizer_hash="", vocab_size=0)
         from refactx_index.memory import MemoryTreeIndex
 
-        reference = MemoryTreeIndex.from_sequences(seqs, name="m")
+        reference = MemoryTreeIndex.from_sequences(seqs, name="m", index_kind="paths", dictionary=False)
         assert index.rows == reference.rows and index.info == reference.info
 
 
@@ -511,10 +513,11 @@ def test_a_label_with_spaces_at_its_edge_or_a_special_token_is_handled_as_whole_
     file = str(tokenizer_dir("qwen2.5") / "tokenizer.json")
     graph = PathGraph({"Alpha": [("knows", " Beta "), ("is", "Gamma")], " Beta ": [("knows", "Gamma")]})
     index, found = graph.index(["Alpha"], file, PathCaps(2))
-    assert index.rows == MemoryTreeIndex.from_facts([p + END for p in found.paths], file, name="paths").rows
+    assert index.rows == MemoryTreeIndex.from_facts([p + END for p in found.paths], file, name="paths", dictionary=False).rows
+    assert index.info.index_kind == "paths"  # the whole-text build says so too
     special = PathGraph({"Alpha": [("knows", "Beta<|endoftext|>")]})
     texts = [p + END for p in special.paths(["Alpha"]).paths]
-    assert special.index(["Alpha"], file)[0].rows == MemoryTreeIndex.from_facts(texts, file, name="paths").rows
+    assert special.index(["Alpha"], file)[0].rows == MemoryTreeIndex.from_facts(texts, file, name="paths", dictionary=False).rows
     tok = Tokenizer.from_file(file)
     with pytest.raises(ValueError, match="cannot be stored"):
         MemoryTreeIndex.from_facts(texts, tok)
@@ -535,8 +538,22 @@ def test_a_prepared_graph_tokenizes_no_label_at_question_time():
     held = len(store.row)
     for seed in ODD_LABELS[:5]:
         index, found = graph.index([seed], file, PathCaps(2, 3, 100))
-        assert index.rows == MemoryTreeIndex.from_facts([p + END for p in found.paths], file, name="paths").rows
+        assert index.rows == MemoryTreeIndex.from_facts([p + END for p in found.paths], file, name="paths", dictionary=False).rows
     assert "->" in ODD_LABELS and "." in ODD_LABELS  # the separator's and end's pieces too
     assert len(store.row) == held  # no question tokenized anything
     assert graph.prepare(file) == 0
     assert _odd_graph().prepare(str(tokenizer_dir("mistral-7b-v0.1") / "tokenizer.json")) == 0
+
+
+def test_a_path_index_file_keeps_its_kind(tmp_path):
+    """An .rfx file of a path index loads as a path index (``ask`` then writes after Path:)."""
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.paths import PathGraph
+
+    file = str(tokenizer_dir("qwen2.5") / "tokenizer.json")
+    index, _ = PathGraph({"Alpha": [("knows", "Beta")]}).index(["Alpha"], file)
+    index.save(tmp_path / "paths.rfx")
+    loaded = MemoryTreeIndex.load(tmp_path / "paths.rfx")
+    assert loaded.info.index_kind == "paths" and loaded.info == index.info
+    facts = MemoryTreeIndex.from_facts(["<Alpha> <knows> <Beta> ."], file)
+    assert facts.info.index_kind == "facts"

@@ -216,10 +216,12 @@ def ask(
     max_new_tokens: int = 128,
     constrained: bool = True,
     max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS,
-    trigger: str = TRIGGER,
+    trigger: str | None = None,
 ) -> list[Answer]:
     """Answer ``questions`` in one left-padded batch (see the module doc); ``trigger`` starts
-    what the index constrains (``Path:`` over a path index, with ``paths.PATH_PROMPT``).
+    what the index constrains. By default both follow the index's kind: ``Fact:`` and the
+    fact prompt, or over a path index (``info.index_kind`` ``paths``) ``Path:`` and
+    ``paths.PATH_PROMPT``.
 
     Raises :class:`InputRefused`, before anything is generated, for an empty question or one
     longer than ``max_question_chars`` (:func:`check_questions`)."""
@@ -229,7 +231,11 @@ def ask(
 
     from .engines.transformers import RefactxLogitsProcessor
 
-    prompt = prompt or Prompt()
+    if getattr(index.info, "index_kind", "facts") == "paths":
+        from .paths import PATH_PROMPT, TRIGGER as PATH_TRIGGER
+
+        prompt, trigger = prompt or PATH_PROMPT, trigger or PATH_TRIGGER
+    prompt, trigger = prompt or Prompt(), trigger or TRIGGER
     tok = loaded.tokenizer
     texts = [tok.apply_chat_template(prompt.messages(q), tokenize=False, add_generation_prompt=True)
              for q in questions]

@@ -259,29 +259,24 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     from .ask import ask, check_model_vocabulary
     from .models import load_model
-    from .prompt import TRIGGER, Prompt
+    from .prompt import Prompt
     from .vocab import file_sha256
 
-    prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
-    trigger = TRIGGER
+    # None: the index's kind decides (Fact: and the fact prompt, or Path: over a path index)
+    prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else None
     with contextlib.ExitStack() as stack:
         started = time.perf_counter()
         loaded = load_model(args.model)
         load_s = time.perf_counter() - started
         if args.paths:
-            from . import paths
-
             graph = _path_graph(args, loaded.tokenizer)
             index, _ = graph.index(_seeds(args, args.paths.split(",")), str(loaded.tokenizer_file),
                                    _path_caps(args))
-            if not args.prompt_file:
-                prompt = paths.PATH_PROMPT
-            trigger = paths.TRIGGER
         else:
             index = stack.enter_context(_open(args))
             check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
         answers = ask(args.question, index, loaded, prompt=prompt, num_beams=args.beams,
-                      max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained, trigger=trigger)
+                      max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained)
     for answer in answers:
         answer.timings["load_s"] = round(load_s, 3)
     if args.json:

@@ -76,6 +76,9 @@ class IndexInfo:
     rows: int | None = None
     build_id: int | None = None
     provenance_rows: int | None = None  # None: the build has no provenance (docs/provenance.md)
+    # what the sequences are: "facts" (<s> <p> <o> ., written after "Fact:") or "paths"
+    # (A -> r -> B ., written after "Path:"; docs/paths.md), the catalog's index_kind
+    index_kind: str = "facts"
     # format version 3: the build's preset dictionary (None: its rows use none); read once
     # when the build is opened, so every row of this build decodes with it and no other
     dictionary: "PresetDictionary | None" = field(default=None, repr=False)

@@ -177,9 +177,11 @@ class MemoryTreeIndex(RowTreeIndex):
         fact_suffix: str = "",
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         dictionary: bool = True,
+        index_kind: str = "facts",
     ) -> "MemoryTreeIndex":
         """An index of token sequences (already tokenized facts); ``dictionary``: rows
-        compressed against a preset dictionary of the build (format version 3)."""
+        compressed against a preset dictionary of the build (format version 3); ``index_kind``:
+        ``paths`` for reasoning paths (``IndexInfo.index_kind``)."""
         seqs = {tuple(map(int, s)) for s in sequences}
         rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
         preset = None
@@ -198,6 +200,7 @@ class MemoryTreeIndex(RowTreeIndex):
             facts=len(seqs),
             rows=len(rows),
             dictionary=preset,
+            index_kind=index_kind,
         )
         return cls(rows, info, cache_bytes=cache_bytes)
 
@@ -213,6 +216,8 @@ class MemoryTreeIndex(RowTreeIndex):
         threshold: int = DEFAULT_SUBTREE_THRESHOLD,
         max_subtree_tokens: int = DEFAULT_MAX_SUBTREE_TOKENS,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        index_kind: str = "facts",
+        dictionary: bool = True,
     ) -> "MemoryTreeIndex":
         """Tokenize ``fact_prefix + fact + fact_suffix`` for each fact text, exactly as the
         pipeline's tokenize stage does (``vocab.encode_facts``), and index them.
@@ -253,6 +258,8 @@ class MemoryTreeIndex(RowTreeIndex):
             fact_prefix=fact_prefix,
             fact_suffix=fact_suffix,
             cache_bytes=cache_bytes,
+            index_kind=index_kind,
+            dictionary=dictionary,
         )
 
     # ------------------------------------------------------------------ files

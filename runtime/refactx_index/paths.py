@@ -202,7 +202,8 @@ class PathGraph:
             encoded = store.path_ids(parts, separator, end, forbidden) if store is not None else None
         if encoded is None:
             texts = [text + end for text in found.paths]
-            return MemoryTreeIndex.from_facts(texts, tokenizer, name=name), found
+            return MemoryTreeIndex.from_facts(texts, tokenizer, name=name, index_kind="paths",
+                                              dictionary=False), found
         index = _memory_index(*encoded, name=name, tokenizer=vocab_name, tokenizer_hash=digest,
                               vocab_size=vocab_size)
         return index, found
@@ -455,8 +456,10 @@ class _SegmentIds:
 def _memory_index(values: np.ndarray, offsets: np.ndarray, *, name: str, tokenizer: str, tokenizer_hash: str,
                   vocab_size: int) -> MemoryTreeIndex:
     """``MemoryTreeIndex.from_sequences`` of the sequences ``values[offsets[i]:offsets[i+1]]``
-    with its defaults: the same rows (``_tree_rows``) and description, without a Python tuple
-    per sequence."""
+    with its defaults but no preset dictionary: the same rows (``_tree_rows``) and description,
+    without a Python tuple per sequence. A per-question trie lives for one question: making a
+    dictionary (and inflating every row against it, about 3 µs more per row) would save memory
+    that nobody keeps."""
     lengths = np.diff(offsets)
     width = int(lengths.max())
     mat = np.full((lengths.size, width), -1, dtype=np.int64)
@@ -474,7 +477,7 @@ def _memory_index(values: np.ndarray, offsets: np.ndarray, *, name: str, tokeniz
     info = IndexInfo(name=name, tokenizer=tokenizer, tokenizer_hash=tokenizer_hash, vocab_size=vocab_size,
                      depth=deepest_row(rows), subtree_threshold=DEFAULT_SUBTREE_THRESHOLD,
                      format_version=FORMAT_VERSION, fact_prefix=" ", fact_suffix="", facts=int(lengths.size),
-                     rows=len(rows))
+                     rows=len(rows), index_kind="paths")
     return MemoryTreeIndex(rows, info)
 
 

@@ -65,7 +65,9 @@ _CATALOG_COLUMNS = (
     "subtree_threshold, format_version, fact_prefix, fact_suffix, facts, rows, "
     # read through to_jsonb: a catalog that no loader with provenance has upgraded yet lacks
     # the column, and its builds still serve (without provenance)
-    "(to_jsonb(b) ->> 'provenance_rows')::bigint"
+    "(to_jsonb(b) ->> 'provenance_rows')::bigint, "
+    # the same for index_kind: a catalog from before path indexes holds facts only
+    "coalesce(to_jsonb(b) ->> 'index_kind', 'facts')"
 )
 
 
@@ -275,7 +277,7 @@ class PgTreeIndex(RowTreeIndex):
                 f"no active build serves index {self._name!r} in schema {self._schema!r}"
             )
         (build_id, name, table, vocab, digest, vocab_size, depth, threshold, version,
-         fact_prefix, fact_suffix, facts, rows, provenance_rows) = found[0]
+         fact_prefix, fact_suffix, facts, rows, provenance_rows, index_kind) = found[0]
         if version not in READABLE_VERSIONS:
             raise FormatError(
                 f"index {name!r} (build {build_id}) is in format version {version}; "
@@ -285,7 +287,7 @@ class PgTreeIndex(RowTreeIndex):
             name=name, tokenizer=vocab, tokenizer_hash=digest, vocab_size=int(vocab_size),
             depth=int(depth), subtree_threshold=int(threshold), format_version=int(version),
             fact_prefix=fact_prefix, fact_suffix=fact_suffix, facts=facts, rows=rows,
-            build_id=int(build_id), provenance_rows=provenance_rows,
+            build_id=int(build_id), provenance_rows=provenance_rows, index_kind=index_kind,
             dictionary=self._read_dictionary(int(build_id)) if version >= 3 else None,
         )
         rows_query = sql.SQL("SELECT prefix, node FROM {}.{} WHERE prefix = ANY(%s)").format(
