@@ -145,7 +145,7 @@ def build(
     else ``pg.dsn``, else one embedded PostgreSQL) when a selected stage needs it -> the
     stages, validate and activate on the builds this call's load made, else on ``build_ids``.
     A refused run (unknown stage, build ids missing, the work directory claimed by another
-    run) fails before it starts Spark or writes anything.
+    run) fails before it starts Spark and before any stage writes.
 
     ``on_stage(stage, None)`` is called before a stage and ``on_stage(stage, result)`` after
     it (the CLI's progress display).
