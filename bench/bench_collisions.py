@@ -54,6 +54,7 @@ def main() -> None:
     from refactx_pipeline.config import Config
     from refactx_pipeline.stages import labels, parse, sitelinks, verbalize
     from refactx_pipeline.testing import dumpgen
+    from refactx_pipeline.stages.contract import StageContext
 
     work = Path(args.work)
     dump = work / f"dump-{args.lines}-{args.seed}"
@@ -75,8 +76,8 @@ def main() -> None:
                                "policies": {}}
     try:
         started = time.monotonic()
-        parse.run(spark, base)
-        sitelinks.run(spark, base)
+        parse.run(StageContext(base, spark=spark))
+        sitelinks.run(StageContext(base, spark=spark))
         results["parse_seconds"] = round(time.monotonic() - started, 1)
         for policy in POLICIES:
             cfg = base.updated({"paths.dump_date": policy, "labels.collision_policy": policy})
@@ -84,8 +85,8 @@ def main() -> None:
             for stage in ("parse", "sitelinks"):
                 shutil.copytree(base.stage_dir(stage), cfg.stage_dir(stage))
             started = time.monotonic()
-            label_counts = labels.run(spark, cfg)
-            fact_counts = verbalize.run(spark, cfg)
+            label_counts = labels.run(StageContext(cfg, spark=spark))
+            fact_counts = verbalize.run(StageContext(cfg, spark=spark))
             results["policies"][policy] = {
                 "seconds": round(time.monotonic() - started, 1),
                 "labels": label_counts["labels"],

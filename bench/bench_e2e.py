@@ -232,7 +232,7 @@ def hot_prefix_latency(dsn: str, cfg, index_name: str, hot_text: str) -> dict[st
 
 def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler) -> dict:
     from refactx_pipeline.common import spark_session
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     cfg = dump_config(dump, work / f"build-local{cores}", cores, vocab)
     cfg = cfg.updated({"pg.schema": f"bench_e2e_{cores}"})
@@ -255,7 +255,7 @@ def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler:
 
     spark = spark_session(cfg, f"bench_e2e_local{cores}")
     try:
-        run_pipeline(spark, cfg, on_stage=on_stage, dsn=dsn)
+        build(cfg, spark=spark, on_stage=on_stage, dsn=dsn)
     finally:
         spark.stop()
     return {"cfg": cfg, "stages": stages}

@@ -49,7 +49,7 @@ def wikidata_index(tokenizer_file: Path, work: Path):
     from refactx_index.memory import MemoryTreeIndex
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.config import Config
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     data = SHARED / "data"
     cfg = Config().updated({
@@ -61,7 +61,7 @@ def wikidata_index(tokenizer_file: Path, work: Path):
     })
     spark = spark_session(cfg, "bench-eval")
     try:
-        run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
+        build(cfg, ["parse", "sitelinks", "labels", "verbalize"], spark=spark)
     finally:
         spark.stop()
     texts = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(

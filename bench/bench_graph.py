@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(CSV {csv_s:.2f} s); same statements as the CSV form: {same_ttl}")
 
         from refactx_pipeline.common import spark_session
-        from refactx_pipeline.orchestration.pipeline import run_pipeline
+        from refactx_pipeline.orchestration.pipeline import build
 
         started = time.perf_counter()
         spark = spark_session(cfg, "bench-graph")
@@ -92,12 +92,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.dsn:
                 stages += ["load", "validate", "activate"]
             started = time.perf_counter()
-            results = run_pipeline(spark, cfg, stages, dsn=args.dsn)
+            results = build(cfg, stages, spark=spark, dsn=args.dsn)
             total = time.perf_counter() - started
             tokens = spark.read.parquet(str(cfg.stage_dir("tokenize") / "bench" / "tokens")).collect()
             same = {tuple(r.token_ids) for r in tokens} == {tuple(s) for s in built.sequences.values()}
             started = time.perf_counter()
-            ttl_counts = run_pipeline(spark, ttl_cfg, ["graph"])[0].counts
+            ttl_counts = build(ttl_cfg, ["graph"], spark=spark)[0].counts
             ttl_total = time.perf_counter() - started
         finally:
             spark.stop()

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from refactx_pipeline.stages import load, prefix_rows  # noqa: E402
+from refactx_pipeline.stages.contract import StageContext  # noqa: E402
 from refactx_pipeline.common import spark_session  # noqa: E402
 from refactx_pipeline.config import Config, VocabularyConfig  # noqa: E402
 from tests.pgtree import fresh_database  # noqa: E402
@@ -145,7 +146,7 @@ def run_configs(args, configs: list[tuple[int, int]], work: Path, dsn: str) -> N
             cfg = cfg.updated({"tree.subtree_threshold": threshold, "tree.max_subtree_tokens": max_tokens,
                                "pg.index_name": f"{{source}}-{{vocabulary}}-t{threshold}-b{max_tokens}"})
             t = time.monotonic()
-            tree = prefix_rows.run(spark, cfg)["vocabularies"][VOCAB]
+            tree = prefix_rows.run(StageContext(cfg, spark=spark))["vocabularies"][VOCAB]
             spark_s = time.monotonic() - t
             info = load.load_all(cfg, dsn)["vocabularies"][VOCAB]
             # pg_table_size + pg_indexes_size is pg_total_relation_size by definition

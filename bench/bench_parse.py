@@ -110,6 +110,7 @@ def main() -> None:
     from refactx_pipeline.stages import parse
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.config import Config
+    from refactx_pipeline.stages.contract import StageContext
 
     with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
         dump = Path(tmp) / "truthy.nt.bz2"
@@ -170,7 +171,7 @@ def main() -> None:
         print(f"line kinds: {kinds} (skip: counted, not written)")
         if args.full:
             t = time.perf_counter()
-            counts = parse.run(spark, cfg)
+            counts = parse.run(StageContext(cfg, spark=spark))
             s_full = time.perf_counter() - t
             print(f"full parse stage ({args.cores} cores): {per_core(s_full):12,.0f} lines/s/core, "
                   f"{counts['statements']:,} statements, {counts['terms']:,} terms")

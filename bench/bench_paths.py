@@ -67,7 +67,7 @@ def largest_task(spark, since_stage: int) -> dict[str, float]:
 
 def spark_section(args) -> tuple[dict, object]:
     from refactx_pipeline.common import spark_session
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     work = Path(args.work)
     dump = generate_dump(work, args.lines, 0, 0)
@@ -79,14 +79,14 @@ def spark_section(args) -> tuple[dict, object]:
                        "path_index.max_fanout": args.max_fanout, "path_index.max_paths": args.max_paths})
     spark = spark_session(cfg, "bench_paths")
     if not (cfg.stage_dir("verbalize") / "facts").exists():
-        run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
+        build(cfg, ["parse", "sitelinks", "labels", "verbalize"], spark=spark)
     facts = json.loads((cfg.stage_dir("verbalize") / "counts.json").read_text())["facts"]
     with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/api/v1/applications/"
                                 f"{spark.sparkContext.applicationId}/stages") as resp:
         before = max([s["stageId"] for s in json.load(resp)] + [-1])  # the stages before paths
     path_cfg = cfg.updated({"path_index.enabled": True})
     started = time.monotonic()
-    counts = run_pipeline(spark, path_cfg, ["paths"])[0].counts
+    counts = build(path_cfg, ["paths"], spark=spark)[0].counts
     seconds = time.monotonic() - started
     out = path_cfg.stage_dir("paths") / "paths"
     size = sum(f.stat().st_size for f in out.glob("*.parquet"))

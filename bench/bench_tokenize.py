@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.config import Config, VocabularyConfig
     from refactx_index.vocab import encode_facts, open_vocabulary
+    from refactx_pipeline.stages.contract import StageContext
 
     vocab = open_vocabulary("bench", args.vocab)
     started = time.perf_counter()
@@ -217,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 frame.repartition(4).write.parquet(facts_dir)
                 frame.limit(1000).coalesce(1).write.parquet(warm_dir)
             started = time.perf_counter()
-            T.run(spark, cfg.updated({"paths.dump_date": "warm"}))  # starts the workers, parses the tokenizer
+            # starts the workers, parses the tokenizer
+            T.run(StageContext(cfg.updated({"paths.dump_date": "warm"}), spark=spark))
             warm_s = time.perf_counter() - started
             workers = _preloaded_workers(jvm_pid, jemalloc) if jemalloc else 0
 
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                 # keeps what was last seen of it)
                 with ProcessTreeSampler() as sampler:
                     cpu0, wall0 = sampler.cpu_seconds(), time.perf_counter()
-                    counts = T.run(spark, cfg)
+                    counts = T.run(StageContext(cfg, spark=spark))
                     wall = time.perf_counter() - wall0
                     stage.append({"wall_s": wall, "cpu_s": sampler.cpu_seconds() - cpu0})
             spark.stop()

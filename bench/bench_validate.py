@@ -71,13 +71,13 @@ def synthetic(spark, cfg: Config, dsn: str, n: int) -> dict:
 
 
 def whole_pipeline(spark, cfg: Config, dsn: str, label: str, dump: str, page: str, page_props: str) -> dict:
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     cfg = cfg.updated({
         "input.dumps": [dump], "input.enwiki_page": page, "input.enwiki_page_props": page_props,
         "tokenize.vocabularies": [VocabularyConfig(name="qwen2.5", path=str(SHARED / "tokenizers" / "qwen2.5"))],
     })
-    results = run_pipeline(spark, cfg, dsn=dsn)
+    results = build(cfg, spark=spark, dsn=dsn)
     seconds = {r.stage: round(r.seconds, 2) for r in results}
     v = next(r.counts for r in results if r.stage == "validate")["qwen2.5"]
     total = sum(seconds.values())

@@ -131,10 +131,10 @@ def cfg(tmp_path):
 def sample_verbalized(spark, tmp_path_factory):
     """The Config of a work directory where the shared sample went through parse, sitelinks,
     labels and verbalize (once per session; later stages may be run on it, never these again)."""
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     cfg = sample_config(tmp_path_factory.mktemp("facts") / "build")
-    run_pipeline(spark, cfg, ["parse", "sitelinks", "labels", "verbalize"])
+    build(cfg, ["parse", "sitelinks", "labels", "verbalize"], spark=spark)
     return cfg
 
 

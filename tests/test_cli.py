@@ -62,7 +62,7 @@ def test_progress_off_a_terminal_is_plain_lines():
     from refactx_pipeline.cli.progress import BuildProgress
 
     out = io.StringIO()
-    with BuildProgress(None, ["parse", "labels"], out=out, interactive=False) as progress:
+    with BuildProgress(["parse", "labels"], out=out, interactive=False) as progress:
         progress.on_stage("parse", None)
         progress.on_stage("parse", _Result(1.5, {"lines_in": 10, "rejected": 0}))
         progress.on_stage("labels", None)
@@ -83,7 +83,7 @@ def test_progress_on_a_terminal_is_a_bar():
     from refactx_pipeline.cli.progress import BuildProgress
 
     out = io.StringIO()
-    with BuildProgress(None, ["parse"], out=out, interactive=True) as progress:
+    with BuildProgress(["parse"], out=out, interactive=True) as progress:
         progress.on_stage("parse", None)
         progress.on_stage("parse", _Result(1.5, {"lines_in": 10}))
     assert "\r" in out.getvalue() and "1/1" in out.getvalue()

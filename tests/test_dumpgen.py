@@ -171,6 +171,7 @@ def test_skew_labels_start_with_the_hot_prefix(small):
 def test_ingestion_stages_on_a_generated_dump(spark, cfg, small):
     from refactx_pipeline.stages import labels, parse, sitelinks, verbalize
     from pyspark.sql import functions as F
+    from refactx_pipeline.stages.contract import StageContext
 
     out, manifest = small
     expected = manifest["expected"]
@@ -180,7 +181,7 @@ def test_ingestion_stages_on_a_generated_dump(spark, cfg, small):
         "input.enwiki_page_props": str(out / manifest["page_props"]),
     })
 
-    p = parse.run(spark, cfg)
+    p = parse.run(StageContext(cfg, spark=spark))
     want = expected["parse"]
     assert p["lines_in"] == want["lines_in"] == manifest["lines"]  # every stream of the bz2 file read
     assert p["rejected_by_reason"] == want["rejected_by_reason"]  # each hostile line, with its reason
@@ -195,12 +196,12 @@ def test_ingestion_stages_on_a_generated_dump(spark, cfg, small):
     rejects = spark.read.parquet(str(cfg.stage_dir("parse") / "rejects"))
     assert rejects.where(F.col("reason").isNull() | F.col("line").isNull()).count() == 0
 
-    s = sitelinks.run(spark, cfg)
+    s = sitelinks.run(StageContext(cfg, spark=spark))
     assert s["sitelinks"] == expected["sitelinks"]["sitelinks"]
     assert s["rejected_by_reason"] == expected["sitelinks"]["rejected_by_reason"]
     assert s["dropped_by_reason"] == expected["sitelinks"]["dropped_by_reason"]
 
-    lab = labels.run(spark, cfg)
+    lab = labels.run(StageContext(cfg, spark=spark))
     assert lab["labels_by_source"]["wikipedia"] == s["sitelinks"]
     assert lab["dropped_without_label"] > 0  # items without an English label + description
     items_labelled = lab["labels"] - lab["labels_by_source"]["label"]  # properties are labelled by "label"
@@ -209,7 +210,7 @@ def test_ingestion_stages_on_a_generated_dump(spark, cfg, small):
     assert lab["colliding_entities"] > 0 and lab["labels_still_shared"] == 0
     assert sum(lab["collision_outcome"].values()) == lab["colliding_entities"]
 
-    v = verbalize.run(spark, cfg)
+    v = verbalize.run(StageContext(cfg, spark=spark))
     # identical texts are de-duplicated: a little under the generator's bound
     assert 0.95 * expected["facts_at_most"] <= v["facts"] <= expected["facts_at_most"]
     assert v["statements_kept"] == expected["statement_facts_at_most"]

@@ -28,13 +28,13 @@ def module_db(pg_server):
 
 @pytest.fixture(scope="module")
 def built(spark, module_db, tmp_path_factory):
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     cfg = sample_config(tmp_path_factory.mktemp("e2e") / "build", {
         "tokenize.vocabularies": [VocabularyConfig(name=v, path=str(tokenizer_dir(v))) for v in VOCABS],
         "tree.subtree_threshold": 16,
     })
-    results = {r.stage: r.counts for r in run_pipeline(spark, cfg, dsn=module_db)}
+    results = {r.stage: r.counts for r in build(cfg, spark=spark, dsn=module_db)}
     return cfg, results
 
 

@@ -45,10 +45,11 @@ def test_a_database_stage_without_its_input_is_one_line_naming_the_stage_to_run_
     from refactx_pipeline.config import VocabularyConfig
     from refactx_pipeline.errors import StageInputMissing
     from refactx_pipeline.stages import load
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = cfg.updated({"tokenize.vocabularies": [VocabularyConfig(name="toy", path="")]})
     with pytest.raises(StageInputMissing) as caught:
-        load.run(None, cfg, pg_dsn)
+        load.run(StageContext(cfg, dsn=pg_dsn))
     rows = cfg.stage_dir("prefix_rows") / "toy" / "rows"
     assert describe_failure(caught.value) == (
         f"stage load reads {rows}, which is not there: run stage prefix_rows first "
@@ -56,7 +57,7 @@ def test_a_database_stage_without_its_input_is_one_line_naming_the_stage_to_run_
     rows.mkdir(parents=True)  # rows without the counts their stage writes last
     (rows / "part-0.parquet").write_bytes(b"PAR1")
     with pytest.raises(StageInputMissing, match="counts.json, which is not there: run stage prefix_rows"):
-        load.run(None, cfg, pg_dsn)
+        load.run(StageContext(cfg, dsn=pg_dsn))
 
 
 @pytest.mark.pg

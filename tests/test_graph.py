@@ -177,8 +177,9 @@ def _spark_graph(spark, cfg):
     in the in-process build's terms."""
     from refactx_pipeline.graph import stage as graph_stage
     from refactx_pipeline.graph.rules import ENTITY_PREFIX
+    from refactx_pipeline.stages.contract import StageContext
 
-    counts = graph_stage.run(spark, cfg)
+    counts = graph_stage.run(StageContext(cfg, spark=spark))
     assert counts.pop("format") == cfg.graph.format
     e = len(ENTITY_PREFIX)
     parse = cfg.stage_dir("parse")
@@ -256,12 +257,13 @@ def test_a_turtle_file_that_does_not_parse_is_an_error_naming_it(tmp_path):
 @pytest.mark.spark
 def test_spark_stage_stops_on_a_turtle_file_that_does_not_parse(spark, tmp_path):
     from refactx_pipeline.graph import stage as graph_stage
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = write_hostile_graph(tmp_path, "turtle")
     with open(tmp_path / "graph.ttl", "a", encoding="utf-8") as fh:
         fh.write('ex:CO1 ex:motto "unterminated .\n')
     with pytest.raises(ConfigError, match="graph.ttl: not valid Turtle"):
-        graph_stage.run(spark, cfg)
+        graph_stage.run(StageContext(cfg, spark=spark))
 
 
 @pytest.mark.spark
@@ -428,12 +430,12 @@ def _example_config(tmp_path) -> Config:
 def test_spark_and_in_process_builds_give_the_same_index(spark, pg_dsn, tmp_path):
     from refactx_index.pg import open_index
     from refactx_pipeline.graph.index import build_graph_index
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     from .test_end_to_end import _enumerate
 
     cfg = _example_config(tmp_path)
-    results = {r.stage: r.counts for r in run_pipeline(spark, cfg, dsn=pg_dsn)}
+    results = {r.stage: r.counts for r in build(cfg, spark=spark, dsn=pg_dsn)}
     assert list(results) == ["graph", "verbalize", "tokenize", "prefix_rows", "load", "validate", "activate"]
     built = build_graph_index(cfg)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from refactx_pipeline.stages import labels, parse
+from refactx_pipeline.stages.contract import StageContext
 from tests.conftest import shared_path
 
 E = "http://www.wikidata.org/entity/"
@@ -46,7 +47,7 @@ def parsed_dump(spark, tmp_path_factory):
     dump.write_text("\n".join(DUMP) + "\n")
     cfg = Config().updated({"paths.build_root": str(root / "build"), "spark.master": "local[2]",
                             "spark.shuffle_partitions": 4, "input.dumps": [str(dump)]})
-    parse.run(spark, cfg)
+    parse.run(StageContext(cfg, spark=spark))
     return cfg
 
 
@@ -55,7 +56,7 @@ def _run(spark, parsed, tmp_path, policy):
 
     cfg = parsed.updated({"paths.build_root": str(tmp_path / "build"), "labels.collision_policy": policy})
     shutil.copytree(parsed.stage_dir("parse"), cfg.stage_dir("parse"))
-    counts = labels.run(spark, cfg)
+    counts = labels.run(StageContext(cfg, spark=spark))
     rows = spark.read.parquet(str(cfg.stage_dir("labels") / "labels")).collect()
     return cfg, counts, {r["entity"]: (r["label"], r["label_source"]) for r in rows}
 
@@ -108,9 +109,9 @@ def test_sample500_with_real_page_heads(spark, cfg):
         "input.enwiki_page": str(shared_path("data", "wikipedia", "enwiki-20150112-page.head1MiB.sql")),
         "input.enwiki_page_props": str(shared_path("data", "wikipedia", "enwiki-20150112-page_props.head1MiB.sql")),
     })
-    parse.run(spark, cfg)
-    sitelinks.run(spark, cfg)
-    counts = labels.run(spark, cfg)
+    parse.run(StageContext(cfg, spark=spark))
+    sitelinks.run(StageContext(cfg, spark=spark))
+    counts = labels.run(StageContext(cfg, spark=spark))
     rows = {r["entity"]: r for r in spark.read.parquet(str(cfg.stage_dir("labels") / "labels")).collect()}
     assert rows["Q42"]["label"] == "Douglas Adams" and rows["Q42"]["label_source"] == "wikipedia"
     assert rows["Q145"]["label"] == "United Kingdom (country in Europe)"

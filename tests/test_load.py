@@ -72,13 +72,14 @@ def build(spark, cfg, dsn, facts=FACTS, *, activate=True) -> int:
     """tokens -> prefix rows -> load -> validate -> activate into ``dsn``; returns the build id."""
     from refactx_pipeline.stages import activate as activate_job
     from refactx_pipeline.stages import load, prefix_rows, validate
+    from refactx_pipeline.stages.contract import StageContext
 
     write_tokens(spark, cfg, facts)
-    prefix_rows.run(spark, cfg)
-    build_ids = load.run(None, cfg, dsn)["build_ids"]
+    prefix_rows.run(StageContext(cfg, spark=spark))
+    build_ids = load.run(StageContext(cfg, dsn=dsn))["build_ids"]
     if activate:
-        validate.run(spark, cfg, dsn, build_ids)
-        activate_job.run(None, cfg, dsn, build_ids)
+        validate.run(StageContext(cfg, spark=spark, dsn=dsn, build_ids=build_ids))
+        activate_job.run(StageContext(cfg, dsn=dsn, build_ids=build_ids))
     return build_ids[VOCAB]
 
 
@@ -173,6 +174,7 @@ def test_load_validate_activate_and_switch(spark, cfg, pg_dsn):
 def test_validation_failure_keeps_previous_build(spark, cfg, pg_dsn):
     from refactx_pipeline.stages import activate as activate_job
     from refactx_pipeline.stages import validate
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = make_cfg(cfg)
     schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
@@ -185,11 +187,11 @@ def test_validation_failure_keeps_previous_build(spark, cfg, pg_dsn):
             (fmt.encode_subtree([[2]]), fmt.encode_prefix([1])),
         )
     with pytest.raises(ValidationFailed, match="leaves"):
-        validate.run(spark, cfg, pg_dsn, {VOCAB: second})
+        validate.run(StageContext(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: second}))
     b = builds(pg_dsn, schema)[second]
     assert b["status"] == "failed" and "sum(child_leaves)" in b["message"]
     with pytest.raises(LoadError, match="validated"):
-        activate_job.run(None, cfg, pg_dsn, {VOCAB: second})
+        activate_job.run(StageContext(cfg, dsn=pg_dsn, build_ids={VOCAB: second}))
     active, root = read_active(pg_dsn, schema, name)
     assert active == first and root.leaves[0] == len(FACTS)
 
@@ -197,6 +199,7 @@ def test_validation_failure_keeps_previous_build(spark, cfg, pg_dsn):
 def test_validation_walk_catches_a_missing_fact(spark, cfg, pg_dsn):
     """Leaf counts can be consistent while a fact is unreachable: the sampled walk finds it."""
     from refactx_pipeline.stages import validate
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = make_cfg(cfg)
     build_id = build(spark, cfg, pg_dsn, activate=False)
@@ -207,7 +210,7 @@ def test_validation_walk_catches_a_missing_fact(spark, cfg, pg_dsn):
             (fmt.encode_subtree([[2]]), fmt.encode_prefix([6])),
         )
     with pytest.raises(ValidationFailed, match="not in the tree"):
-        validate.run(spark, cfg, pg_dsn, {VOCAB: build_id})
+        validate.run(StageContext(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: build_id}))
 
 
 def test_retention_drops_oldest_builds(spark, cfg, pg_dsn):
@@ -243,6 +246,7 @@ def _synthetic_rows(path: Path, n_rows: int, n_files: int) -> None:
 def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg, pg_dsn, tmp_path):
     from refactx_pipeline.stages import activate as activate_job
     from refactx_pipeline.stages import load, validate
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = make_cfg(cfg, {"pg.load_workers": 1})
     schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
@@ -289,13 +293,13 @@ def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg,
     rows_dir_tmp = tmp_path / "synthetic"
     rows_dir.rename(rows_dir_tmp)
     real_rows.rename(rows_dir)
-    counts = load.run(None, cfg, pg_dsn)["vocabularies"][VOCAB]
+    counts = load.run(StageContext(cfg, dsn=pg_dsn))["vocabularies"][VOCAB]
     assert counts["cleaned"]["interrupted_builds"] == [killed]
     b = builds(pg_dsn, schema)
     assert b[killed]["status"] == "failed" and "interrupted" in b[killed]["message"]
     assert f"tree_b{killed}" not in tables(pg_dsn, schema)
-    validate.run(spark, cfg, pg_dsn, {VOCAB: counts["build_id"]})
-    activate_job.run(None, cfg, pg_dsn, {VOCAB: counts["build_id"]})
+    validate.run(StageContext(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: counts["build_id"]}))
+    activate_job.run(StageContext(cfg, dsn=pg_dsn, build_ids={VOCAB: counts["build_id"]}))
     active, root = read_active(pg_dsn, schema, name)
     assert active == counts["build_id"] and root.leaves[0] == len(FACTS)
 
@@ -323,12 +327,13 @@ def test_tokenizer_meta_computed_from_real_tokenizer(cfg):
 
 def test_a_second_load_of_a_name_in_flight_is_refused_and_writes_nothing(spark, cfg, pg_dsn):
     from refactx_pipeline.stages import load
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = make_cfg(cfg)
     first = build(spark, cfg, pg_dsn, activate=False)  # loaded, awaiting validation
     before = builds(pg_dsn, cfg.pg.schema)
     with pytest.raises(LoadError, match=f"build {first} .*one build per index name"):
-        load.run(None, cfg, pg_dsn)
+        load.run(StageContext(cfg, dsn=pg_dsn))
     assert builds(pg_dsn, cfg.pg.schema).keys() == before.keys()  # no build row, no table
 
 
@@ -338,8 +343,9 @@ def test_validate_and_activate_work_on_the_build_they_are_given_and_no_other(spa
     says so, and changes nothing."""
     from refactx_pipeline.stages import activate as activate_job
     from refactx_pipeline.stages import validate
-    from refactx_pipeline.orchestration.pipeline import run_pipeline, stage
+    from refactx_pipeline.orchestration.pipeline import build as run_build, stage
     from refactx_index.errors import ConfigError
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = make_cfg(cfg)
     schema = cfg.pg.schema
@@ -348,29 +354,29 @@ def test_validate_and_activate_work_on_the_build_they_are_given_and_no_other(spa
     before = builds(pg_dsn, schema)
     for name in ("validate", "activate"):
         with pytest.raises(ConfigError, match=f"stage {name} works on the builds a load made.*--build-id"):
-            stage(name).run(cfg, spark=spark, dsn=pg_dsn)
+            stage(name).run(StageContext(cfg, spark=spark, dsn=pg_dsn))
         with pytest.raises(ConfigError, match="not among the configured vocabularies"):
-            stage(name).run(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: loaded, "other": loaded})
+            stage(name).run(StageContext(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: loaded, "other": loaded}))
     with pytest.raises(ConfigError, match="takes no build id"):
-        stage("load").run(cfg, dsn=pg_dsn, build_ids={VOCAB: loaded})
+        stage("load").run(StageContext(cfg, dsn=pg_dsn, build_ids={VOCAB: loaded}))
     with pytest.raises(ConfigError, match="stage validate works on the builds a load made"):
-        run_pipeline(None, cfg, ["validate", "activate"])  # refused before anything starts
+        run_build(cfg, ["validate", "activate"])  # refused before anything starts
     with pytest.raises(LoadError, match=r"build 999 \(given for vocabulary toy\) does not exist"):
-        validate.run(spark, cfg, pg_dsn, {VOCAB: 999})
+        validate.run(StageContext(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: 999}))
     other_index = cfg.updated({"pg.index_name": "other-{vocabulary}"})
     with pytest.raises(LoadError, match=f"build {loaded} .* is a build of index 'wikidata-toy', not of 'other-toy'"):
-        validate.run(spark, other_index, pg_dsn, {VOCAB: loaded})
+        validate.run(StageContext(other_index, spark=spark, dsn=pg_dsn, build_ids={VOCAB: loaded}))
     other_dump = cfg.updated({"paths.dump_date": "20990101"})
     with pytest.raises(LoadError, match="was loaded from wikidata dump sample, this run builds wikidata dump 20990101"):
-        activate_job.run(None, other_dump, pg_dsn, {VOCAB: loaded})
+        activate_job.run(StageContext(other_dump, dsn=pg_dsn, build_ids={VOCAB: loaded}))
     with pytest.raises(LoadError, match=f"build {loaded} .* is loaded; activate takes a validated or active build: validate it first"):
-        activate_job.run(None, cfg, pg_dsn, {VOCAB: loaded})
+        activate_job.run(StageContext(cfg, dsn=pg_dsn, build_ids={VOCAB: loaded}))
     with pytest.raises(LoadError, match=f"build {first} .* is active; validate takes a loaded or validated build"):
-        validate.run(spark, cfg, pg_dsn, {VOCAB: first})
+        validate.run(StageContext(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: first}))
     assert builds(pg_dsn, schema) == before  # nothing changed
     # the right build goes through
-    validate.run(spark, cfg, pg_dsn, {VOCAB: loaded})
-    assert activate_job.run(None, cfg, pg_dsn, {VOCAB: loaded})[VOCAB]["previous"] == first
+    validate.run(StageContext(cfg, spark=spark, dsn=pg_dsn, build_ids={VOCAB: loaded}))
+    assert activate_job.run(StageContext(cfg, dsn=pg_dsn, build_ids={VOCAB: loaded}))[VOCAB]["previous"] == first
 
 
 def test_build_id_arguments():
@@ -400,19 +406,20 @@ def test_a_second_run_of_a_dump_date_is_refused_before_it_writes(spark, cfg, tmp
     (in this process, or a stage of it through the spark-submit entry point) is refused with
     a message naming the holder, and the first run's outputs are untouched (issue 11)."""
     from refactx_pipeline.stages import prefix_rows
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build as run_build
     from refactx_pipeline.orchestration.workdir import RunConflict, claim_path, claim_work_dir, release_work_dir
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = make_cfg(cfg)
     scheduled = "scheduled__2026-01-05T00:00:00+00:00"
     assert claim_work_dir(cfg, scheduled)["run_id"] == scheduled  # the DAG run's first stage
     write_tokens(spark, cfg, FACTS)
-    prefix_rows.run(spark, cfg)
+    prefix_rows.run(StageContext(cfg, spark=spark))
     first = _files(cfg.stage_dir("prefix_rows"))
 
     with pytest.raises(RunConflict, match=f"in use by run '{re.escape(scheduled)}'.*overwrite each other's "
                        "stage outputs.*record_run"):
-        run_pipeline(spark, cfg, ["prefix_rows"])
+        run_build(cfg, ["prefix_rows"], spark=spark)
     submit = subprocess.run(  # the installed entry point spark-submit runs, as the DAG's task would
         [sys.executable, importlib.util.find_spec("refactx_pipeline.submit").origin, "prefix_rows",
          "--set", f"paths.build_root={cfg.paths.build_root}", "--set", f"tokenize.vocabularies={VOCAB}=",
@@ -426,8 +433,8 @@ def test_a_second_run_of_a_dump_date_is_refused_before_it_writes(spark, cfg, tmp
 
     # a run of this process claims for itself and releases when it ends, however it ends
     seen = []
-    run_pipeline(spark, cfg, ["prefix_rows"],
-                 on_stage=lambda s, r: seen.append(json.loads(claim_path(cfg).read_text())))
+    run_build(cfg, ["prefix_rows"], spark=spark,
+              on_stage=lambda s, r: seen.append(json.loads(claim_path(cfg).read_text())))
     assert {c["pid"] for c in seen} == {os.getpid()} and not claim_path(cfg).exists()
 
     # a process's claim whose process died is taken over
@@ -602,16 +609,17 @@ def test_validation_fails_on_faulty_parquet_rows(spark, cfg, pg_dsn, corrupt):
     """Prefix rows written wrong (and loaded as written: PostgreSQL agrees with the Parquet) fail
     the Spark checks: the build is failed with the reason, the served build is unchanged."""
     from refactx_pipeline.stages import load, prefix_rows, validate
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = make_cfg(cfg)
     schema, name = cfg.pg.schema, f"{cfg.paths.source}-{VOCAB}"
     first = build(spark, cfg, pg_dsn)
     write_tokens(spark, cfg, FACTS + [[9, 9, 9]])
-    prefix_rows.run(spark, cfg)
+    prefix_rows.run(StageContext(cfg, spark=spark))
     reason = rewrite_rows(cfg.stage_dir("prefix_rows") / VOCAB / "rows", corrupt)
-    build_ids = load.run(None, cfg, pg_dsn)["build_ids"]
+    build_ids = load.run(StageContext(cfg, dsn=pg_dsn))["build_ids"]
     with pytest.raises(ValidationFailed, match=reason):
-        validate.run(spark, cfg, pg_dsn, build_ids)
+        validate.run(StageContext(cfg, spark=spark, dsn=pg_dsn, build_ids=build_ids))
     b = builds(pg_dsn, schema)[build_ids[VOCAB]]
     assert b["status"] == "failed" and "the prefix rows Parquet" in b["message"]
     active, root = read_active(pg_dsn, schema, name)

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from refactx_pipeline.stages import parse
+from refactx_pipeline.stages.contract import StageContext
 from refactx_pipeline.stages.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
 from refactx_index.errors import ConfigError
 from tests import ntriples_grammar as grammar
@@ -53,7 +54,7 @@ GARBAGE = b"\xff\xfe\x00\x80\x81garbage <x> .\n"
 
 def _run(spark, cfg, paths):
     cfg = cfg.updated({"input.dumps": [str(p) for p in paths]})
-    counts = parse.run(spark, cfg)
+    counts = parse.run(StageContext(cfg, spark=spark))
     out = cfg.stage_dir("parse")
     frames = {n: spark.read.parquet(str(out / n)) for n in ("statements", "terms", "properties", "rejects")}
     return counts, frames

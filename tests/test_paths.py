@@ -118,7 +118,7 @@ def tiny(spark, tmp_path_factory):
     """The hand-made graph through verbalize (with inverse facts) and paths, L = 3; the
     Config and the stage's counts."""
     from refactx_pipeline.config import Config
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
     from refactx_pipeline.stages.schemas import LABELS, STATEMENTS as STATEMENTS_SCHEMA
 
     root = tmp_path_factory.mktemp("tiny")
@@ -139,7 +139,7 @@ def tiny(spark, tmp_path_factory):
         out.mkdir(parents=True)
         pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema(
             [pa.field(f.name, pa.string(), f.nullable) for f in schema.fields])), out / "part-0.parquet")
-    results = run_pipeline(spark, cfg, ["verbalize", "paths"])
+    results = build(cfg, ["verbalize", "paths"], spark=spark)
     return cfg, results[-1].counts
 
 
@@ -196,11 +196,11 @@ def test_a_path_build_is_served_as_a_paths_index(spark, tiny, pg_dsn):
 
     from refactx_index.pg import open_index
     from refactx_index.vocab import encode_facts, open_tokenizer
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     vocab = tokenizer_dir("qwen2.5")
     cfg = tiny[0].updated({"tokenize.vocabularies": [f"qwen2.5={vocab}"]})
-    run_pipeline(spark, cfg, ["tokenize", "prefix_rows", "load", "validate", "activate"], dsn=pg_dsn)
+    build(cfg, ["tokenize", "prefix_rows", "load", "validate", "activate"], spark=spark, dsn=pg_dsn)
     with psycopg.connect(pg_dsn) as conn:
         kinds = conn.execute("SELECT name, index_kind, status FROM refactx.builds").fetchall()
     assert kinds == [("wikidata-paths-qwen2.5", "paths", "active")]
@@ -218,13 +218,13 @@ SAMPLE_MIN_FACTS, SAMPLE_FANOUT, SAMPLE_BUDGET = 25, 4, 30
 
 @pytest.fixture(scope="module")
 def sample_paths(spark, sample_verbalized):
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     cfg = sample_verbalized.updated({
         "path_index.enabled": True, "path_index.min_facts": SAMPLE_MIN_FACTS, "path_index.max_hops": 3,
         "path_index.max_fanout": SAMPLE_FANOUT, "path_index.max_paths": SAMPLE_BUDGET,
     })
-    counts = run_pipeline(spark, cfg, ["paths"])[0].counts
+    counts = build(cfg, ["paths"], spark=spark)[0].counts
     return cfg, counts
 
 

@@ -160,6 +160,7 @@ def test_run_writes_rows_and_counts(spark, cfg):
     from refactx_pipeline.stages import prefix_rows as job
     from refactx_pipeline.stages.schemas import TOKENS
     from refactx_pipeline.config import VocabularyConfig
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = cfg.updated({
         "tokenize.vocabularies": [VocabularyConfig(name="toy", path="")],
@@ -169,7 +170,7 @@ def test_run_writes_rows_and_counts(spark, cfg):
     })
     src = cfg.stage_dir("tokenize") / "toy" / "tokens"
     spark.createDataFrame([(i, f) for i, f in enumerate(FACTS)], TOKENS).write.parquet(str(src))
-    counts = job.run(spark, cfg)["vocabularies"]["toy"]
+    counts = job.run(StageContext(cfg, spark=spark))["vocabularies"]["toy"]
     assert counts["facts"] == len(FACTS)
     assert counts["distinct_facts"] == len({tuple(f) for f in FACTS})
     assert counts["duplicate_facts"] == 1

@@ -33,13 +33,13 @@ def built(spark, sample_verbalized, module_db):
     """The shared sample's SmolLM2 build, active in ``module_db``."""
     pytest.importorskip("torch")
     from refactx_index.models import model_directory
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
 
     cfg = sample_verbalized.updated({
         "tokenize.vocabularies": [VocabularyConfig(name="smollm2", path=str(model_directory("smollm2")))],
     })
-    results = {r.stage: r.counts for r in run_pipeline(
-        spark, cfg, ["tokenize", "prefix_rows", "load", "validate", "activate"], dsn=module_db)}
+    results = {r.stage: r.counts for r in build(
+        cfg, ["tokenize", "prefix_rows", "load", "validate", "activate"], spark=spark, dsn=module_db)}
     return cfg, results["load"]["vocabularies"]["smollm2"]
 
 
@@ -213,12 +213,12 @@ def test_graph_build_provenance_gives_the_input_rows_ids(spark, tmp_path):
     import csv
 
     from refactx_pipeline.config import Config
-    from refactx_pipeline.orchestration.pipeline import run_pipeline
+    from refactx_pipeline.orchestration.pipeline import build
     from refactx_pipeline.testing.finance_example import write_example
 
     cfg = Config.load(write_example(tmp_path, companies=40, people=30), env={}).updated({
         "spark.master": "local[2]", "spark.shuffle_partitions": 4})
-    run_pipeline(spark, cfg, ["graph", "verbalize"])
+    build(cfg, ["graph", "verbalize"], spark=spark)
     with open(tmp_path / "triples.csv", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     entities = {r["id"] for r in csv.DictReader(open(tmp_path / "labels.csv", encoding="utf-8"))}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 
 from refactx_pipeline.stages import sitelinks
+from refactx_pipeline.stages.contract import StageContext
 from tests.conftest import shared_path
 
 HEADER = "CREATE TABLE `{t}` (\n{cols}\n) ENGINE=InnoDB;\n"
@@ -25,7 +26,7 @@ def test_page_and_page_props_real_heads(spark, cfg):
         "input.enwiki_page": str(shared_path(*base, "enwiki-20150112-page.head1MiB.sql")),
         "input.enwiki_page_props": str(shared_path(*base, "enwiki-20150112-page_props.head1MiB.sql")),
     })
-    counts = sitelinks.run(spark, cfg)
+    counts = sitelinks.run(StageContext(cfg, spark=spark))
     assert counts["rows_in"] == {"page": 9559, "page_props": 22934}
     assert counts["rejected_by_reason"] == {"page:truncated_row": 1, "page_props:truncated_row": 1}
     links = {r["entity"]: r["title"] for r in spark.read.parquet(str(cfg.stage_dir("sitelinks") / "sitelinks")).collect()}
@@ -41,7 +42,7 @@ def test_items_per_site_real_head_has_no_enwiki_rows(spark, cfg):
             shared_path("data", "wikipedia", "wikidatawiki-20150113-wb_items_per_site.head1MiB.sql")
         ),
     })
-    counts = sitelinks.run(spark, cfg)
+    counts = sitelinks.run(StageContext(cfg, spark=spark))
     # the head is sorted by site and stops in cawiki
     assert counts["rows_in"] == {"wb_items_per_site": 18165}
     assert counts["sitelinks"] == 0 and counts["rejected"] == 1
@@ -56,7 +57,7 @@ def test_items_per_site_keeps_enwiki_main_namespace(spark, cfg, tmp_path):
             "(4,7,'enwiki','Star Trek: The Next Generation'),(5,8,'enwiki','O\\'Brien')",
         ),
     })
-    counts = sitelinks.run(spark, cfg)
+    counts = sitelinks.run(StageContext(cfg, spark=spark))
     links = {r["entity"]: r["title"] for r in spark.read.parquet(str(cfg.stage_dir("sitelinks") / "sitelinks")).collect()}
     assert links == {"Q42": "Douglas Adams", "Q7": "Star Trek: The Next Generation", "Q8": "O'Brien"}
     assert counts["dropped_by_reason"] == {"non_main_namespace": 1}
@@ -74,7 +75,7 @@ def test_short_descriptions_and_redirects(spark, cfg, tmp_path):
             "(2,'wikibase_item','Q1',NULL),(3,'wikibase_item','Q2',NULL),(4,'wikibase_item','Q3',NULL)",
         ),
     })
-    counts = sitelinks.run(spark, cfg)
+    counts = sitelinks.run(StageContext(cfg, spark=spark))
     rows = spark.read.parquet(str(cfg.stage_dir("sitelinks") / "sitelinks")).collect()
     assert [(r["entity"], r["title"], r["short_description"]) for r in rows] == [
         ("Q42", "Douglas Adams", "English writer")

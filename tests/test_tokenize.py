@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from refactx_pipeline.stages import tokenize as T
+from refactx_pipeline.stages.contract import StageContext
 from refactx_pipeline.stages.schemas import TOKENS
 from refactx_pipeline.config import VocabularyConfig
 from refactx_index.errors import ConfigError
@@ -194,7 +195,7 @@ def test_spark_ids_equal_driver_ids_for_all_vocabularies(spark, cfg, vocabs):
         "tokenize.max_tokens": 48,
     })
     by_id = write_facts(spark, cfg, FACT_TEXTS + [LONG_FACT])
-    counts = T.run(spark, cfg)
+    counts = T.run(StageContext(cfg, spark=spark))
     assert counts["facts"] == len(FACT_TEXTS) + 1
     rejects = {
         (r["vocabulary"], by_id[r["fact_id"]], r["reason"])
@@ -239,17 +240,17 @@ def test_incremental_build_encodes_only_new_facts(spark, cfg, tmp_path):
     new_texts = FACT_TEXTS[2:]  # two facts gone, three new, the long one gone
     cfg = cfg.updated({"paths.dump_date": "2024-01"})
     write_facts(spark, cfg, old_texts)
-    T.run(spark, cfg)
+    T.run(StageContext(cfg, spark=spark))
     previous = str(cfg.stage_dir("tokenize"))
 
     cfg = cfg.updated({"paths.dump_date": "2024-02-full"})
     write_facts(spark, cfg, new_texts)
-    full = T.run(spark, cfg)
+    full = T.run(StageContext(cfg, spark=spark))
     full_tokens = {n: read_tokens(spark, cfg, n) for n in names}
 
     cfg = cfg.updated({"paths.dump_date": "2024-02", "tokenize.reuse_from": previous})
     write_facts(spark, cfg, new_texts)
-    incremental = T.run(spark, cfg)
+    incremental = T.run(StageContext(cfg, spark=spark))
     common = len(set(old_texts) & set(new_texts))
     for n in names:
         assert read_tokens(spark, cfg, n) == full_tokens[n]  # exactly the full build's dataset
@@ -264,7 +265,7 @@ def test_incremental_build_encodes_only_new_facts(spark, cfg, tmp_path):
     # pointing reuse_from at this very build would read what it overwrites
     cfg = cfg.updated({"tokenize.reuse_from": str(cfg.stage_dir("tokenize"))})
     with pytest.raises(ConfigError, match="own tokenize directory"):
-        T.run(spark, cfg)
+        T.run(StageContext(cfg, spark=spark))
 
 
 def test_reuse_applies_a_changed_limit_and_a_vocabulary_may_store_nothing(spark, cfg):
@@ -276,15 +277,15 @@ def test_reuse_applies_a_changed_limit_and_a_vocabulary_may_store_nothing(spark,
         "paths.dump_date": "2024-01",
     })
     write_facts(spark, cfg, FACT_TEXTS)
-    T.run(spark, cfg)
+    T.run(StageContext(cfg, spark=spark))
     previous = str(cfg.stage_dir("tokenize"))
 
     lowered = cfg.updated({"tokenize.max_tokens": 20, "paths.dump_date": "2024-02-full"})  # 3 of 9 fit
     by_id = write_facts(spark, lowered, FACT_TEXTS)
-    full = T.run(spark, lowered)
+    full = T.run(StageContext(lowered, spark=spark))
     incremental_cfg = lowered.updated({"paths.dump_date": "2024-02", "tokenize.reuse_from": previous})
     write_facts(spark, incremental_cfg, FACT_TEXTS)
-    incremental = T.run(spark, incremental_cfg)
+    incremental = T.run(StageContext(incremental_cfg, spark=spark))
     full_entry, entry = full["vocabularies"]["qwen2.5"], incremental["vocabularies"]["qwen2.5"]
     assert read_tokens(spark, incremental_cfg, "qwen2.5") == read_tokens(spark, lowered, "qwen2.5")
     assert entry["encoded"] == 0 and entry["reused"] == len(by_id) and full_entry["reused"] == 0
@@ -297,7 +298,7 @@ def test_reuse_applies_a_changed_limit_and_a_vocabulary_may_store_nothing(spark,
 
     nothing = cfg.updated({"tokenize.max_tokens": 4, "paths.dump_date": "2024-03"})
     write_facts(spark, nothing, FACT_TEXTS)
-    counts = T.run(spark, nothing)["vocabularies"]["qwen2.5"]
+    counts = T.run(StageContext(nothing, spark=spark))["vocabularies"]["qwen2.5"]
     assert counts["facts_written"] == counts["tokens"] == counts["max_tokens_per_fact"] == 0
     assert counts["rejected"] == {"over_max_tokens": len(FACT_TEXTS)}
     tokens = spark.read.parquet(str(nothing.stage_dir("tokenize") / "qwen2.5" / "tokens"))

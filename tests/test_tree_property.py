@@ -58,6 +58,7 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_toke
     from refactx_pipeline.config import Config, VocabularyConfig
     from refactx_index import format as fmt
     from refactx_index.memory import build_rows as reference_rows, compress_rows
+    from refactx_pipeline.stages.contract import StageContext
 
     cfg = Config().updated({
         "paths.build_root": tempfile.mkdtemp(prefix="refactx_prop_"),
@@ -71,7 +72,7 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_toke
         str(vocab_dir / "tokens")
     )
     (vocab_dir / "meta.json").write_text(json.dumps({"name": "prop", "sha256": "0" * 64, "vocab_size": 2**31 - 1}))
-    prefix_rows.run(spark, cfg)
+    prefix_rows.run(StageContext(cfg, spark=spark))
     info = load.load_all(cfg, pg_dsn)["vocabularies"]["prop"]
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from refactx_pipeline.stages import verbalize as V
+from refactx_pipeline.stages.contract import StageContext
 from refactx_pipeline.stages.schemas import FACTS, LABELS, PROPERTIES, PROVENANCE, SITELINKS, STATEMENTS, TERMS
 from refactx_pipeline.config import VerbalizeConfig
 
@@ -229,7 +230,7 @@ def _write_inputs(cfg, inputs, with_sitelinks: bool):
 def test_run_writes_facts_and_counts_without_sitelinks(spark, cfg, inputs):
     _write_inputs(cfg, inputs, with_sitelinks=False)
     cfg = cfg.updated({"filter.languages": ["en"]})
-    counts = V.run(spark, cfg)
+    counts = V.run(StageContext(cfg, spark=spark))
     facts = spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts"))
     first_rows = {(r["fact_id"], r["text"]) for r in facts.collect()}
     texts = {text for _, text in first_rows}
@@ -249,7 +250,7 @@ def test_run_writes_facts_and_counts_without_sitelinks(spark, cfg, inputs):
     assert counts["provenance_rows"] == provenance.count() == 7  # one source per fact here
     assert {r["fact_id"] for r in provenance.collect()} == {fact_id for fact_id, _ in first_rows}
     # re-running overwrites its own output: same facts, same ids
-    again = V.run(spark, cfg)
+    again = V.run(StageContext(cfg, spark=spark))
     assert again == counts
     rerun = spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts"))
     assert {(r["fact_id"], r["text"]) for r in rerun.collect()} == first_rows
@@ -257,4 +258,4 @@ def test_run_writes_facts_and_counts_without_sitelinks(spark, cfg, inputs):
 
 def test_run_requires_statements(spark, cfg):
     with pytest.raises(FileNotFoundError, match="statements"):
-        V.run(spark, cfg)
+        V.run(StageContext(cfg, spark=spark))

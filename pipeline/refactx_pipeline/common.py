@@ -104,6 +104,17 @@ def spark_session(cfg: Config, app_name: str = "refactx_index", *, jvm_stderr: P
     return spark
 
 
+@contextlib.contextmanager
+def spark_started(cfg: Config, app_name: str, *, jvm_stderr: Path | None = None) -> Iterator[Any]:
+    """``spark_session(cfg, app_name, jvm_stderr=...)`` for the block, stopped after it however
+    it ends (a build that started Spark itself stops it)."""
+    spark = spark_session(cfg, app_name, jvm_stderr=jvm_stderr)
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
 def remove_tree(spark, path: str | Path) -> None:
     """Delete a staging directory through Hadoop's FileSystem (local or distributed)."""
     jvm = spark.sparkContext._jvm

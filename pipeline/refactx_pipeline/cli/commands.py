@@ -59,17 +59,14 @@ def _config_from(args: argparse.Namespace, **overrides: Any) -> Config:
 
 def _run_build(cfg: Config, stages: Sequence[str] | None, dsn: str | None = None,
                build_ids: dict[str, int] | None = None, *, verbose: int = 0) -> list[Any]:
-    from refactx_pipeline.common import spark_session
-    from refactx_pipeline.orchestration.pipeline import run_pipeline, select_stages
+    """``build`` with the progress display on stderr."""
+    from refactx_pipeline.orchestration.pipeline import build, select_stages
 
-    selected = select_stages(cfg, stages)
-    # the JVM's start-up notes (JDK, Hadoop, log4j) are kept off the terminal unless -v
-    spark = spark_session(cfg, "refactx:build", jvm_stderr=None if verbose else cfg.build_dir() / JVM_LOG)
-    try:
-        with BuildProgress(spark, selected) as progress:
-            return run_pipeline(spark, cfg, selected, progress.on_stage, dsn=dsn, build_ids=build_ids)
-    finally:
-        spark.stop()
+    # the bar's length only: build selects the stages for itself
+    with BuildProgress(select_stages(cfg, stages)) as progress:
+        return build(cfg, stages, dsn=dsn, build_ids=build_ids, on_stage=progress.on_stage,
+                     # the JVM's start-up notes (JDK, Hadoop, log4j) are kept off the terminal unless -v
+                     jvm_stderr=None if verbose else cfg.build_dir() / JVM_LOG)
 
 
 # --------------------------------------------------------------------------- commands
@@ -349,16 +346,13 @@ def cmd_graph_index(args: argparse.Namespace) -> int:
 
 
 def cmd_questions(args: argparse.Namespace) -> int:
-    from refactx_pipeline.common import spark_session
+    from refactx_pipeline.common import spark_started
     from refactx_pipeline.questions import run
 
     cfg = _config_from(args)
-    spark = spark_session(cfg, "refactx:questions")
-    try:
+    with spark_started(cfg, "refactx:questions") as spark:
         questions = run(spark, cfg, count=args.count, seed=args.seed, templates=args.templates,
                         max_answers=args.max_answers, only_templated=args.only_templated)
-    finally:
-        spark.stop()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as fh:

@@ -34,6 +34,16 @@ def summary(counts: dict[str, Any]) -> str:
     return ", ".join(shown[:14])
 
 
+def _spark_status_tracker():
+    """The status tracker of the Spark session the build started (or was given), or None
+    before it starts one: ``build`` starts Spark only when a stage needs it, after the
+    progress display has begun."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    return spark.sparkContext.statusTracker() if spark is not None else None
+
+
 PROGRESS_INTERVAL_S = 30.0  # a plain progress line this often while a stage runs (no terminal)
 
 
@@ -42,12 +52,12 @@ class BuildProgress:
     terminal; elsewhere (CI logs, Airflow, a file) one line per stage start and end and a
     Spark task count every ``PROGRESS_INTERVAL_S``, never a redrawn bar."""
 
-    def __init__(self, spark, stages: Sequence[str], out=None, interactive: bool | None = None,
+    def __init__(self, stages: Sequence[str], out=None, interactive: bool | None = None,
                  interval_s: float = PROGRESS_INTERVAL_S) -> None:
         self.out = out if out is not None else sys.stderr
         if interactive is None:
             interactive = bool(getattr(self.out, "isatty", lambda: False)())
-        self.tracker = spark.sparkContext.statusTracker() if spark is not None else None
+        self.tracker = None  # the Spark session's, once the build has started one
         self.stage = ""
         self.started = time.monotonic()
         self.bar = None
@@ -71,10 +81,14 @@ class BuildProgress:
 
     def on_stage(self, stage: str, result) -> None:
         if result is None:
+            if self.tracker is None:
+                self.tracker = _spark_status_tracker()
             self.stage, self.started = stage, time.monotonic()
             if self.bar is None:
                 self._line(f"  {stage:<12} started")
             return
+        # nothing runs until the next stage starts, and Spark may be stopped after the last
+        self.stage = ""
         line = f"  {stage:<12} {result.seconds:6.1f}s  {summary(result.counts)}"
         if self.bar is not None:
             self.bar.update(1)

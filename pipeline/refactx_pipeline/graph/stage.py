@@ -59,6 +59,7 @@ from refactx_pipeline.graph.rules import (
     ntriples_record,
     turtle_records,
 )
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import LABELS, PROPERTIES, REJECTS, STATEMENTS, TERMS
 from refactx_pipeline.stages.verbalize import clean_text
 
@@ -453,8 +454,9 @@ def _write(frame: DataFrame, schema: T.StructType, path) -> None:
     frame.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields]).write.mode("overwrite").parquet(str(path))
 
 
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageCounts:
     """Write the parse and labels datasets of ``cfg.graph`` and ``graph/counts.json``."""
+    spark, cfg = ctx.spark, ctx.cfg
     graph = _Graph(spark, cfg)
     try:
         parse_dir, labels_dir = cfg.stage_dir("parse"), cfg.stage_dir("labels")

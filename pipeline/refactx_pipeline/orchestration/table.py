@@ -21,7 +21,7 @@ class StageSpec:
     description: str
     needs_spark: bool = True
     needs_database: bool = False
-    # works on the builds a load made: run(spark, cfg, dsn, build_ids), ids given explicitly
+    # works on the builds a load made: its StageContext's build_ids, given explicitly
     takes_builds: bool = False
 
 

@@ -65,12 +65,13 @@ def branches(config: str) -> list[dict[str, str]]:
 
 
 def run_stage(stage: str, argv: Sequence[str]) -> dict[str, int] | None:
-    """A stage that needs no Spark, in the task's own process; returns what later tasks of the
-    branch are handed (XCom): for the load, the build it made per vocabulary."""
+    """A stage that needs no Spark, in the task's own process (``build`` for it, as a
+    spark-submit of a stage runs it); returns what later tasks of the branch are handed
+    (XCom): for the load, the build it made per vocabulary."""
+    from refactx_pipeline.orchestration.pipeline import run_stage_command
     from refactx_pipeline.stages.load import build_ids_of
-    from refactx_pipeline.orchestration.pipeline import run_stage as run
 
-    counts = run(stage, argv)
+    counts = run_stage_command(stage, argv)
     return build_ids_of(counts) if stage == "load" else None
 
 

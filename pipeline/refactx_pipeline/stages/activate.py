@@ -24,6 +24,7 @@ from psycopg import sql
 
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import write_counts
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.config import Config
 from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
 from refactx_pipeline.errors import ActivationRefused, ConfigError, LoadError
@@ -176,8 +177,7 @@ def activate_all(cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> dict[st
     return result
 
 
-def run(spark, cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> dict:
-    """The stage: ``spark`` is None (the database does the work), ``dsn`` the target database,
-    ``build_ids`` the builds to activate (vocabulary -> build id, what the load returned)."""
-    del spark
-    return activate_all(cfg, dsn, build_ids)
+def run(ctx: StageContext) -> StageCounts:
+    """The stage: the database does the work, in ``ctx.dsn``, no Spark; ``ctx.build_ids`` names
+    the builds to activate (vocabulary -> build id, what the load returned)."""
+    return activate_all(ctx.cfg, ctx.dsn, ctx.build_ids)

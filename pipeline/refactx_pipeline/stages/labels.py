@@ -29,13 +29,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
 from refactx_pipeline.common import remove_tree, stage_input, write_counts
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import LABELS
 from refactx_pipeline.stages.verbalize import render_object
 
@@ -205,8 +205,9 @@ def entities_to_label(statements: DataFrame, terms: DataFrame, properties: DataF
     )
 
 
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageCounts:
     """Write ``labels/labels`` and ``labels/collisions`` from parse (and sitelinks, when configured)."""
+    spark, cfg = ctx.spark, ctx.cfg
     out = cfg.stage_dir("labels")
     statements = spark.read.parquet(str(stage_input(cfg, "labels", "parse", "statements")))
     terms = spark.read.parquet(str(stage_input(cfg, "labels", "parse", "terms")))

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import DICTIONARY_FILE, stage_input, write_counts
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config, VocabularyConfig
 from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
@@ -366,7 +367,6 @@ def build_ids_of(counts: dict[str, Any]) -> dict[str, int]:
     return {vocab: int(build_id) for vocab, build_id in counts["build_ids"].items()}
 
 
-def run(spark, cfg: Config, dsn: str) -> dict:
-    """The stage: ``spark`` is None (the database does the work), ``dsn`` the target database."""
-    del spark
-    return load_all(cfg, dsn)
+def run(ctx: StageContext) -> StageCounts:
+    """The stage: the database does the work, in ``ctx.dsn``; no Spark."""
+    return load_all(ctx.cfg, ctx.dsn)

@@ -32,6 +32,7 @@ from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
 from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
 
 log = logging.getLogger(__name__)
@@ -365,8 +366,9 @@ def filter_reason(statements: DataFrame, properties: DataFrame, cfg: Config) -> 
 # ---------------------------------------------------------------- the job
 
 
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageCounts:
     """Parse ``cfg.input.dumps`` into ``parse/{statements,terms,properties,rejects}``."""
+    spark, cfg = ctx.spark, ctx.cfg
     out = cfg.stage_dir("parse")
     staged_path = str(out / "_staged")
     languages = cfg.filter.languages

@@ -42,7 +42,8 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from refactx_pipeline.common import ingest_stage, remove_tree, stage_input, write_counts
-from refactx_pipeline.config import Config, PathIndexConfig, VerbalizeConfig
+from refactx_pipeline.stages.contract import StageContext, StageCounts
+from refactx_pipeline.config import PathIndexConfig, VerbalizeConfig
 from refactx_pipeline.errors import ConfigError
 from refactx_pipeline.stages.schemas import FACTS
 from refactx_pipeline.stages.verbalize import (
@@ -244,8 +245,9 @@ def path_facts(paths: DataFrame, end: str) -> DataFrame:
 
 
 # ---------------------------------------------------------------- job
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageCounts:
     """Read parse's statements and labels, write paths/paths and counts.json."""
+    spark, cfg = ctx.spark, ctx.cfg
     pcfg = cfg.path_index
     first = ingest_stage(cfg)
     statements = spark.read.parquet(str(stage_input(cfg, STAGE, "parse", "statements", written_by=first)))

@@ -48,7 +48,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
@@ -62,9 +62,9 @@ from pyspark.sql.types import (
 )
 
 from refactx_pipeline.common import DICTIONARY_FILE, stage_input, write_counts
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import ROWS
 from refactx_index import format as fmt
-from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -527,8 +527,9 @@ def output_counts(rows: DataFrame) -> dict[str, Any]:
             ("rows", "distinct_facts", "bytes", "node_bytes", "largest_row_bytes", "p99_row_bytes", "max_depth")}
 
 
-def run(spark: SparkSession, cfg: Config) -> dict:
+def run(ctx: StageContext) -> StageCounts:
     """Build the rows of every configured vocabulary; returns counts per vocabulary."""
+    spark, cfg = ctx.spark, ctx.cfg
     tree = cfg.tree
     result: dict[str, Any] = {"subtree_threshold": tree.subtree_threshold,
                               "max_subtree_tokens": tree.max_subtree_tokens,

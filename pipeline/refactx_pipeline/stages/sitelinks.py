@@ -14,10 +14,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
 from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import REJECTS, SITELINKS
 from refactx_pipeline.stages.sqldump import RAW, REASON, read_mysql_table
 
@@ -109,8 +109,9 @@ def _stage_table(spark: SparkSession, path: str, out: str) -> DataFrame:
     return spark.read.parquet(out)
 
 
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageCounts:
     """Write ``sitelinks/sitelinks`` and ``sitelinks/rejects`` from the configured SQL dumps."""
+    spark, cfg = ctx.spark, ctx.cfg
     inp = cfg.input
     out = cfg.stage_dir("sitelinks")
     conf_key = "spark.sql.execution.arrow.maxRecordsPerBatch"

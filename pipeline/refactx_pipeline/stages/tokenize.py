@@ -53,6 +53,7 @@ from refactx_index.vocab import (
 )
 
 from refactx_pipeline.common import remove_tree, stage_input, write_counts
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import TOKENS
 
 log = logging.getLogger(__name__)
@@ -392,9 +393,10 @@ def _replace_directory(spark: SparkSession, source: Path, target: Path) -> None:
         raise OSError(f"could not move {source} to {target}")
 
 
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageCounts:
     """Tokenize verbalize/facts (a path build: paths/paths) for every configured vocabulary
     (see the module docstring)."""
+    spark, cfg = ctx.spark, ctx.cfg
     tcfg = cfg.tokenize
     vocabs = vocabularies(tcfg)
     facts_path = (stage_input(cfg, STAGE, "paths", "paths") if cfg.path_index.enabled

@@ -45,6 +45,7 @@ from psycopg import sql
 
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import stage_input, write_counts
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.load import parquet_files, parquet_row_count
 from refactx_index import format as fmt
 from refactx_pipeline.config import Config
@@ -465,7 +466,7 @@ def validate_all(spark, cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> 
     return result
 
 
-def run(spark, cfg: Config, dsn: str, build_ids: Mapping[str, int]) -> dict:
-    """The stage: Spark checks every row of the Parquet and samples facts, ``dsn`` holds the
-    builds ``build_ids`` names (vocabulary -> build id, what the load returned)."""
-    return validate_all(spark, cfg, dsn, build_ids)
+def run(ctx: StageContext) -> StageCounts:
+    """The stage: Spark checks every row of the Parquet and samples facts, ``ctx.dsn`` holds
+    the builds ``ctx.build_ids`` names (vocabulary -> build id, what the load returned)."""
+    return validate_all(ctx.spark, ctx.cfg, ctx.dsn, ctx.build_ids)

@@ -24,10 +24,11 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from refactx_pipeline.config import DEFAULT_LANGUAGES, Config, VerbalizeConfig
+from refactx_pipeline.config import DEFAULT_LANGUAGES, VerbalizeConfig
 from refactx_pipeline.stages.render import DESCRIPTION_LABEL, ENTITY_PREFIX, KIND_ORDER, SHORT_DESCRIPTION_LABEL
 
 from refactx_pipeline.common import ingest_stage, remove_tree, stage_input, write_counts
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import FACTS, PROVENANCE
 
 log = logging.getLogger(__name__)
@@ -379,8 +380,9 @@ def _count_map(rows: Sequence[Any]) -> dict[str, int]:
     return {str(key): int(n) for key, n in sorted(rows, key=lambda r: str(r[0])) if key is not None}
 
 
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageCounts:
     """Read parse/labels/sitelinks outputs, write verbalize/facts and counts.json."""
+    spark, cfg = ctx.spark, ctx.cfg
     first = ingest_stage(cfg)
     statements = spark.read.parquet(str(stage_input(cfg, STAGE, "parse", "statements", written_by=first)))
     labels_by = first if first == "graph" else "labels"
