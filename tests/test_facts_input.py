@@ -42,12 +42,13 @@ def write_inputs(tmp_path):
 def test_the_facts_stage_cleans_rejects_and_dedupes_text_and_parquet_inputs(spark, cfg, tmp_path):
     import pyarrow.dataset as ds
 
-    from refactx_pipeline.stages import facts
     from refactx_index.provenance import fact_id
+    from refactx_pipeline.stages import facts
+    from refactx_pipeline.stages.contract import StageContext
 
     text, parquet = write_inputs(tmp_path)
     cfg = cfg.updated({"input.facts": [str(text), str(parquet)], "input.facts_column": "sentence"})
-    counts = facts.run(spark, cfg)
+    counts = facts.run(StageContext(cfg, spark=spark))
     assert counts["texts_in"] == len(TEXTS)
     assert counts["rejected"] == {"empty": 2, "too_long": 1}
     assert counts["duplicates"] == 1 and counts["distinct_texts"] == 3 and counts["facts"] == 3
@@ -66,12 +67,13 @@ def test_the_facts_stage_cleans_rejects_and_dedupes_text_and_parquet_inputs(spar
 def test_a_parquet_input_without_the_column_is_a_clear_error(spark, cfg, tmp_path):
     from refactx_pipeline.errors import ConfigError
     from refactx_pipeline.stages import facts
+    from refactx_pipeline.stages.contract import StageContext
 
     _, parquet = write_inputs(tmp_path)
     with pytest.raises(ConfigError, match=r"no string column 'text'.*sentence \(string\)"):
-        facts.run(spark, cfg.updated({"input.facts": [str(parquet)]}))
+        facts.run(StageContext(cfg.updated({"input.facts": [str(parquet)]}), spark=spark))
     with pytest.raises(ConfigError, match="no such file"):
-        facts.run(spark, cfg.updated({"input.facts": [str(tmp_path / "nope.txt")]}))
+        facts.run(StageContext(cfg.updated({"input.facts": [str(tmp_path / "nope.txt")]}), spark=spark))
 
 
 def test_fact_texts_and_a_graph_are_refused_together():
@@ -99,14 +101,15 @@ def test_an_index_built_from_fact_texts_serves_exactly_them(spark, cfg, tmp_path
     from refactx_index.pg import open_index
     from refactx_index.vocab import decode_continuation, open_tokenizer
 
+    from refactx_pipeline.orchestration.pipeline import build
+
     from .test_end_to_end import _enumerate
-    from .conftest import build_stages
 
     text, parquet = write_inputs(tmp_path)
     vocab = tokenizer_dir("qwen2.5")
     cfg = cfg.updated({"input.facts": [str(text), str(parquet)], "input.facts_column": "sentence",
                        "paths.source": "team", "tokenize.vocabularies": f"qwen={vocab}"})
-    results = build_stages(spark, cfg, dsn=pg_dsn)
+    results = build(cfg, spark=spark, dsn=pg_dsn)
     assert [r.stage for r in results] == ["facts", "tokenize", "prefix_rows", "load", "validate", "activate"]
     tokenizer = open_tokenizer(str(vocab / "tokenizer.json"))
     with open_index(pg_dsn, "team-qwen") as index:

@@ -44,6 +44,7 @@ from refactx_pipeline.orchestration.table import (  # noqa: F401 - the table's n
 from refactx_pipeline.orchestration.workdir import work_dir_claim
 from refactx_pipeline.stages import (
     activate,
+    facts,
     labels,
     load,
     parse,
@@ -67,6 +68,7 @@ RUNS: dict[str, StageRun] = {
     "sitelinks": sitelinks.run,
     "labels": labels.run,
     "verbalize": verbalize.run,
+    "facts": facts.run,
     "paths": paths.run,
     "tokenize": tokenize.run,
     "prefix_rows": prefix_rows.run,

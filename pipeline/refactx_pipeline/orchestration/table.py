@@ -33,6 +33,8 @@ SPECS: tuple[StageSpec, ...] = (
     StageSpec("sitelinks", "English Wikipedia titles per item from MySQL dumps"),
     StageSpec("labels", "One display label per entity"),
     StageSpec("verbalize", "Verbalize statements and descriptions into facts"),
+    # fact texts someone already has (input.facts) replace parse ... verbalize
+    StageSpec("facts", "Read fact texts (input.facts) into facts, with rejects and duplicates counted"),
     # a path build (path_index.enabled): its texts, not verbalize's, go on to tokenize
     StageSpec("paths", "Enumerate and verbalize reasoning paths from seed entities"),
     StageSpec("tokenize", "Tokenize the facts for every vocabulary"),
@@ -60,14 +62,17 @@ def spec(name: str) -> StageSpec:
 def select_stages(cfg: Config, only: Iterable[str] | None = None) -> list[str]:
     """The stages to run: ``only`` in pipeline order, or all that the config enables
     (``sitelinks`` only when ``input`` names sitelinks dumps; ``graph`` instead of parse,
-    sitelinks and labels when ``graph.format`` is set; ``paths`` only for a path build)."""
+    sitelinks and labels when ``graph.format`` is set; ``facts`` instead of parse ... verbalize
+    when ``input.facts`` is set; ``paths`` only for a path build)."""
     wanted = list(only) if only else list(STAGE_NAMES)
     for name in wanted:
         spec(name)
-    if cfg.graph.format:
-        skipped = {"parse", "sitelinks", "labels"}
+    if cfg.input.facts:
+        skipped = {"graph", "parse", "sitelinks", "labels", "verbalize"}
+    elif cfg.graph.format:
+        skipped = {"parse", "sitelinks", "labels", "facts"}
     else:
-        skipped = {"graph"} | (set() if cfg.input.sitelinks_source() else {"sitelinks"})
+        skipped = {"graph", "facts"} | (set() if cfg.input.sitelinks_source() else {"sitelinks"})
     if not cfg.path_index.enabled:
         skipped.add("paths")
     return [s for s in STAGE_NAMES if s in wanted and s not in skipped]

@@ -23,15 +23,13 @@ from __future__ import annotations
 import glob
 import logging
 from pathlib import Path
-from typing import Any
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from refactx_pipeline.common import remove_tree, write_counts
-from refactx_pipeline.config import Config
 from refactx_pipeline.errors import ConfigError
+from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import FACTS, REJECTS
 from refactx_pipeline.stages.verbalize import clean_text, drop_id_collisions
 
@@ -97,8 +95,9 @@ def distinct_facts(candidates: DataFrame) -> DataFrame:
     )
 
 
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageCounts:
     """Read ``input.facts``, write facts/facts, facts/rejects and counts.json."""
+    spark, cfg = ctx.spark, ctx.cfg
     paths = list(cfg.input.facts)
     if not paths:
         raise ConfigError("stage facts reads input.facts, which names no file: "

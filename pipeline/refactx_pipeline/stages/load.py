@@ -330,6 +330,9 @@ def load_provenance(cfg: Config, dsn: str, conn: psycopg.Connection, build_id: i
     dropped with the build)."""
     schema = cfg.pg.schema
     files = provenance_files(cfg)
+    if not files and cfg.input.facts:  # fact texts name no entities: nothing to trace
+        log.info("build %d: fact texts (input.facts) carry no provenance", build_id)
+        return {"rows": None}
     if not files:
         log.warning("build %d: %s has no provenance: loaded without it (facts lookup answers "
                     "'provenance unavailable'; re-run verbalize to add it)",

@@ -399,8 +399,12 @@ def run(ctx: StageContext) -> StageCounts:
     spark, cfg = ctx.spark, ctx.cfg
     tcfg = cfg.tokenize
     vocabs = vocabularies(tcfg)
-    facts_path = (stage_input(cfg, STAGE, "paths", "paths") if cfg.path_index.enabled
-                  else stage_input(cfg, STAGE, "verbalize", "facts"))
+    if cfg.path_index.enabled:
+        facts_path = stage_input(cfg, STAGE, "paths", "paths")
+    elif cfg.input.facts:
+        facts_path = stage_input(cfg, STAGE, "facts", "facts")
+    else:
+        facts_path = stage_input(cfg, STAGE, "verbalize", "facts")
     facts = spark.read.parquet(str(facts_path)).select("fact_id", "text")
     fact_ids = facts.select("fact_id")
 
