@@ -5,27 +5,12 @@ a clear message when it is absent."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import pytest
 
 from .pgtree import fresh_database
-
-# Every Spark JVM the tests start (the session's local one, each spark-submit of the DAG
-# tests, the standalone cluster's executors) is short-lived and works on small data, and two
-# cores are shared by the JIT's compiler threads and the work: C1 alone and the serial
-# collector make those runs markedly faster here (a parse + labels + verbalize build of the
-# sample, under load: 70 s against 93 s). Flags only: the same Spark, the same results.
-# spark-submit reads them from SPARK_CONF_DIR's spark-defaults.conf, which subprocesses inherit.
-if "SPARK_CONF_DIR" not in os.environ:
-    _conf_dir = Path(tempfile.mkdtemp(prefix="refactx-spark-conf-"))
-    _jit = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-    (_conf_dir / "spark-defaults.conf").write_text(
-        f"spark.driver.extraJavaOptions {_jit}\nspark.executor.extraJavaOptions {_jit}\n"
-    )
-    os.environ["SPARK_CONF_DIR"] = str(_conf_dir)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REFACTX_SHARED", ROOT.parent / "shared"))

@@ -240,6 +240,8 @@ def test_run_writes_facts_and_counts_without_sitelinks(spark, cfg, inputs):
     assert counts["by_kind"] == {"statement": 6, "description": 1}
     assert counts["by_property"]["P40"] == 1
     assert counts["statements_in"] == 11 and counts["statements_kept"] == 7
+    # the statement given twice is one fact; no two statements share a text here
+    assert counts["statements_merged"] == {"duplicate_statement": 1, "same_text": 0}
     assert counts["dropped"]["missing_object_label"] == 1
     assert counts["inputs"]["sitelinks"] is False
     on_disk = json.loads((cfg.stage_dir("verbalize") / "counts.json").read_text())
@@ -259,3 +261,22 @@ def test_run_writes_facts_and_counts_without_sitelinks(spark, cfg, inputs):
 def test_run_requires_statements(spark, cfg):
     with pytest.raises(FileNotFoundError, match="statements"):
         V.run(StageContext(cfg, spark=spark))
+
+
+def test_statements_merged_by_colliding_labels_are_counted(spark, cfg):
+    """Two entities under one display label (labels.collision_policy = keep) make one text of
+    two statements: counted as same_text, beside a statement given twice (duplicate_statement)."""
+    statements = spark.createDataFrame([
+        _statement("Q1", "P31", "item", item="Q5"),
+        _statement("Q7", "P31", "item", item="Q5"),  # Q7's label is Q1's
+        _statement("Q7", "P31", "item", item="Q5"),  # and given twice
+        _statement("Q2", "P31", "item", item="Q5"),
+    ], STATEMENTS)
+    labels = spark.createDataFrame([("Q1", "Twin", "label"), ("Q7", "Twin", "label"), ("Q2", "Other", "label"),
+                                    ("Q5", "human", "label"), ("P31", "instance of", "label")], LABELS)
+    _write_inputs(cfg, (statements, labels, spark.createDataFrame([], PROPERTIES), spark.createDataFrame([], TERMS),
+                        None), with_sitelinks=False)
+    counts = V.run(StageContext(cfg, spark=spark))
+    assert counts["statements_kept"] == 4 and counts["facts"] == 2
+    assert counts["statements_merged"] == {"duplicate_statement": 1, "same_text": 1}
+    assert counts["by_kind"]["statement"] + sum(counts["statements_merged"].values()) == counts["statements_kept"]

@@ -314,6 +314,15 @@ def kept_provenance(provenance: DataFrame, kept_facts: DataFrame) -> DataFrame:
     )
 
 
+def statements_merged(provenance: DataFrame) -> dict[str, int]:
+    """Of the provenance candidates (one row per distinct source and text), the distinct
+    statements (``sources``: a statement given twice in the dump is one) and the distinct texts
+    they make (``texts``: statements whose labels collide make one text)."""
+    row = provenance.where(F.col("kind") == "statement").agg(
+        F.count("*").alias("sources"), F.countDistinct("fact_id").alias("texts")).first()
+    return {"sources": int(row["sources"]), "texts": int(row["texts"])}
+
+
 def drop_id_collisions(facts: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(facts with unique fact_id, the colliding facts dropped).
 
@@ -411,6 +420,7 @@ def run(ctx: StageContext) -> StageCounts:
         provenance.write.mode("overwrite").parquet(str(staged_provenance))
     finally:
         resolved.unpersist()
+    merged = statements_merged(spark.read.parquet(str(staged_provenance)))
     deduped = spark.read.parquet(str(staged))
     kept, _ = drop_id_collisions(deduped)
     out = cfg.stage_dir(STAGE) / "facts"
@@ -434,9 +444,14 @@ def run(ctx: StageContext) -> StageCounts:
     collisions = candidates - facts_out
     if collisions:
         dropped["fact_id_collision"] = collisions
+    statements_kept = statements_in - sum(v for k, v in dropped.items() if k != "fact_id_collision")
     counts = {
         "statements_in": statements_in,
-        "statements_kept": statements_in - sum(v for k, v in dropped.items() if k != "fact_id_collision"),
+        "statements_kept": statements_kept,
+        # a kept statement that is not a fact of its own: statements_kept = duplicate_statement
+        # + same_text + the distinct statement texts
+        "statements_merged": {"duplicate_statement": statements_kept - merged["sources"],
+                              "same_text": merged["sources"] - merged["texts"]},
         "dropped": dropped,
         "facts": facts_out,
         "distinct_texts": candidates,
