@@ -44,13 +44,18 @@ def test_a_decompression_bomb_inflates_no_further_than_the_header_allows():
     assert peak_bytes(decode) < 64 << 20
 
 
-def test_a_long_chain_is_refused_by_its_depth_not_walked_for_minutes():
-    n = 200_000
-    chain = fmt.encode_fragment(
+def _chain(n: int) -> bytes:
+    """A row of one path of ``n`` nodes: a fact of n - 1 tokens, each node the next one's parent."""
+    return fmt.encode_fragment(
         tokens=np.ones(n - 1, dtype=np.int64), child_count=np.r_[np.ones(n - 1, dtype=np.int64), 0],
         ends=np.r_[np.zeros(n - 1, dtype=bool), True], external=np.zeros(n, dtype=bool),
         ext_leaves=np.zeros(0, dtype=np.int64),
     )
+
+
+def test_a_long_chain_is_refused_by_its_depth_not_walked_for_minutes():
+    n = 200_000
+    chain = _chain(n)
     # compressed, 200,000 nodes would fit in a few hundred bytes, more than a row of that size
     # may claim: the encoder stores it plain, and the decoder refuses it by its depth
     assert len(chain) > 2 * n
@@ -229,11 +234,7 @@ def test_dictionary_rows_are_held_to_the_same_bounds():
 
 def test_the_dictionary_encoder_stores_plain_rather_than_past_the_ratio():
     n = 200_000
-    chain = fmt.encode_fragment(
-        tokens=np.ones(n - 1, dtype=np.int64), child_count=np.r_[np.ones(n - 1, dtype=np.int64), 0],
-        ends=np.r_[np.zeros(n - 1, dtype=bool), True], external=np.zeros(n, dtype=bool),
-        ext_leaves=np.zeros(0, dtype=np.int64),
-    )
+    chain = _chain(n)
     dictionary = fmt.PresetDictionary(chain[14:][: fmt.MAX_DICTIONARY_BYTES])
     row = fmt.with_dictionary(chain, dictionary)
     assert row[1] == 0 and len(row) > 2 * n

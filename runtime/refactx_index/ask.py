@@ -231,7 +231,7 @@ def ask(
 
     from .engines.transformers import RefactxLogitsProcessor
 
-    if getattr(index.info, "index_kind", "facts") == "paths":
+    if index.info.index_kind == "paths":
         from .paths import PATH_PROMPT, TRIGGER as PATH_TRIGGER
 
         prompt, trigger = prompt or PATH_PROMPT, trigger or PATH_TRIGGER

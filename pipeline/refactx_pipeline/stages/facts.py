@@ -87,9 +87,10 @@ def facts_from_texts(lines: DataFrame) -> tuple[DataFrame, DataFrame]:
     return flagged.where(F.col("reason").isNull()).select("text"), rejects
 
 
-def distinct_facts(candidates: DataFrame) -> DataFrame:
-    """One FACTS row per distinct text: verbalize's id, kind ``text``, no property."""
-    return candidates.distinct().select(
+def distinct_facts(texts: DataFrame) -> DataFrame:
+    """One FACTS row per distinct ``text`` of ``(text, count)`` rows: verbalize's id, kind
+    ``text``, no property."""
+    return texts.select(
         F.xxhash64("text").alias("fact_id"), "text", F.lit(KIND).alias("kind"),
         F.lit(None).cast("string").alias("property"),
     )
@@ -110,13 +111,16 @@ def run(ctx: StageContext) -> StageCounts:
     rejects.select(*REJECTS.fieldNames()).write.mode("overwrite").parquet(str(out / "rejects"))
     written_rejects = spark.read.parquet(str(out / "rejects"))
     rejected = {r["reason"]: int(r["count"]) for r in written_rejects.groupBy("reason").count().collect()}
+    # each distinct text with how often it was given: the counts come from this small dataset,
+    # so the inputs are read twice (rejects, texts), not once more to be counted
     staged = out / "_distinct"
-    distinct_facts(candidates).write.mode("overwrite").parquet(str(staged))
-    distinct = spark.read.parquet(str(staged))
-    kept, _ = drop_id_collisions(distinct)
+    candidates.groupBy("text").count().write.mode("overwrite").parquet(str(staged))
+    texts = spark.read.parquet(str(staged))
+    kept, _ = drop_id_collisions(distinct_facts(texts))
     kept.select(*FACTS.fieldNames()).write.mode("overwrite").parquet(str(out / "facts"))
-    texts_in = candidates.count() + sum(rejected.values())
-    distinct_texts = distinct.count()
+    given = texts.agg(F.count("*").alias("distinct"), F.sum("count").alias("given")).first()
+    distinct_texts = int(given["distinct"])
+    texts_in = int(given["given"] or 0) + sum(rejected.values())
     facts = spark.read.parquet(str(out / "facts")).count()
     remove_tree(spark, staged)
     counts = {
