@@ -12,10 +12,10 @@ unconstrained, with one model (SmolLM2-135M-Instruct unless ``--model``).
    ``docs/figures/eval.json`` (both summaries); ``--out`` elsewhere (a ``--limit`` run should
    not overwrite the committed figures).
 
-Scoring rules: docs/evaluation.md. Time, with the defaults on the 2-core machine, quiet
-(2026-11-25, ``--limit 8``): 6.6 s a question constrained and 5.9 s unconstrained on finance,
-4.4 s and 3.4 s on the Wikidata sample (plus about 60 s to build its index): the full run is
-about 1.5 hours there. Run it alone: at load average 5 one question took ten times longer.
+Scoring rules: docs/evaluation.md. Time, with the defaults on the 2-core machine, alone
+(2026-11-25, the full run): 60 minutes -- 1,312 s for the Wikidata sample's 199 questions in
+both modes (3.3 s a question per mode; its index about 40 s before), 2,255 s for finance's 300
+(3.6-3.9 s). Run it alone: at load average 5 one question took ten times longer.
 """
 
 from __future__ import annotations
