@@ -23,6 +23,18 @@ VOCABULARIES = ["qwen2.5", "llama3", "mistral-7b-v0.1", "phi-3-mini", "gpt2"]
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
+# The suite's longest files, longest first (the --durations of a whole run). Under
+# pytest-xdist's --dist loadfile (pytest.ini) files are handed to the workers in collection
+# order: starting these first keeps a long file from being the last one left running.
+LONGEST_FILES = ["test_spark_cluster", "test_dag_run", "test_engine_vllm", "test_graph_dag", "test_paths",
+                 "test_verbalize", "test_demo", "test_tree_property", "test_wheels"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: n for n, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each file keeps its order
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared, skipping the test when it is missing."""
     path = SHARED.joinpath(*parts)
