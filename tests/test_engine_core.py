@@ -135,3 +135,23 @@ def test_facts_generated_by_a_request_are_not_repeated_after_it_moves(indexes, t
         written.append(tok)
     else:
         raise AssertionError("the fact could be written twice after its request moved")
+
+
+def test_each_index_opens_at_its_own_trigger(indexes, tokenizer):
+    """Triggers per index (a fact index and a path index in one engine): a prompt ending at
+    one index's trigger is constrained there and left free over the other; a missing one is
+    refused."""
+    fact = [tokenizer.encode("Fact:", add_special_tokens=False).ids]
+    path = [tokenizer.encode("Path:", add_special_tokens=False).ids]
+    constraint = FactConstraint(indexes, {"even": fact, "odd": path}, [EOS], vocab_size=VOCAB)
+    for slot, (index, prompt) in enumerate([("even", "Fact:"), ("even", "Path:"), ("odd", "Path:"), ("odd", "Fact:")]):
+        constraint.add(slot, index, tokenizer.encode(prompt, add_special_tokens=False).ids)
+    logits = torch.zeros(4, VOCAB)
+    constraint.apply(logits, np.asarray([0, 1, 2, 3]))
+    constrained = [bool((~torch.isfinite(row)).any()) for row in logits]
+    assert constrained == [True, False, True, False]
+    first = {name: sorted({seq[0] for seq in (encode_texts(tokenizer, [" " + f])[0] for f in facts)})
+             for name, facts in (("even", corporate_facts()[::2]), ("odd", corporate_facts()[1::2]))}
+    assert torch.isfinite(logits[2]).nonzero().flatten().tolist() == first["odd"]
+    with pytest.raises(Exception, match="no trigger for the indexes \\['odd'\\]"):
+        FactConstraint(indexes, {"even": fact}, [EOS], vocab_size=VOCAB)

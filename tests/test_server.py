@@ -31,9 +31,14 @@ def server(sample_fact_texts):
     from refactx_index.server.app import ServerSettings, create_app
     from refactx_index.server.engine import TransformersEngine
 
+    from refactx_index.paths import PathCaps, PathGraph
+
     loaded = load_model("smollm2")
     index = MemoryTreeIndex.from_facts(sample_fact_texts, str(loaded.tokenizer_file))
-    engine = TransformersEngine(loaded, {"sample": index}, max_batch=16)
+    # beside the facts, a path index (docs/paths.md): Germany's paths of up to 2 hops
+    paths, found = PathGraph.from_fact_texts(sample_fact_texts).index(
+        ["Germany"], str(loaded.tokenizer_file), PathCaps(max_hops=2, max_fanout=20))
+    engine = TransformersEngine(loaded, {"sample": index, "germany-paths": paths}, max_batch=16)
     settings = ServerSettings(default_index="sample", max_new_tokens=64, max_concurrent=20,
                               max_body_bytes=64 << 10)
     app = create_app(engine, settings)
@@ -46,7 +51,8 @@ def server(sample_fact_texts):
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     assert started.wait(60), "the server did not start"
-    yield {"url": f"http://127.0.0.1:{port}", "engine": engine, "settings": settings}
+    yield {"url": f"http://127.0.0.1:{port}", "engine": engine, "settings": settings, "loaded": loaded,
+           "paths": {p + " ." for p in found.paths}}
     srv.should_exit = True
     thread.join(30)
     engine.close()
@@ -91,6 +97,31 @@ def test_sixteen_concurrent_clients_each_get_their_own_answer(client, server, sa
         assert facts and QUESTIONS[question] in facts[0]["text"], (question, facts)
 
 
+def test_a_path_index_is_served_after_path_with_the_path_prompt(client, server):
+    """One engine, two kinds: over the path index a row is constrained after ``Path:`` (not
+    ``Fact:``) and writes stored paths only; a chat request gets the path prompt there and
+    the fact prompt over the fact index."""
+    from refactx_index.paths import PATH_PROMPT
+    from refactx_index.prompt import Prompt
+    from refactx_index.server.engine import encode_chat
+
+    tok = server["loaded"].tokenizer
+    question = "What is the capital of Germany?"
+    text = tok.apply_chat_template(PATH_PROMPT.messages(question), tokenize=False, add_generation_prompt=True)
+    reply = client.completions.create(model="smollm2", prompt=text + "Path:", max_tokens=40, temperature=0,
+                                      extra_body={"refactx": {"index": "germany-paths"}})
+    paths = reply.model_extra["facts"]
+    complete = [f for f in paths if f["complete"]]
+    assert complete, reply.choices[0].text  # at least one whole path
+    assert all(f["stored"] and f["text"].strip() in server["paths"] for f in complete), paths
+    assert reply.choices[0].text.lstrip().startswith(complete[0]["text"].strip())  # verbatim
+
+    for index, prompt in (("germany-paths", PATH_PROMPT), ("sample", Prompt())):
+        chat = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": question}],
+                                              max_tokens=1, temperature=0, extra_body={"refactx": {"index": index}})
+        assert chat.usage.prompt_tokens == len(encode_chat(tok, prompt.messages(question))), index
+
+
 def test_the_unconstrained_model_is_asked_with_a_null_index(client):
     reply = _ask(client, "What is the capital of Germany?", extra_body={"refactx": {"index": None}})
     assert reply.choices[0].message.content and "facts" in reply.model_extra
@@ -98,7 +129,7 @@ def test_the_unconstrained_model_is_asked_with_a_null_index(client):
 
 def test_bad_requests_get_their_status_and_the_next_request_succeeds(client, server):
     url = server["url"]
-    with pytest.raises(openai.NotFoundError, match="served: \\['sample'\\]"):
+    with pytest.raises(openai.NotFoundError, match="served: \\['germany-paths', 'sample'\\]"):
         _ask(client, "Hi", extra_body={"refactx": {"index": "nosuch"}})
     with pytest.raises(openai.UnprocessableEntityError):
         client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
@@ -165,7 +196,7 @@ def test_a_client_that_disconnects_mid_stream_stops_its_row(client, server):
 def test_models_health_ready_and_metrics(server):
     url = server["url"]
     assert httpx.get(url + "/health").json() == {"status": "ok"}
-    assert httpx.get(url + "/ready").json()["indexes"] == ["sample"]
+    assert httpx.get(url + "/ready").json()["indexes"] == ["germany-paths", "sample"]
     assert httpx.get(url + "/v1/models").json()["data"][0]["id"] == "smollm2"
     metrics = httpx.get(url + "/metrics").text
     assert "refactx_requests_total" in metrics and "refactx_index_lookups_total" in metrics

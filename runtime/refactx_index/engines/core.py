@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FactConstraint", "open_indexes", "trigger_variants"]
+__all__ = ["FactConstraint", "index_trigger", "open_indexes", "trigger_variants"]
 
 
 def trigger_variants(tokenizer: object, trigger: str = CONTEXT) -> list[list[int]]:
@@ -53,6 +53,16 @@ def trigger_variants(tokenizer: object, trigger: str = CONTEXT) -> list[list[int
     if newline[: len(nl)] == nl and len(newline) > len(nl):
         variants.append(newline[len(nl):])
     return variants
+
+
+def index_trigger(index: TreeIndex) -> str:
+    """What starts a constrained span over ``index``: ``Path:`` over a path index
+    (``info.index_kind`` ``paths``, docs/paths.md), ``Fact:`` over a fact index."""
+    if index.info.index_kind == "paths":
+        from ..paths import TRIGGER
+
+        return TRIGGER
+    return CONTEXT
 
 
 def open_indexes(spec: Mapping[str, str], *, follow: bool = True) -> dict[str, TreeIndex]:
@@ -90,13 +100,23 @@ def check_index_vocabulary(index: TreeIndex, name: str, tokenizer_file: str | No
 class FactConstraint:
     """Requests in slots over one :class:`BatchMatcher` per index (see the module doc)."""
 
-    def __init__(self, indexes: Mapping[str, TreeIndex], trigger_ids: Sequence[Sequence[int]],
+    def __init__(self, indexes: Mapping[str, TreeIndex],
+                 trigger_ids: Sequence[Sequence[int]] | Mapping[str, Sequence[Sequence[int]]],
                  eos_ids: Sequence[int], *, vocab_size: int,
                  device: "torch.device | str | None" = None, pin_memory: bool | None = None) -> None:
+        """``trigger_ids``: the trigger's variants for every index, or per index name (a fact
+        index and a path index in one engine start at ``Fact:`` and ``Path:``)."""
         if not indexes:
             raise ConfigError("no index to constrain by")
         self.indexes = dict(indexes)
-        self.matchers = {name: BatchMatcher(FactMatcher(ix, trigger_ids, eos_ids))
+        if isinstance(trigger_ids, Mapping):
+            missing = sorted(set(self.indexes) - set(trigger_ids))
+            if missing:
+                raise ConfigError(f"no trigger for the indexes {missing}")
+            triggers = {name: trigger_ids[name] for name in self.indexes}
+        else:
+            triggers = dict.fromkeys(self.indexes, trigger_ids)
+        self.matchers = {name: BatchMatcher(FactMatcher(ix, triggers[name], eos_ids))
                          for name, ix in self.indexes.items()}
         self.vocab_size = vocab_size
         self.applier = MaskApplier(device, pin_memory=pin_memory)

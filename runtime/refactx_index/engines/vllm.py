@@ -11,8 +11,8 @@ JSON, which the API server's process also reads to refuse unknown index names ea
         --additional-config '{"refactx": {"indexes": {"wikidata-qwen2.5": "postgresql://..."}}}'
 
 ``indexes`` maps a name to an index file (``.rfx``) or a PostgreSQL DSN (the active build
-of that name, followed across activations); ``trigger`` (default ``"Fact:"``) is what
-opens a fact. Each worker process opens the indexes once and checks each against the
+of that name, followed across activations); ``trigger`` is what opens a fact, for every
+index (default: each index's kind says, ``"Fact:"``, or ``"Path:"`` over a path index). Each worker process opens the indexes once and checks each against the
 model's vocabulary at start-up (:class:`~refactx_index.errors.VocabularyMismatch`).
 
 A request switches the constraint on with ``SamplingParams(extra_args={"refactx_index":
@@ -44,8 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..vocab import CONTEXT
-from .core import FactConstraint, check_index_vocabulary, open_indexes, trigger_variants
+from .core import FactConstraint, check_index_vocabulary, index_trigger, open_indexes, trigger_variants
 
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
@@ -134,7 +133,9 @@ def _constraint(vllm_config: "VllmConfig", device: "torch.device | str", pin_mem
         eos_ids += [extra_eos] if isinstance(extra_eos, int) else list(extra_eos)
     if not eos_ids:
         raise ConfigError("the model config names no eos_token_id: a dead end could not be ended")
-    trigger = trigger_variants(tokenizer, conf.get("trigger", CONTEXT))
+    # a trigger in the config holds for every index; else each index's kind says (Fact: / Path:)
+    trigger = {name: trigger_variants(tokenizer, conf.get("trigger") or index_trigger(ix))
+               for name, ix in indexes.items()}
     log.info("refactx: constraining by %s", ", ".join(f"{n} ({ix.info.facts} facts)" for n, ix in indexes.items()))
     return FactConstraint(indexes, trigger, eos_ids, vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
                           device=device, pin_memory=pin_memory)

@@ -4,8 +4,8 @@
 with ``"stream": true``, server-sent events) plus ``"refactx": {"index": NAME}`` (the
 ``extra_body`` of the ``openai`` client) naming the index to constrain by -- the server's
 default when absent, none with ``{"index": null}``. A chat request without a system
-message gets the project's prompt (it explains ``Fact:``; ``"refactx": {"prompt":
-"none"}`` keeps the messages as sent). The answer is the usual OpenAI response plus
+message gets the project's prompt (it explains ``Fact:``, or ``Path:`` when the index holds
+reasoning paths; ``"refactx": {"prompt": "none"}`` keeps the messages as sent). The answer is the usual OpenAI response plus
 ``facts``: each fact the model wrote, its text, whether it is stored, whether it is
 complete, and a stored fact's ``provenance`` (its fact id and sources; docs/provenance.md).
 
@@ -117,13 +117,16 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             raise _Refused(400, "the body must be a JSON object", "invalid_request")
         return body
 
-    def job_for(body: dict[str, Any], prompt_ids: list[int]) -> Job:
+    def index_of(body: dict[str, Any]) -> str | None:
         options = body.get("refactx") or {}
         if not isinstance(options, dict):
             raise _Refused(400, '"refactx" must be an object, e.g. {"index": "NAME"}', "invalid_request")
         index = options.get("index", settings.default_index)
         if index is not None and index not in engine.indexes:
             raise _Refused(404, f"unknown index {index!r}; served: {sorted(engine.indexes)}", "index_not_found")
+        return index
+
+    def job_for(body: dict[str, Any], prompt_ids: list[int], index: str | None) -> Job:
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or settings.max_new_tokens
         if not isinstance(max_tokens, int) or max_tokens < 1 or max_tokens > settings.max_new_tokens:
             raise _Refused(422, f"max_tokens must be 1..{settings.max_new_tokens}, not {max_tokens!r}",
@@ -133,7 +136,7 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             raise _Refused(422, "temperature must be a number >= 0", "invalid_request")
         return Job(prompt_ids=prompt_ids, index=index, max_new_tokens=max_tokens, temperature=float(temperature))
 
-    def chat_prompt(body: dict[str, Any]) -> list[int]:
+    def chat_prompt(body: dict[str, Any], index: str | None) -> list[int]:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(
                 isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
@@ -141,7 +144,13 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
         options = body.get("refactx") or {}
         if options.get("prompt", "refactx") == "refactx" and not any(m.get("role") == "system" for m in messages):
             question = messages[-1]["content"]
-            messages = Prompt().messages(question)
+            # over a path index the model is told to write Path: lines (the engine's trigger there)
+            if index is not None and engine.indexes[index].info.index_kind == "paths":
+                from ..paths import PATH_PROMPT
+
+                messages = PATH_PROMPT.messages(question)
+            else:
+                messages = Prompt().messages(question)
         return encode_chat(tokenizer, messages)
 
     def completion_prompt(body: dict[str, Any]) -> list[int]:
@@ -166,7 +175,8 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
         in_flight["n"] += 1
         try:
             body = await body_of(request)
-            job = job_for(body, chat_prompt(body) if chat else completion_prompt(body))
+            index = index_of(body)
+            job = job_for(body, chat_prompt(body, index) if chat else completion_prompt(body), index)
         except BaseException:
             in_flight["n"] -= 1
             raise

@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..ask import GeneratedFact, read_reply
-from ..engines.core import FactConstraint, trigger_variants
+from ..engines.core import FactConstraint, index_trigger, trigger_variants
 from ..index import TreeIndex
 from ..models import LoadedModel
 
@@ -121,8 +121,8 @@ class TransformersEngine:
         self.indexes = dict(indexes)
         self.max_batch = max_batch
         self.eos = frozenset(loaded.eos_token_ids)
-        trigger = trigger_variants(self.tokenizer)
-        self.constraint = FactConstraint(self.indexes, trigger, sorted(self.eos),
+        triggers = {name: trigger_variants(self.tokenizer, index_trigger(ix)) for name, ix in self.indexes.items()}
+        self.constraint = FactConstraint(self.indexes, triggers, sorted(self.eos),
                                          vocab_size=len(self.tokenizer))
         self.constraint_seconds = 0.0
         self.batches = 0
