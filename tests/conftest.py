@@ -26,8 +26,10 @@ LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 # The suite's longest files, longest first (the --durations of a whole run). Under
 # pytest-xdist's --dist loadfile (pytest.ini) files are handed to the workers in collection
 # order: starting these first keeps a long file from being the last one left running.
-LONGEST_FILES = ["test_spark_cluster", "test_dag_run", "test_engine_vllm", "test_graph_dag", "test_paths",
-                 "test_verbalize", "test_demo", "test_tree_property", "test_wheels"]
+LONGEST_FILES = ["test_dag_run", "test_spark_cluster", "test_graph_dag", "test_engine_vllm", "test_paths",
+                 "test_questions", "test_generation_model", "test_server", "test_wheels", "test_tree_property",
+                 "test_server_vllm", "test_demo", "test_verbalize", "test_end_to_end", "test_graph",
+                 "test_runtime_wheel", "test_dumpgen"]
 
 
 def pytest_collection_modifyitems(config, items):
