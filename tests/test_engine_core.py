@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from refactx_index.engines.core import FactConstraint
+from refactx_index.errors import ConfigError
 from refactx_index.matcher import FactMatcher
 from refactx_index.memory import MemoryTreeIndex, encode_texts
 from refactx_index.vocab import open_tokenizer
@@ -153,5 +154,5 @@ def test_each_index_opens_at_its_own_trigger(indexes, tokenizer):
     first = {name: sorted({seq[0] for seq in (encode_texts(tokenizer, [" " + f])[0] for f in facts)})
              for name, facts in (("even", corporate_facts()[::2]), ("odd", corporate_facts()[1::2]))}
     assert torch.isfinite(logits[2]).nonzero().flatten().tolist() == first["odd"]
-    with pytest.raises(Exception, match="no trigger for the indexes \\['odd'\\]"):
+    with pytest.raises(ConfigError, match="no trigger for the indexes \\['odd'\\]"):
         FactConstraint(indexes, {"even": fact}, [EOS], vocab_size=VOCAB)

@@ -231,11 +231,9 @@ def ask(
 
     from .engines.transformers import RefactxLogitsProcessor
 
-    if index.info.index_kind == "paths":
-        from .paths import PATH_PROMPT, TRIGGER as PATH_TRIGGER
+    from .engines.core import index_prompt, index_trigger
 
-        prompt, trigger = prompt or PATH_PROMPT, trigger or PATH_TRIGGER
-    prompt, trigger = prompt or Prompt(), trigger or TRIGGER
+    prompt, trigger = prompt or index_prompt(index), trigger or index_trigger(index)
     tok = loaded.tokenizer
     texts = [tok.apply_chat_template(prompt.messages(q), tokenize=False, add_generation_prompt=True)
              for q in questions]

@@ -34,9 +34,12 @@ from ..vocab import CONTEXT
 if TYPE_CHECKING:
     import torch
 
+    from ..prompt import Prompt
+
 log = logging.getLogger(__name__)
 
-__all__ = ["FactConstraint", "index_trigger", "open_indexes", "trigger_variants"]
+__all__ = ["FactConstraint", "index_prompt", "index_trigger", "index_triggers", "open_indexes",
+           "trigger_variants"]
 
 
 def trigger_variants(tokenizer: object, trigger: str = CONTEXT) -> list[list[int]]:
@@ -63,6 +66,25 @@ def index_trigger(index: TreeIndex) -> str:
 
         return TRIGGER
     return CONTEXT
+
+
+def index_prompt(index: TreeIndex) -> "Prompt":
+    """The prompt that explains ``index_trigger(index)`` to the model: the path prompt over a
+    path index, the fact prompt otherwise."""
+    if index.info.index_kind == "paths":
+        from ..paths import PATH_PROMPT
+
+        return PATH_PROMPT
+    from ..prompt import Prompt
+
+    return Prompt()
+
+
+def index_triggers(tokenizer: object, indexes: Mapping[str, TreeIndex],
+                   trigger: str | None = None) -> dict[str, list[list[int]]]:
+    """Each index's trigger variants (:func:`trigger_variants`): of ``trigger`` for every
+    index when given, else of each index's own (:func:`index_trigger`)."""
+    return {name: trigger_variants(tokenizer, trigger or index_trigger(ix)) for name, ix in indexes.items()}
 
 
 def open_indexes(spec: Mapping[str, str], *, follow: bool = True) -> dict[str, TreeIndex]:

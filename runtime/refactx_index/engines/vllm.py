@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError
-from .core import FactConstraint, check_index_vocabulary, index_trigger, open_indexes, trigger_variants
+from .core import FactConstraint, check_index_vocabulary, index_triggers, open_indexes
 
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
@@ -134,8 +134,7 @@ def _constraint(vllm_config: "VllmConfig", device: "torch.device | str", pin_mem
     if not eos_ids:
         raise ConfigError("the model config names no eos_token_id: a dead end could not be ended")
     # a trigger in the config holds for every index; else each index's kind says (Fact: / Path:)
-    trigger = {name: trigger_variants(tokenizer, conf.get("trigger") or index_trigger(ix))
-               for name, ix in indexes.items()}
+    trigger = index_triggers(tokenizer, indexes, conf.get("trigger"))
     log.info("refactx: constraining by %s", ", ".join(f"{n} ({ix.info.facts} facts)" for n, ix in indexes.items()))
     return FactConstraint(indexes, trigger, eos_ids, vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
                           device=device, pin_memory=pin_memory)

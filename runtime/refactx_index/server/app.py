@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, AsyncIterator
 
 from .. import explore
+from ..engines.core import index_prompt
 from ..errors import BuildRetired
 from ..prompt import Prompt
 from .engine import Engine, Job, encode_chat
@@ -144,13 +145,9 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
         options = body.get("refactx") or {}
         if options.get("prompt", "refactx") == "refactx" and not any(m.get("role") == "system" for m in messages):
             question = messages[-1]["content"]
-            # over a path index the model is told to write Path: lines (the engine's trigger there)
-            if index is not None and engine.indexes[index].info.index_kind == "paths":
-                from ..paths import PATH_PROMPT
-
-                messages = PATH_PROMPT.messages(question)
-            else:
-                messages = Prompt().messages(question)
+            # the prompt that explains the index's trigger (Fact:, or Path: over a path index)
+            prompt = index_prompt(engine.indexes[index]) if index is not None else Prompt()
+            messages = prompt.messages(question)
         return encode_chat(tokenizer, messages)
 
     def completion_prompt(body: dict[str, Any]) -> list[int]:

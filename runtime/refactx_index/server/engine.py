@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..ask import GeneratedFact, read_reply
-from ..engines.core import FactConstraint, index_trigger, trigger_variants
+from ..engines.core import FactConstraint, index_triggers
 from ..index import TreeIndex
 from ..models import LoadedModel
 
@@ -121,8 +121,7 @@ class TransformersEngine:
         self.indexes = dict(indexes)
         self.max_batch = max_batch
         self.eos = frozenset(loaded.eos_token_ids)
-        triggers = {name: trigger_variants(self.tokenizer, index_trigger(ix)) for name, ix in self.indexes.items()}
-        self.constraint = FactConstraint(self.indexes, triggers, sorted(self.eos),
+        self.constraint = FactConstraint(self.indexes, index_triggers(self.tokenizer, self.indexes), sorted(self.eos),
                                          vocab_size=len(self.tokenizer))
         self.constraint_seconds = 0.0
         self.batches = 0

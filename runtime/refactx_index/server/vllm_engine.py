@@ -21,7 +21,7 @@ import logging
 import os
 
 from ..ask import read_reply
-from ..engines.core import index_trigger, trigger_variants
+from ..engines.core import index_triggers
 from ..index import TreeIndex
 from ..batch import BatchMatcher
 from ..matcher import FactMatcher
@@ -49,8 +49,8 @@ class VllmEngine:
         self.eos = frozenset(eos)
         # the server's own readers of the facts each answer wrote (never a mask: vLLM's
         # worker masks with its own processor)
-        self.matchers = {name: BatchMatcher(FactMatcher(ix, trigger_variants(self.tokenizer, index_trigger(ix)),
-                                                        sorted(eos) or [0]))
+        triggers = index_triggers(self.tokenizer, self.indexes)
+        self.matchers = {name: BatchMatcher(FactMatcher(ix, triggers[name], sorted(eos) or [0]))
                          for name, ix in self.indexes.items()}
         args = AsyncEngineArgs(model=model_dir, dtype=dtype, max_model_len=max_model_len,
                                gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_batch,
