@@ -343,6 +343,26 @@ def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[s
 
     device = torch.device(device_name)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    class Synced(LogitsProcessor):
+        """The step's forward pass finished before the processor's clock starts: its copy of
+        the ids to the host would wait for it, and count the GPU's time as its own (generate
+        waits for it each step anyway)."""
+
+        def __init__(self, proc: RefactxLogitsProcessor) -> None:
+            self.proc = proc
+
+        def __call__(self, input_ids, scores):
+            sync()
+            return self.proc(input_ids, scores)
+
+    def clocks(proc: RefactxLogitsProcessor) -> tuple[float, float, int]:
+        return proc.seconds, proc.matcher_seconds, proc.steps
+
+    def ms_per_step(after: tuple[float, float, int], before: tuple[float, float, int] = (0.0, 0.0, 0)):
+        """(processor, matcher) milliseconds per step between two readings of ``clocks``."""
+        steps = after[2] - before[2]
+        return (after[0] - before[0]) / steps * 1e3, (after[1] - before[1]) / steps * 1e3
     tok = open_tokenizer(str(Path(tokenizer_dir) / "tokenizer.json"))
     index = MemoryTreeIndex.from_facts(texts, str(Path(tokenizer_dir) / "tokenizer.json"))
     prompt = tok.encode("A fact about a country.\nFact:", add_special_tokens=False).ids
@@ -372,17 +392,7 @@ def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[s
 
                 def generate(new_tokens: int, proc=None):
                     proc = proc or RefactxLogitsProcessor(index, tok, eos_token_id=eos)
-
-                    class Synced(LogitsProcessor):
-                        """The step's forward pass finished before the processor's clock starts:
-                        its copy of the ids to the host would wait for it, and count the GPU's
-                        time as its own (generate waits for it each step anyway)."""
-
-                        def __call__(self, input_ids, scores):
-                            sync()
-                            return proc(input_ids, scores)
-
-                    extra = {"logits_processor": LogitsProcessorList([Synced()])} if constrained else {}
+                    extra = {"logits_processor": LogitsProcessorList([Synced(proc)])} if constrained else {}
                     torch.manual_seed(rows)
                     with torch.inference_mode():
                         sync()
@@ -403,14 +413,13 @@ def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[s
                 if constrained:
                     # the same processor again: its arena holds the rows the first run crossed
                     # (a serving engine's processor lives across requests)
-                    again = proc.seconds, proc.matcher_seconds, proc.steps
+                    cold = clocks(proc)
                     generate(tokens, proc)
-                    figures["warm_processor_ms_per_step"] = (proc.seconds - again[0]) / (proc.steps - again[2]) * 1e3
-                    figures["warm_matcher_ms_per_step"] = ((proc.matcher_seconds - again[1])
-                                                           / (proc.steps - again[2]) * 1e3)
-                    figures["processor_ms_per_step"] = again[0] / again[2] * 1e3
-                    figures["matcher_ms_per_step"] = again[1] / again[2] * 1e3
-                    figures["mask_ms_per_step"] = (again[0] - again[1]) / again[2] * 1e3
+                    processor, matcher = ms_per_step(cold)
+                    figures["processor_ms_per_step"], figures["matcher_ms_per_step"] = processor, matcher
+                    figures["mask_ms_per_step"] = processor - matcher
+                    (figures["warm_processor_ms_per_step"],
+                     figures["warm_matcher_ms_per_step"]) = ms_per_step(clocks(proc), cold)
                     figures["distinct_rows"] = len({tuple(row) for row in written.tolist()})
             figures["processor_share"] = figures["processor_ms_per_step"] / figures["free_ms_per_step"]
             results[rows] = figures
