@@ -17,6 +17,11 @@ installed):
   and the plain ``tokenizers`` batch encoder on the verbalized fact texts (``c`` threads);
   the ratios the issue sets targets for: tokenize / encoder, and tokenize + prefix rows +
   load / encoder.
+* the zstd floor: the build's sorted, distinct token id sequences compressed by zstd (level
+  19), in bytes per fact, beside the index's bytes per fact;
+* generation's walk on the last run's index (``--walks``, ``bench_walk``'s leaf-weighted walks
+  replayed on a cold cache): mean / p50 / p99 per step and round trips per step, for a
+  cursor per ``--prefetch-leaves`` value (0: only the row it reaches);
 * the hot prefix (``--skew``: one label prefix with at least that many facts below it):
   lookup latency of its node, cold and warm.
 
@@ -230,6 +235,45 @@ def hot_prefix_latency(dsn: str, cfg, index_name: str, hot_text: str) -> dict[st
             "warm_us_median": warm[len(warm) // 2] * 1e6}
 
 
+def zstd_floor(cfg, vocab: str, level: int = 19) -> dict[str, Any]:
+    """What the facts' token ids hold, as a general compressor sees it: the sorted, distinct
+    token id sequences of the build (``tokenize`` stage, big-endian uint32 so that byte
+    order is token order) concatenated and compressed by zstd at ``level``, in bytes per
+    fact. No index can be expected to beat it by much; it says how far the rows are from it."""
+    import numpy as np
+    import pyarrow.dataset as ds
+    import zstandard
+
+    table = ds.dataset(str(cfg.stage_dir("tokenize") / vocab / "tokens"), format="parquet").to_table(
+        columns=["token_ids"])
+    ids = table.column("token_ids").combine_chunks()
+    flat = ids.values.to_numpy().astype(">u4")
+    offsets = ids.offsets.to_numpy()
+    raw = flat.tobytes()
+    seqs = sorted({raw[4 * a:4 * b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())})
+    started = time.monotonic()
+    packed = zstandard.ZstdCompressor(level=level).compress(b"".join(seqs))
+    return {"facts": len(seqs), "tokens_per_fact": float(np.diff(offsets).mean()), "zstd_level": level,
+            "bytes_per_fact": len(packed) / len(seqs), "compress_s": round(time.monotonic() - started, 1)}
+
+
+def walk_figures(dsn: str, schema: str, index_name: str, walks: int, prefetch: list[int],
+                 seed: int = 1) -> dict[str, Any]:
+    """Generation's lookup pattern on the built index (``bench_walk``'s walks: leaf-weighted
+    choices until a fact ends), replayed on a cold cache by a cursor per ``prefetch_leaves``
+    value (0: it fetches only the row it reaches): per step, with round trips per step."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_walk import draw_walks, time_walks
+    from refactx_index.index import PREFETCH_LEAVES
+
+    paths = draw_walks(dsn, index_name, walks, np.random.default_rng(seed), schema)
+    return {"walks": walks, "default_prefetch_leaves": PREFETCH_LEAVES,
+            "cursor": [{"prefetch_leaves": leaves, **time_walks(dsn, index_name, paths, "cursor", leaves, schema)}
+                       for leaves in prefetch]}
+
+
 def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler) -> dict:
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.orchestration.pipeline import build
@@ -274,6 +318,7 @@ def summarize(build: dict, cores: int) -> dict[str, Any]:
             "peak_jvm_mb": round(s["peak_jvm_mb"]), "peak_workers_mb": round(s["peak_workers_mb"]),
             "peak_driver_py_mb": round(s["peak_driver_py_mb"]),
             "facts_per_s_per_core": round(facts / s["wall_s"] / cores) if s["wall_s"] else None,
+            "s_per_1m_facts": round(s["wall_s"] / facts * 1e6, 1),
             "rows_in_out": rows_in_out(name, s["counts"]),
         }
     out["index"] = {
@@ -286,6 +331,7 @@ def summarize(build: dict, cores: int) -> dict[str, Any]:
         "deepest_row": vocab_counts["max_depth"],
     }
     out["total_wall_s"] = round(sum(s["wall_s"] for s in stages.values()), 1)
+    out["total_s_per_1m_facts"] = round(out["total_wall_s"] / facts * 1e6, 1)
     out["tokenize_prefix_load_s"] = sum(stages[n]["wall_s"] for n in PER_FACT_STAGES)
     return out
 
@@ -342,6 +388,10 @@ def main() -> None:
     parser.add_argument("--skew", type=int, default=1_000_000,
                         help="facts below one hot label prefix (0: none)")
     parser.add_argument("--cores", default="1,2", help="comma-separated local[N] runs")
+    parser.add_argument("--walks", type=int, default=300,
+                        help="generation's walks replayed cold on the last run's index (0: no walk)")
+    parser.add_argument("--prefetch-leaves", default="0,64,256,2048",
+                        help="the walk's cursors: comma-separated prefetch_leaves values, one replay each")
     parser.add_argument("--vocab", default="qwen2.5", help="a tokenizer under ../shared/tokenizers")
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_e2e"), help="dump and build folder")
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
@@ -390,6 +440,11 @@ def main() -> None:
                 cfg = build["cfg"]
                 summary["hot_prefix"] = hot_prefix_latency(
                     dsn, cfg, cfg.index_name(args.vocab), "<" + manifest["hot_label"])
+            summary["zstd_floor"] = results.setdefault("zstd_floor", zstd_floor(build["cfg"], args.vocab))
+            if args.walks and cores == int(args.cores.split(",")[-1]):
+                print(f"  [{cores} cores] walk: {args.walks} walks, cold cache ...", flush=True)
+                summary["walk"] = walk_figures(dsn, build["cfg"].pg.schema, build["cfg"].index_name(args.vocab),
+                                               args.walks, [int(v) for v in args.prefetch_leaves.split(",")])
             results["runs"].append(summary)
             print(json.dumps({k: v for k, v in summary.items() if k != "stages"}, indent=2), flush=True)
             # after every run, not only at the end: a long run cut short keeps what it measured
@@ -403,18 +458,29 @@ def main() -> None:
 def print_table(results: dict[str, Any]) -> None:
     for run in results["runs"]:
         print(f"\nlocal[{run['cores']}]: {run['distinct_facts']:,} distinct facts, {run['total_wall_s']} s in all")
-        print(f"{'stage':<12}{'wall s':>8}{'CPU s':>8}{'JVM MB':>8}{'py MB':>8}{'facts/s/core':>14}")
+        print(f"{'stage':<12}{'wall s':>8}{'s/1M':>8}{'CPU s':>8}{'JVM MB':>8}{'py MB':>8}{'facts/s/core':>14}")
         for name, s in run["stages"].items():
-            print(f"{name:<12}{s['wall_s']:>8.1f}{s['cpu_s']:>8.1f}{s['peak_jvm_mb']:>8}{s['peak_workers_mb']:>8}"
-                  f"{s['facts_per_s_per_core'] or 0:>14,}")
+            print(f"{name:<12}{s['wall_s']:>8.1f}{s['s_per_1m_facts']:>8.1f}{s['cpu_s']:>8.1f}{s['peak_jvm_mb']:>8}"
+                  f"{s['peak_workers_mb']:>8}{s['facts_per_s_per_core'] or 0:>14,}")
+        print(f"{'whole build':<12}{run['total_wall_s']:>8.1f}{run['total_s_per_1m_facts']:>8.1f}")
         idx = run["index"]
         print(f"index: {idx['bytes_per_fact']:.1f} B/fact (table {idx['table_bytes_per_fact']:.1f} + "
               f"B-tree {idx['index_bytes_per_fact']:.1f}), {idx['rows_per_fact']:.3f} rows/fact, "
               f"largest row {idx['largest_row_bytes']:,} B, p99 {idx['p99_row_bytes']:,} B")
+        floor = run.get("zstd_floor")
+        if floor:
+            print(f"zstd floor (sorted token ids, level {floor['zstd_level']}): {floor['bytes_per_fact']:.1f} B/fact "
+                  f"({floor['tokens_per_fact']:.1f} tokens/fact); the index holds "
+                  f"{idx['bytes_per_fact'] / floor['bytes_per_fact']:.1f}x that")
         r = run["ratios"]
         print(f"encoder alone: {run['encoder']['facts_per_s']:,.0f} facts/s on {run['cores']} threads; "
               f"tokenize {r['tokenize_vs_encoder']:.2f}x of it, tokenize+prefix rows+load "
               f"{r['tokenize_prefix_load_vs_encoder']:.2f}x")
+        for w in run.get("walk", {}).get("cursor", []):
+            print(f"walk, prefetch_leaves={w['prefetch_leaves']}: mean {w['mean_us']:.1f} us, p50 {w['p50_us']:.1f} us, "
+                  f"p99 {w['p99_us']:.0f} us per step over {w['steps']:,} steps; "
+                  f"{w['round_trips_per_step']:.3f} round trips per step ({w['rows_fetched']:,} rows fetched, "
+                  f"{w['rows_decoded']:,} decoded)")
         if "hot_prefix" in run:
             print(f"hot prefix: {run['hot_prefix']}")
     b = results["baselines"]["bz2"]

@@ -92,6 +92,73 @@ def summarize(samples: list[float]) -> dict[str, float]:
             "p99_us": float(np.percentile(arr, 99)), "steps": int(arr.size)}
 
 
+def draw_walks(dsn: str, name: str, n: int, rng: np.random.Generator, schema: str = "refactx") -> list[list[int]]:
+    """``n`` walks from the root, each step choosing a child with probability proportional to
+    its leaf count, until a fact ends: drawn once, replayed identically by every method."""
+    from refactx_index.pg import open_index
+
+    walks = []
+    with open_index(dsn, name, schema=schema, follow=False) as index:
+        for _ in range(n):
+            cur, path = index.root(), []
+            while True:
+                step = cur.next_tokens()
+                if step.tokens.size == 0 or (step.ends and rng.random() < 1 / (1 + step.leaves.sum())):
+                    break
+                t = int(rng.choice(step.tokens, p=step.leaves / step.leaves.sum()))
+                path.append(t)
+                cur = index.advance(cur, t)
+            walks.append(path)
+    return walks
+
+
+WALK_METHODS = ("from_root", "cursor_row_only", "cursor", "cursor_background", "matcher")
+
+
+def time_walks(dsn: str, name: str, walks: list[list[int]], method: str, prefetch_leaves: int,
+               schema: str = "refactx") -> dict:
+    """Replay ``walks`` with one method (``WALK_METHODS``) on a freshly opened index (cold
+    cache): time per step and the round trips they paid."""
+    from refactx_index.matcher import FactMatcher
+    from refactx_index.pg import open_index
+
+    # the row-only cursor never fetches the rows below
+    prefetch = 0 if method == "cursor_row_only" else prefetch_leaves
+    with open_index(dsn, name, schema=schema, follow=False, prefetch_leaves=prefetch,
+                    prefetch_in_background=method == "cursor_background") as index:
+        samples: list[float] = []
+        matcher = FactMatcher(index, [(0,)], [1])
+        for path in walks:
+            if method == "from_root":
+                for j in range(len(path) + 1):
+                    t0 = time.perf_counter()
+                    index.next_tokens(path[:j])
+                    samples.append(time.perf_counter() - t0)
+            elif method.startswith("cursor"):
+                t0 = time.perf_counter()
+                cur = index.root()
+                cur.next_tokens()
+                samples.append(time.perf_counter() - t0)
+                for t in path:
+                    t0 = time.perf_counter()
+                    cur = index.advance(cur, t)
+                    cur.next_tokens()
+                    samples.append(time.perf_counter() - t0)
+            else:
+                t0 = time.perf_counter()
+                st = matcher.start_batch([[0]])[0]
+                samples.append(time.perf_counter() - t0)
+                for t in path:
+                    t0 = time.perf_counter()
+                    st = matcher.step_batch([st], [t], [[t]])[0]
+                    samples.append(time.perf_counter() - t0)
+        out = {**summarize(samples), "round_trips": index.stats.round_trips,
+               "rows_fetched": index.stats.rows_fetched, "rows_decoded": index.stats.rows_decoded,
+               "ahead_round_trips": index.stats.ahead_round_trips}
+    out["round_trips_per_step"] = out["round_trips"] / out["steps"]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--facts", type=int, default=1_000_000)
@@ -107,8 +174,6 @@ def main() -> None:
     args = parser.parse_args()
 
     from refactx_index.index import PREFETCH_LEAVES
-    from refactx_index.matcher import FactMatcher
-    from refactx_index.pg import open_index
     from refactx_index.vocab import encode_facts, open_tokenizer
     from tests.pgtree import fresh_database, load_tree
 
@@ -121,7 +186,6 @@ def main() -> None:
     print(f"{len(seqs):,} facts, {mean_len:.1f} Qwen2.5 tokens on average "
           f"(generated and tokenized in {time.perf_counter() - started:.0f} s)", flush=True)
 
-    rng = np.random.default_rng(1)
     results: dict[str, dict] = {}
     with fresh_database(args.dsn, "refactx_bench_walk") as dsn:
         started = time.perf_counter()
@@ -137,53 +201,9 @@ def main() -> None:
                 "rows_per_fact": float(rows) / len(seqs)}
         print(f"index: {(table + index_bytes) / len(seqs):.1f} bytes/fact (table {size['table_bytes_per_fact']:.1f} "
               f"+ B-tree {size['index_bytes_per_fact']:.1f}), {size['rows_per_fact']:.3f} rows/fact", flush=True)
-        # the walks: token choices drawn once, replayed identically by every method
-        with open_index(dsn, "walk") as index:
-            walks = []
-            for _ in range(args.walks):
-                cur, path = index.root(), []
-                while True:
-                    step = cur.next_tokens()
-                    if step.tokens.size == 0 or (step.ends and rng.random() < 1 / (1 + step.leaves.sum())):
-                        break
-                    t = int(rng.choice(step.tokens, p=step.leaves / step.leaves.sum()))
-                    path.append(t)
-                    cur = index.advance(cur, t)
-                walks.append(path)
-        for method in ("from_root", "cursor_row_only", "cursor", "cursor_background", "matcher"):
-            # cold cache for each method; the row-only cursor never fetches the rows below
-            prefetch = 0 if method == "cursor_row_only" else (args.prefetch_leaves or PREFETCH_LEAVES)
-            with open_index(dsn, "walk", prefetch_leaves=prefetch,
-                            prefetch_in_background=method == "cursor_background") as index:
-                samples: list[float] = []
-                matcher = FactMatcher(index, [(0,)], [1])
-                for path in walks:
-                    if method == "from_root":
-                        for j in range(len(path) + 1):
-                            t0 = time.perf_counter()
-                            index.next_tokens(path[:j])
-                            samples.append(time.perf_counter() - t0)
-                    elif method.startswith("cursor"):
-                        t0 = time.perf_counter()
-                        cur = index.root()
-                        cur.next_tokens()
-                        samples.append(time.perf_counter() - t0)
-                        for t in path:
-                            t0 = time.perf_counter()
-                            cur = index.advance(cur, t)
-                            cur.next_tokens()
-                            samples.append(time.perf_counter() - t0)
-                    else:
-                        t0 = time.perf_counter()
-                        st = matcher.start_batch([[0]])[0]
-                        samples.append(time.perf_counter() - t0)
-                        for t in path:
-                            t0 = time.perf_counter()
-                            st = matcher.step_batch([st], [t], [[t]])[0]
-                            samples.append(time.perf_counter() - t0)
-                results[method] = {**summarize(samples), "round_trips": index.stats.round_trips,
-                                   "rows_decoded": index.stats.rows_decoded,
-                                   "ahead_round_trips": index.stats.ahead_round_trips}
+        walks = draw_walks(dsn, "walk", args.walks, np.random.default_rng(1))
+        for method in WALK_METHODS:
+            results[method] = time_walks(dsn, "walk", walks, method, args.prefetch_leaves or PREFETCH_LEAVES)
     base = results["from_root"]["mean_us"]
     print(f"\nper step over {args.walks} walks (PostgreSQL index, default cache, cold at start):")
     print(f"{'method':<16}{'mean':>10}{'p50':>10}{'p99':>10}{'steps':>8}{'round trips':>13}{'behind':>8}"
