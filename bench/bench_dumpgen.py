@@ -11,7 +11,7 @@ generated dump's measured shape (the same measures as ``python -m refactx_pipeli
 --measure`` on the real extracts).
 
     .venv/bin/python bench/bench_dumpgen.py [--lines 1000000] [--workers 2] [--skew-facts 0] \\
-        [--line-mix dense|real] [--rounds 1] [--keep DIR] [--measure] [--out FILE.json]
+        [--line-mix dense|real] [--preset dense|realistic] [--rounds 1] [--keep DIR] [--measure] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def run_once(out: Path, args: argparse.Namespace) -> dict:
         shutil.rmtree(out)
     started = time.monotonic()
     manifest = dumpgen.generate(out, lines=args.lines, seed=args.seed, skew_facts=args.skew_facts,
-                                line_mix=args.line_mix, workers=args.workers)
+                                line_mix=args.line_mix, workers=args.workers, preset=args.preset)
     wall = time.monotonic() - started
     timing = dumpgen.last_run()
     size = sum(f.stat().st_size for f in out.iterdir())
@@ -44,6 +44,7 @@ def run_once(out: Path, args: argparse.Namespace) -> dict:
         "cpu_bz2_s": round(timing["cpu_bz2_s"], 2),
         "workers": timing["workers"],
         "compressor": manifest["compressor"],
+        "preset": manifest["preset"],
         "lines": manifest["lines"],
         "lines_per_s": round(manifest["lines"] / wall),
         "uncompressed_mb": round(timing["bytes"] / 1e6, 1),
@@ -61,6 +62,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skew-facts", type=int, default=0)
     parser.add_argument("--line-mix", default="dense", choices=["dense", "real"])
+    parser.add_argument("--preset", default="dense", choices=["dense", "realistic"],
+                        help="what texts and values are drawn from (docs/scale.md, \"The realistic preset\")")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--keep", help="write the dump here (kept) instead of a temporary folder")

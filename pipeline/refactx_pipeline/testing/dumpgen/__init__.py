@@ -27,7 +27,13 @@ sitelink coverage, and a few hostile lines of each kind the parse stage must qua
 ``skew_facts`` adds articles whose labels all start with ``HOT_LABEL`` until at least that
 many facts lie below that one prefix (issue 14's skew benchmark).
 
-Determinism: the same ``seed``, ``lines``, ``skew_facts``, ``line_mix`` and
+``preset`` picks what the texts and values are drawn from: ``dense`` (the default: small
+word lists) or ``realistic`` (``lexicon``: tens of thousands of title words and names, whose
+vocabulary keeps growing with the dump as real facts' does); the plan (items, counts,
+lines) is the same for both. ``floor`` measures how compressible verbalized facts are
+(bench/bench_realism.py compares them with the real extract's).
+
+Determinism: the same ``seed``, ``lines``, ``skew_facts``, ``line_mix``, ``preset`` and
 ``chunk_lines`` give byte-identical files, whatever the number of worker processes: a
 plan of every item (class, id, counts) is computed from the seed alone, then each chunk
 of items is rendered from its own random stream (``SeedSequence([seed, 1, chunk])``) and
@@ -44,6 +50,7 @@ benchmarks use.
 """
 
 from refactx_pipeline.testing.dumpgen.command import main
+from refactx_pipeline.testing.dumpgen.floor import compression_floor, whole_subjects
 from refactx_pipeline.testing.dumpgen.generate import generate, last_run
 from refactx_pipeline.testing.dumpgen.measure import measure, measure_dump, measure_nt, measure_sql
 from refactx_pipeline.testing.dumpgen.shape import (
@@ -53,6 +60,7 @@ from refactx_pipeline.testing.dumpgen.shape import (
     MANIFEST_FILE,
     PAGE_FILE,
     PAGE_PROPS_FILE,
+    PRESETS,
     SKEW_FACTS_PER_ITEM,
     TRUTHY_FILE,
 )
@@ -64,8 +72,10 @@ __all__ = [
     "MANIFEST_FILE",
     "PAGE_FILE",
     "PAGE_PROPS_FILE",
+    "PRESETS",
     "SKEW_FACTS_PER_ITEM",
     "TRUTHY_FILE",
+    "compression_floor",
     "generate",
     "last_run",
     "main",
@@ -73,4 +83,5 @@ __all__ = [
     "measure_dump",
     "measure_nt",
     "measure_sql",
+    "whole_subjects",
 ]

@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from refactx_pipeline.testing.dumpgen.shape import CLASS_INDEX, ENTITY, LINE_MIXES
+from refactx_pipeline.testing.dumpgen.shape import CLASS_INDEX, ENTITY, LINE_MIXES, PRESETS
 
 
 # ====================================================================== small helpers
@@ -98,6 +98,7 @@ class Plan:
     chunks: list[tuple[int, int]]
     hostile_at: dict[int, list[str]]  # item index -> hostile reasons written after it
     members: dict[int, np.ndarray] = field(default_factory=dict)
+    preset: str = "dense"  # what texts and values are drawn from (shape.PRESETS)
 
     @property
     def items(self) -> int:
@@ -113,3 +114,9 @@ def _line_mix(name: str) -> tuple[int, float, float]:
     if name not in LINE_MIXES:
         raise ValueError(f"line_mix {name!r}: expected one of {', '.join(LINE_MIXES)}")
     return LINE_MIXES[name]
+
+
+def _preset(name: str) -> str:
+    if name not in PRESETS:
+        raise ValueError(f"preset {name!r}: expected one of {', '.join(PRESETS)}")
+    return name

@@ -73,9 +73,10 @@ _COMPRESSOR = "python"
 _PLAN: Plan | None = None  # the plan of this worker process (_worker_init)
 
 
-def _worker_init(lines: int, seed: int, skew_facts: int, line_mix: str, chunk_lines: int, compressor: str) -> None:
+def _worker_init(lines: int, seed: int, skew_facts: int, line_mix: str, chunk_lines: int, compressor: str,
+                 preset: str = "dense") -> None:
     global _PLAN, _COMPRESSOR
-    _PLAN = make_plan(lines, seed, skew_facts, line_mix, chunk_lines)
+    _PLAN = make_plan(lines, seed, skew_facts, line_mix, chunk_lines, preset)
     _COMPRESSOR = compressor
 
 
@@ -95,7 +96,7 @@ def _render_chunk(chunk: int) -> tuple[int, bytes, dict[str, Any]]:
 
 def generate(out_dir: str | os.PathLike, lines: int, seed: int = 0, skew_facts: int = 0,
              line_mix: str = "dense", chunk_lines: int = DEFAULT_CHUNK_LINES,
-             workers: int | None = None, compressor: str = "auto") -> dict[str, Any]:
+             workers: int | None = None, compressor: str = "auto", preset: str = "dense") -> dict[str, Any]:
     """Write a dump of about ``lines`` N-Triples lines (module docstring) into ``out_dir``;
     return the manifest (also written as ``manifest.json``, last: its presence means done).
 
@@ -104,13 +105,15 @@ def generate(out_dir: str | os.PathLike, lines: int, seed: int = 0, skew_facts: 
     of a process holding Spark's threads), so a script calling this needs the usual
     ``if __name__ == "__main__":`` guard. ``compressor``: ``auto`` (lbzip2 or pbzip2 when on
     PATH, else Python's bz2), or one of ``COMPRESSORS``; the manifest names the one used,
-    and the same compressor gives the same bytes."""
+    and the same compressor gives the same bytes. ``preset``: what the texts and values are
+    drawn from (``shape.PRESETS``: ``dense``, the default, or ``realistic``, whose facts
+    compress like real Wikidata facts); the manifest records it."""
     started = time.monotonic()
     compressor = resolve_compressor(compressor)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST_FILE).unlink(missing_ok=True)
-    plan = make_plan(lines, seed, skew_facts, line_mix, chunk_lines)
+    plan = make_plan(lines, seed, skew_facts, line_mix, chunk_lines, preset)
     log.info("dumpgen: %s items (%s skew) in %d chunks for %s lines, seed %d", f"{plan.items:,}",
              f"{int((plan.cls == SKEW).sum()):,}", len(plan.chunks), f"{lines:,}", seed)
     if not workers:
@@ -132,7 +135,7 @@ def generate(out_dir: str | os.PathLike, lines: int, seed: int = 0, skew_facts: 
         fh.write(compress(prelude, compressor))
         totals["lines"] += prelude.count(b"\n")
         totals["bytes"] += len(prelude)
-        args = (lines, seed, skew_facts, line_mix, chunk_lines, compressor)
+        args = (lines, seed, skew_facts, line_mix, chunk_lines, compressor, preset)
         if workers == 1:
             _worker_init(*args)
             results: Iterator = map(_render_chunk, range(len(plan.chunks)))
@@ -188,6 +191,7 @@ def generate(out_dir: str | os.PathLike, lines: int, seed: int = 0, skew_facts: 
         "lines_requested": lines,
         "skew_facts": skew_facts,
         "line_mix": line_mix,
+        "preset": preset,
         "chunk_lines": chunk_lines,
         "compressor": compressor,
         "truthy": TRUTHY_FILE,

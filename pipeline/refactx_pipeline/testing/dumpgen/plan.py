@@ -30,7 +30,7 @@ from refactx_pipeline.testing.dumpgen.shape import (
     SKEW_FACTS_PER_ITEM,
     tail_properties,
 )
-from refactx_pipeline.testing.dumpgen.basics import Plan, _line_mix, _weighted
+from refactx_pipeline.testing.dumpgen.basics import Plan, _line_mix, _preset, _weighted
 from refactx_pipeline.testing.dumpgen.render import _prelude_lines
 
 
@@ -74,8 +74,10 @@ def _ext_share(c: ItemClass) -> float:
 
 
 def make_plan(lines: int, seed: int = 0, skew_facts: int = 0, line_mix: str = "dense",
-              chunk_lines: int = DEFAULT_CHUNK_LINES) -> Plan:
-    """The items of a dump of about ``lines`` lines (see the module docstring)."""
+              chunk_lines: int = DEFAULT_CHUNK_LINES, preset: str = "dense") -> Plan:
+    """The items of a dump of about ``lines`` lines (see the module docstring). The counts do
+    not depend on ``preset`` (only the rendered texts and values do)."""
+    _preset(preset)
     if lines < 1000:
         raise ValueError(f"lines={lines}: at least 1,000")
     if chunk_lines < 10_000:
@@ -175,7 +177,7 @@ def make_plan(lines: int, seed: int = 0, skew_facts: int = 0, line_mix: str = "d
                 en_label=d["en_label"], en_desc=d["en_desc"], sitelinked=d["sitelinked"],
                 shortdesc=d["shortdesc"], lost_sitelink=lost, n_other=d["n_other"],
                 n_other_desc=d["n_other_desc"], n_alias=d["n_alias"], no_value=d["no_value"],
-                chunks=chunks, hostile_at=hostile_at)
+                chunks=chunks, hostile_at=hostile_at, preset=preset)
     for code in range(len(ALL_CLASSES)):
         members = np.flatnonzero(cls == code)
         # popularity: a fixed shuffle, so the most cited are not simply the first

@@ -57,6 +57,7 @@ from refactx_pipeline.testing.dumpgen.shape import (
     XSD,
     tail_properties,
 )
+from refactx_pipeline.testing.dumpgen.lexicon import lexicon
 from refactx_pipeline.testing.dumpgen.basics import (
     Plan,
     _iri,
@@ -68,6 +69,11 @@ from refactx_pipeline.testing.dumpgen.basics import (
     _zipf_cdf,
     nt_literal,
 )
+
+
+# the realistic preset's words per generated title (lognormal mu, sigma, at least): median 3.3;
+# its title words are rarer, 2-3 tokens each, and real facts average ~25-30 tokens
+REALISTIC_TITLE_WORDS = (1.2, 0.5, 2)
 
 
 class Lines:
@@ -227,6 +233,19 @@ class ChunkRenderer:
         self.p31 = np.zeros(self.n, dtype=np.int64)  # the class its texts chose (0: drawn from the pool)
         self.constellation = self._core("constellation", self.n)
         self.st = Statements()
+        # the word lists the texts are drawn from (shape.PRESETS); drawn after every dense
+        # draw above, and the dense preset draws nothing more, so its bytes do not change
+        if plan.preset == "realistic":
+            lex = lexicon()
+            self.given, self.family, self.science_objects = lex.given, lex.family, lex.science
+            self.science = lex.science
+            self.title_cdf = lex.science_cdf
+            self.title_mu, self.title_sigma, self.title_min = REALISTIC_TITLE_WORDS
+        else:
+            self.given, self.family, self.science = GIVEN, FAMILY, SCIENCE
+            self.science_objects = np.array(SCIENCE, dtype=object)
+            self.title_cdf = self.v.title_cdf
+            self.title_mu, self.title_sigma, self.title_min = 2.0, 0.35, 3  # words in a title: median 7.4
 
     # ---------------------------------------------------------------- objects
 
@@ -317,13 +336,13 @@ class ChunkRenderer:
                 norm = _objects([f"<{prop.normalized}{v}>" if h else "" for v, h in zip(values, has.tolist())])
             return dict(obj=nt_literal(values), dtype="ExternalId", norm=norm)
         if kind == "url":
-            words = rng.integers(0, len(FAMILY), n)
-            return dict(obj=_objects([f"<https://www.{FAMILY[w].lower().replace(chr(39), '')}{i}.example.com/>"
+            words = rng.integers(0, len(self.family), n)
+            return dict(obj=_objects([f"<https://www.{self.family[w].lower().replace(chr(39), '')}{i}.example.com/>"
                                       for w, i in zip(words.tolist(), rng.integers(1, 999, n).tolist())]),
                         dtype="Url")
         if kind == "commons":
-            words = rng.integers(0, len(SCIENCE), n)
-            return dict(obj=_objects([f"<http://commons.wikimedia.org/wiki/Special:FilePath/{SCIENCE[w]}%20{i}.jpg>"
+            words = rng.integers(0, len(self.science), n)
+            return dict(obj=_objects([f"<http://commons.wikimedia.org/wiki/Special:FilePath/{self.science[w]}%20{i}.jpg>"
                                       for w, i in zip(words.tolist(), rng.integers(1, 99999, n).tolist())]),
                         dtype="CommonsMedia")
         raise ValueError(f"object spec {spec!r}")
@@ -331,9 +350,9 @@ class ChunkRenderer:
     def _strings(self, style: str, items: np.ndarray, n: int) -> list[str]:
         rng = self.rng
         if style == "author":
-            g = rng.integers(0, len(GIVEN), n)
-            f = rng.integers(0, len(FAMILY), n)
-            return [f"{GIVEN[a]} {FAMILY[b]}" if i % 3 else f"{GIVEN[a][0]}. {FAMILY[b]}"
+            g = rng.integers(0, len(self.given), n)
+            f = rng.integers(0, len(self.family), n)
+            return [f"{self.given[a]} {self.family[b]}" if i % 3 else f"{self.given[a][0]}. {self.family[b]}"
                     for i, (a, b) in enumerate(zip(g.tolist(), f.tolist()))]
         if style == "volume":
             return list(map(str, rng.integers(1, 120, n).tolist()))
@@ -357,7 +376,7 @@ class ChunkRenderer:
         rng = self.rng
         num = rng.integers(1, 10**9, n).tolist()
         if style == "doi":
-            return [f"10.{1000 + a % 9000}/{SCIENCE[a % len(SCIENCE)][:4].upper()}.{a}" for a in num]
+            return [f"10.{1000 + a % 9000}/{self.science[a % len(self.science)][:4].upper()}.{a}" for a in num]
         if style == "pmid" or style == "num":
             return list(map(str, num))
         if style == "openalex":
@@ -401,8 +420,8 @@ class ChunkRenderer:
 
     def _title(self, n: int, starts: bool = True) -> list[str]:
         rng = self.rng
-        k = np.clip(np.round(rng.lognormal(2.0, 0.35, n)).astype(np.int64), 3, 24)
-        words = np.array(SCIENCE, dtype=object)[_pick_cdf(rng, self.v.title_cdf, n * 24).reshape(n, 24)]
+        k = np.clip(np.round(rng.lognormal(self.title_mu, self.title_sigma, n)).astype(np.int64), self.title_min, 24)
+        words = self.science_objects[_pick_cdf(rng, self.title_cdf, n * 24).reshape(n, 24)]
         body = _join(words, k)
         if not starts:
             return [b[:1].upper() + b[1:] for b in body]
@@ -414,9 +433,9 @@ class ChunkRenderer:
     def _text_article(self, at, n):
         dates = self._date_words(at)
         style = self.rng.random(n)
-        fam = self.rng.integers(0, len(FAMILY), n).tolist()
+        fam = self.rng.integers(0, len(self.family), n).tolist()
         descs = [f"scientific article published on {d}" if s < 0.6 else
-                 f"scholarly article by {FAMILY[f]} et al published {d}" if s < 0.75 else
+                 f"scholarly article by {self.family[f]} et al published {d}" if s < 0.75 else
                  f"scientific article published in {d.split(' ', 1)[1]}" if s < 0.9 else "scientific article"
                  for d, s, f in zip(dates, style.tolist(), fam)]
         return self._title(n), descs
@@ -432,10 +451,10 @@ class ChunkRenderer:
 
     def _text_human(self, at, n):
         rng = self.rng
-        g = rng.integers(0, len(GIVEN), n).tolist()
-        f = _pick_cdf(rng, self.v.zipf(len(FAMILY)), n).tolist()
+        g = rng.integers(0, len(self.given), n).tolist()
+        f = _pick_cdf(rng, self.v.zipf(len(self.family)), n).tolist()
         mid = rng.random(n) < 0.15
-        labels = [f"{GIVEN[a]} {chr(65 + (a * 7 + b) % 26)}. {FAMILY[b]}" if m else f"{GIVEN[a]} {FAMILY[b]}"
+        labels = [f"{self.given[a]} {chr(65 + (a * 7 + b) % 26)}. {self.family[b]}" if m else f"{self.given[a]} {self.family[b]}"
                   for a, b, m in zip(g, f, mid.tolist())]
         occ = self._core("occupation", n)
         nat = [NATIONALITY.get(int(q), "") for q in self.country[at].tolist()]
@@ -501,18 +520,18 @@ class ChunkRenderer:
         rng = self.rng
         body = self._title(n, starts=False)
         labels = [" ".join(b.split()[:1 + i % 4]).title() for i, b in enumerate(body)]
-        g = rng.integers(0, len(GIVEN), n).tolist()
-        f = rng.integers(0, len(FAMILY), n).tolist()
+        g = rng.integers(0, len(self.given), n).tolist()
+        f = rng.integers(0, len(self.family), n).tolist()
         kinds = ("film", "album", "painting", "novel")
         k = rng.integers(0, 4, n).tolist()
         self.p31[at] = np.array([11424, 482994, 3305213, 7725634])[k]
-        descs = [f"{y} {kinds[i]} by {GIVEN[a]} {FAMILY[b]}" if i != 1 else f"album by {GIVEN[a]} {FAMILY[b]}"
+        descs = [f"{y} {kinds[i]} by {self.given[a]} {self.family[b]}" if i != 1 else f"album by {self.given[a]} {self.family[b]}"
                  for y, i, a, b in zip(self.pub_year[at].tolist(), k, g, f)]
         return labels, descs
 
     def _text_disambiguation(self, at, n):
-        f = _pick_cdf(self.rng, self.v.zipf(len(FAMILY)), n).tolist()
-        return [FAMILY[i] for i in f], ["Wikimedia disambiguation page"] * n
+        f = _pick_cdf(self.rng, self.v.zipf(len(self.family)), n).tolist()
+        return [self.family[i] for i in f], ["Wikimedia disambiguation page"] * n
 
     def _text_journal(self, at, n):
         body = self._title(n, starts=False)
@@ -522,17 +541,17 @@ class ChunkRenderer:
     def _text_misc(self, at, n):
         rng = self.rng
         style = rng.random(n).tolist()
-        fam = _pick_cdf(rng, self.v.zipf(len(FAMILY)), n).tolist()
-        giv = rng.integers(0, len(GIVEN), n).tolist()
+        fam = _pick_cdf(rng, self.v.zipf(len(self.family)), n).tolist()
+        giv = rng.integers(0, len(self.given), n).tolist()
         body = self._title(n, starts=False)
         labels, descs, p31 = [], [], []
         for s, f, g, b, c in zip(style, fam, giv, body, self.country[at].tolist()):
             if s < 0.25:
-                labels.append(FAMILY[f]); descs.append("family name"); p31.append(101352)
+                labels.append(self.family[f]); descs.append("family name"); p31.append(101352)
             elif s < 0.4:
-                labels.append(GIVEN[g]); descs.append("male given name"); p31.append(12308941)
+                labels.append(self.given[g]); descs.append("male given name"); p31.append(12308941)
             elif s < 0.6:
-                labels.append(f"{FAMILY[f]} Street"); descs.append(f"street in {self.v.core_by_qid[c].label}")
+                labels.append(f"{self.family[f]} Street"); descs.append(f"street in {self.v.core_by_qid[c].label}")
                 p31.append(79007)
             elif s < 0.7:
                 words = b.split()[:2]

@@ -87,6 +87,17 @@ LINE_MIXES = {
     "real": (10, 9.0, 0.8),
 }
 
+# Presets: what the texts and values are drawn from (independent of the line mix).
+# "dense" (the default, the generator's first texts): small word lists, so its verbalized
+# facts compress far better than real ones (zstd 31.5 vs 53 B/fact in the index, issue 25).
+# "realistic": large generated vocabularies (names, title words, places), fewer repeated
+# objects and more varied literals, tuned until its facts' zstd floor is the real sample's
+# (bench/bench_realism.py, docs/scale.md "The realistic preset").
+PRESETS = {
+    "dense": "small word lists: compresses about twice as well as real facts",
+    "realistic": "large vocabularies, varied values: compresses like the real Wikidata sample",
+}
+
 # ====================================================================== vocabulary
 DATATYPES_KEPT = ("WikibaseItem", "String", "Quantity", "Time", "GlobeCoordinate", "Monolingualtext")
 
