@@ -92,6 +92,65 @@ def test_bad_arguments_are_refused(tmp_path):
         dumpgen.generate(tmp_path / "y", lines=20_000, line_mix="sparse")
 
 
+def test_an_unknown_preset_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="preset"):
+        dumpgen.generate(tmp_path / "z", lines=20_000, preset="sparse")
+
+
+# ---------------------------------------------------------------- the realistic preset
+
+
+def _english_labels(out) -> list[str]:
+    import re
+
+    return re.findall(r'rdf-schema#label> "([^"]*)"@en \.', _text(out))
+
+
+def test_the_realistic_preset_is_seeded_and_larger_in_vocabulary(tmp_path):
+    """Same plan as dense (items, lines), other texts, the same bytes again from the same seed;
+    its English labels use many more distinct words and compress worse (zstd, sorted)."""
+    from refactx_pipeline.testing.dumpgen.floor import compression_floor
+
+    args = dict(lines=20_000, seed=5, chunk_lines=10_000)
+    dense = dumpgen.generate(tmp_path / "dense", workers=1, **args)
+    real = dumpgen.generate(tmp_path / "realistic", workers=2, preset="realistic", **args)
+    again = dumpgen.generate(tmp_path / "again", workers=1, preset="realistic", **args)
+    assert (dense["preset"], real["preset"]) == ("dense", "realistic")
+    assert real["items"] == dense["items"] and real["statements"] == dense["statements"]
+    assert (tmp_path / "again" / dumpgen.TRUTHY_FILE).read_bytes() == (tmp_path / "realistic" / dumpgen.TRUTHY_FILE).read_bytes()
+    assert again == real
+    assert (tmp_path / "dense" / dumpgen.TRUTHY_FILE).read_bytes() != (tmp_path / "realistic" / dumpgen.TRUTHY_FILE).read_bytes()
+    floors = {}
+    for name in ("dense", "realistic"):
+        labels = _english_labels(tmp_path / name)
+        assert len(labels) > 500, name
+        floors[name] = compression_floor([f"<{t}> <label> <x> ." for t in labels])
+    # dense: ~200 title words, ~100 x ~200 names; realistic: tens of thousands of each (its
+    # titles are shorter, so compare per word and per character, not per label)
+    ratio = {name: f["distinct_words_per_fact"] / f["words_per_fact"] for name, f in floors.items()}
+    per_char = {name: f["zstd_text_bytes_per_fact"] / f["chars_per_fact"] for name, f in floors.items()}
+    assert ratio["realistic"] > 1.35 * ratio["dense"], ratio  # 0.31 vs 0.20 (seed 5)
+    assert per_char["realistic"] > 1.1 * per_char["dense"], per_char  # 0.27 vs 0.22
+
+
+def test_compression_floor_and_whole_subjects():
+    from refactx_pipeline.testing.dumpgen.floor import compression_floor, split_fact, whole_subjects
+
+    assert split_fact("<Danny Boyle> <date of birth> <1956-10-20> .") == ("Danny Boyle", "date of birth", "1956-10-20")
+    assert split_fact(" <a> <b> <c> .") == ("a", "b", "c")
+    assert split_fact("not a fact") is None
+    facts = [f"<s{i}> <p{j}> <o{i * j}> ." for i in range(50) for j in range(4)]
+    picked = whole_subjects(facts, 10, seed=1)
+    assert len(picked) == 12  # three whole subjects of four facts: never a subject cut in two
+    assert len({split_fact(t)[0] for t in picked}) == 3
+    assert whole_subjects(facts, 10, seed=1) == picked
+    repeated = compression_floor([f"<same subject> <same property> <value {i % 3}> ." for i in range(300)] * 2)
+    assert repeated["facts"] == 3  # de-duplicated
+    varied = compression_floor(facts)
+    assert varied["facts"] == 200 and varied["distinct_subjects_per_fact"] == 0.25
+    assert 0 < varied["zstd_text_bytes_per_fact"] < varied["text_bytes_per_fact"]
+
+
 # ---------------------------------------------------------------- shape
 
 
