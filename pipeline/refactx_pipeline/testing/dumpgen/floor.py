@@ -7,8 +7,8 @@ facts makes every size measured on its dumps look better than it will be.
 
 ``compression_floor(texts)``: bytes per fact of the sorted, de-duplicated texts compressed
 with zstd (one frame, ``level``), their mean characters, words and (with a tokenizer) token
-ids per fact, and the same floor for the token ids (uint32 little-endian, concatenated in
-sorted fact order). ``whole_subjects(texts, n)``: whole subjects drawn until ``n`` facts, so
+ids per fact, and the same floor for the token ids as bench/bench_e2e.py measures a build's
+(uint32 big-endian, the distinct id sequences sorted and concatenated). ``whole_subjects(texts, n)``: whole subjects drawn until ``n`` facts, so
 that two fact sets can be compared at the same size (per-fact compressed size falls as a
 corpus grows: a floor is only comparable at the same fact count).
 """
@@ -93,10 +93,11 @@ def compression_floor(texts: Sequence[str], tokenizer: Any | None = None, level:
     }
     if tokenizer is not None:
         encoded = tokenizer.encode_batch([fact_prefix + t for t in facts], add_special_tokens=False)
-        ids = [np.asarray(e.ids, dtype="<u4") for e in encoded]
-        lengths = np.array([len(i) for i in ids])
-        raw = np.concatenate(ids).tobytes()
-        packed_ids = zstandard.ZstdCompressor(level=level).compress(raw)
+        # as bench/bench_e2e.py's zstd_floor measures a build: big-endian uint32 (byte order
+        # is token order), the distinct sequences sorted, concatenated
+        seqs = sorted({np.asarray(e.ids, dtype=">u4").tobytes() for e in encoded})
+        lengths = np.array([len(e.ids) for e in encoded])
+        packed_ids = zstandard.ZstdCompressor(level=level).compress(b"".join(seqs))
         out.update({
             "tokens_per_fact": round(float(lengths.mean()), 2),
             "zstd_token_bytes_per_fact": round(len(packed_ids) / n, 2),
