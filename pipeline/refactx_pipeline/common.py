@@ -122,6 +122,16 @@ def remove_tree(spark, path: str | Path) -> None:
     hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
 
+def move_tree(spark, source: str | Path, target: str | Path) -> None:
+    """Rename a written directory through Hadoop's FileSystem (``target`` must not exist): a
+    staged output that needs no second pass becomes the output without being rewritten."""
+    jvm = spark.sparkContext._jvm
+    src = jvm.org.apache.hadoop.fs.Path(str(source))
+    fs = src.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.rename(src, jvm.org.apache.hadoop.fs.Path(str(target))):
+        raise OSError(f"could not move {source} to {target}")
+
+
 def write_counts(cfg: Config, stage: str, counts: dict[str, Any], name: str | None = None) -> Path:
     """Write a stage's counts next to its outputs (atomically: tmp file + rename); ``name``
     defaults to ``paths.counts_file`` (``counts.json``)."""
