@@ -106,8 +106,8 @@ def generate(out_dir: str | os.PathLike, lines: int, seed: int = 0, skew_facts: 
     ``if __name__ == "__main__":`` guard. ``compressor``: ``auto`` (lbzip2 or pbzip2 when on
     PATH, else Python's bz2), or one of ``COMPRESSORS``; the manifest names the one used,
     and the same compressor gives the same bytes. ``preset``: what the texts and values are
-    drawn from (``shape.PRESETS``: ``dense``, the default, or ``realistic``, whose facts
-    compress like real Wikidata facts); the manifest records it."""
+    drawn from (``shape.PRESETS``: ``dense``, the default, or ``realistic``, with vocabularies
+    that keep growing with the dump); the manifest records it."""
     started = time.monotonic()
     compressor = resolve_compressor(compressor)
     out = Path(out_dir)
