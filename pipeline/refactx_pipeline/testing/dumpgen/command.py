@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "lists (~200 title words, ~300 names). realistic: 80,000 title words and "
                              "66,000 names behind those lists, shorter titles: a vocabulary that keeps "
                              "growing with the dump. The same items as dense, within a few lines. Its "
-                             "facts' zstd floor (bench/bench_realism.py) is within 0-8%% of dense's; "
+                             "facts' zstd floor of texts (bench/bench_realism.py) is within 6%% of dense's; "
                              "docs/scale.md, 'The realistic preset'")
     parser.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES,
                         help=f"lines per bz2 stream and task (default {DEFAULT_CHUNK_LINES:,}; part of the seed)")

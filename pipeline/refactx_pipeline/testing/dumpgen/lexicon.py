@@ -5,7 +5,8 @@ family names, so its facts repeat the same few hundred words however large the d
 real facts' vocabulary keeps growing with the corpus (Heaps' law). Here the real word lists
 stay at the head of each Zipf distribution (the common words and names) and a long tail of
 pronounceable generated words follows, so a larger dump keeps meeting new words. (Measured
-by bench/bench_realism.py: this moves the facts' zstd floor by 0-8% only; docs/scale.md.)
+by bench/bench_realism.py: this moves the facts' zstd floor of texts by 6% at most;
+docs/scale.md.)
 Deterministic: one fixed seed, the same for every dump
 seed (like the tail properties), built once per process.
 """
