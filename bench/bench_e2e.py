@@ -1,8 +1,8 @@
 """Dump -> active index, end to end, measured per stage; with the baselines in the same run.
 
-Input: a realistic generated dump (``refactx_pipeline.testing.dumpgen``: truthy N-Triples plus the
-enwiki page/page_props SQL dumps, distributions from ../shared's extracts; docs/scale.md),
-written once into ``--work`` and reused when it is already there. Then, for each ``--cores``
+Input: a generated dump (``refactx_pipeline.testing.dumpgen``, ``--preset realistic`` by
+default: truthy N-Triples plus the enwiki page/page_props SQL dumps, distributions from
+../shared's extracts, large label vocabularies; docs/scale.md), written once into ``--work`` and reused when it is already there. Then, for each ``--cores``
 value, the whole pipeline (parse ... activate, one vocabulary) in Spark ``local[c]`` against
 a PostgreSQL server, each in a fresh build directory and database schema. Printed and
 written as JSON (``--out``), plus a plot of time per stage (PNG, when matplotlib is
@@ -119,16 +119,16 @@ class ProcessTreeSampler:
             self._thread.join()
 
 
-def generate_dump(work: Path, lines: int, seed: int, skew: int) -> Path:
+def generate_dump(work: Path, lines: int, seed: int, skew: int, preset: str = "realistic") -> Path:
     """The generated dump's folder (reused when its manifest says the same arguments)."""
     from refactx_pipeline.testing import dumpgen
 
-    out = work / f"dump-{lines}-{seed}-{skew}"
+    out = work / f"dump-{preset}-{lines}-{seed}-{skew}"
     manifest = out / "manifest.json"
     if manifest.exists():
         return out
     started = time.monotonic()
-    dumpgen.generate(out, lines=lines, seed=seed, skew_facts=skew)
+    dumpgen.generate(out, lines=lines, seed=seed, skew_facts=skew, preset=preset)
     print(f"dump generated in {time.monotonic() - started:.0f} s: {out}", flush=True)
     return out
 
@@ -235,26 +235,25 @@ def hot_prefix_latency(dsn: str, cfg, index_name: str, hot_text: str) -> dict[st
             "warm_us_median": warm[len(warm) // 2] * 1e6}
 
 
-def zstd_floor(cfg, vocab: str, level: int = 19) -> dict[str, Any]:
-    """What the facts' token ids hold, as a general compressor sees it: the sorted, distinct
-    token id sequences of the build (``tokenize`` stage, big-endian uint32 so that byte
-    order is token order) concatenated and compressed by zstd at ``level``, in bytes per
-    fact. No index can be expected to beat it by much; it says how far the rows are from it."""
+def zstd_floor(cfg, vocab: str) -> dict[str, Any]:
+    """What the facts' token ids hold, as a general compressor sees it
+    (``dumpgen.floor.token_ids_floor``: the build's distinct token id sequences sorted,
+    concatenated, one zstd frame), in bytes per fact. No index can be expected to beat it by
+    much; it says how far the rows are from it."""
     import numpy as np
     import pyarrow.dataset as ds
-    import zstandard
+
+    from refactx_pipeline.testing.dumpgen.floor import ZSTD_LEVEL, token_ids_floor
 
     table = ds.dataset(str(cfg.stage_dir("tokenize") / vocab / "tokens"), format="parquet").to_table(
         columns=["token_ids"])
     ids = table.column("token_ids").combine_chunks()
-    flat = ids.values.to_numpy().astype(">u4")
+    raw = ids.values.to_numpy().astype(">u4").tobytes()
     offsets = ids.offsets.to_numpy()
-    raw = flat.tobytes()
-    seqs = sorted({raw[4 * a:4 * b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())})
     started = time.monotonic()
-    packed = zstandard.ZstdCompressor(level=level).compress(b"".join(seqs))
-    return {"facts": len(seqs), "tokens_per_fact": float(np.diff(offsets).mean()), "zstd_level": level,
-            "bytes_per_fact": len(packed) / len(seqs), "compress_s": round(time.monotonic() - started, 1)}
+    facts, packed = token_ids_floor(raw[4 * a:4 * b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()))
+    return {"facts": facts, "tokens_per_fact": float(np.diff(offsets).mean()), "zstd_level": ZSTD_LEVEL,
+            "bytes_per_fact": packed / facts, "compress_s": round(time.monotonic() - started, 1)}
 
 
 def walk_figures(dsn: str, schema: str, index_name: str, walks: int, prefetch: list[int],
@@ -385,6 +384,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=13_500_000, help="dump lines to generate (13.5M: just over 5M facts)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--preset", default="realistic", choices=["realistic", "dense"],
+                        help="the dump generator's preset (docs/scale.md, 'The realistic preset')")
     parser.add_argument("--skew", type=int, default=1_000_000,
                         help="facts below one hot label prefix (0: none)")
     parser.add_argument("--cores", default="1,2", help="comma-separated local[N] runs")
@@ -415,7 +416,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    dump = generate_dump(work, args.lines, args.seed, args.skew)
+    dump = generate_dump(work, args.lines, args.seed, args.skew, args.preset)
     if args.rebaseline:
         results = json.loads(out.read_text())
         for summary in [r for r in results["runs"] if str(r["cores"]) in args.cores.split(",")]:
@@ -426,7 +427,7 @@ def main() -> None:
         print_table(results)
         return
     manifest = json.loads((dump / "manifest.json").read_text())
-    results: dict[str, Any] = {"lines": args.lines, "seed": args.seed, "skew": args.skew,
+    results: dict[str, Any] = {"lines": args.lines, "seed": args.seed, "skew": args.skew, "preset": args.preset,
                                "vocab": args.vocab, "cpu_count": os.cpu_count(), "runs": [], "baselines": {}}
     print("baseline: bz2 decompression ...", flush=True)
     results["baselines"]["bz2"] = bz2_baseline(dump / manifest["truthy"])

@@ -16,7 +16,7 @@ corpus grows: a floor is only comparable at the same fact count).
 from __future__ import annotations
 
 import collections
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -93,13 +93,23 @@ def compression_floor(texts: Sequence[str], tokenizer: Any | None = None, level:
     }
     if tokenizer is not None:
         encoded = tokenizer.encode_batch([fact_prefix + t for t in facts], add_special_tokens=False)
-        # as bench/bench_e2e.py's zstd_floor measures a build: big-endian uint32 (byte order
-        # is token order), the distinct sequences sorted, concatenated
-        seqs = sorted({np.asarray(e.ids, dtype=">u4").tobytes() for e in encoded})
         lengths = np.array([len(e.ids) for e in encoded])
-        packed_ids = zstandard.ZstdCompressor(level=level).compress(b"".join(seqs))
+        distinct, packed_ids = token_ids_floor(np.asarray(e.ids, dtype=">u4").tobytes() for e in encoded)
         out.update({
             "tokens_per_fact": round(float(lengths.mean()), 2),
-            "zstd_token_bytes_per_fact": round(len(packed_ids) / n, 2),
+            "zstd_token_bytes_per_fact": round(packed_ids / distinct, 2),
         })
     return out
+
+
+def token_ids_floor(sequences: Iterable[bytes], level: int = ZSTD_LEVEL) -> tuple[int, int]:
+    """(distinct sequences, their zstd size in bytes) of token id sequences, each given as
+    big-endian uint32 bytes (so byte order is token order): the distinct sequences sorted,
+    concatenated and compressed in one frame. ``bench/bench_e2e.py`` measures a build's
+    tokens with it."""
+    import zstandard
+
+    seqs = sorted(set(sequences))
+    if not seqs:
+        raise ValueError("no token sequences to measure")
+    return len(seqs), len(zstandard.ZstdCompressor(level=level).compress(b"".join(seqs)))
