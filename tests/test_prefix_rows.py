@@ -197,18 +197,20 @@ def random_facts(count: int, seed: int = 0) -> list[list[int]]:
             for i in range(count)]
 
 
-@pytest.mark.parametrize("threshold,max_tokens,partitions", [(8, 4096, 3), (64, 64, 5)])
-def test_dictionary_rows_match_the_reference_byte_for_byte(spark, threshold, max_tokens, partitions):
+@pytest.mark.parametrize("threshold,max_tokens,partitions,compress", [(8, 4096, 3, False), (64, 64, 5, False),
+                                                                     (8, 4096, 3, True)])
+def test_dictionary_rows_match_the_reference_byte_for_byte(spark, threshold, max_tokens, partitions, compress):
     """The Spark job's dictionary and rows are ``memory.compress_rows`` of the reference rows
-    (the same bytes, whatever the partitioning), and decode to the rows of the previous
-    format: the same children, leaf counts and ends for every prefix."""
+    (the same bytes, whatever the partitioning, and whether the rows were zlib-compressed
+    before the dictionary pass or encoded raw, as the stage now does), and decode to the rows
+    of the previous format: the same children, leaf counts and ends for every prefix."""
     from refactx_index.memory import build_rows as reference_rows, compress_rows
     from refactx_pipeline.stages.prefix_rows import build_dictionary, prefix_rows, with_dictionary
     from refactx_pipeline.stages.schemas import TOKENS
 
     facts = random_facts(1500)
     tokens = spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS)
-    plain = prefix_rows(tokens, threshold, max_tokens, partitions).cache()
+    plain = prefix_rows(tokens, threshold, max_tokens, partitions, compress=compress).cache()
     dictionary = build_dictionary(plain)
     rows = {bytes(r["prefix"]): bytes(r["node"]) for r in with_dictionary(plain, dictionary).collect()}
     reference = reference_rows(facts, threshold=threshold, max_subtree_tokens=max_tokens)

@@ -40,6 +40,7 @@ one ``format.encode_*`` call per output row.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from pathlib import Path
@@ -252,7 +253,8 @@ _SUBTREE_CHUNK = 32_768
 class _ShareWriter:
     """Collects step 3's output rows (whole rows, or shares of a row spanning partitions)."""
 
-    def __init__(self) -> None:
+    def __init__(self, compress: bool = True) -> None:
+        self._compress = compress
         self._cols: dict[str, list[Any]] = {f.name: [] for f in _ROW_SHARES_ARROW}
 
     def __len__(self) -> int:
@@ -289,7 +291,7 @@ class _ShareWriter:
             stop = max(start + 1, int(np.searchsorted(facts, base + _SUBTREE_CHUNK, side="right")))
             chunk_lo, chunk_hi = lo[start:stop], hi[start:stop]
             nodes = fmt.encode_subtree_runs(part.mat, part.n, part.lcp, chunk_lo, chunk_hi,
-                                            np.full(chunk_lo.size, depth))
+                                            np.full(chunk_lo.size, depth), compress=self._compress)
             keys = part.keys(chunk_lo, depth)
             for key, a, b, node in zip(keys, chunk_lo.tolist(), chunk_hi.tolist(), nodes):
                 self._add(key, node, depth, b - a, WHOLE, False)
@@ -302,22 +304,25 @@ class _ShareWriter:
             self._add(key, None, depth, leaves, EXPANDED_SHARE, ends,
                       child_tokens=child_tokens.tolist(), child_leaves=child_leaves.tolist())
         else:
-            self._add(key, fmt.encode_children(child_tokens, child_leaves, ends), depth, leaves, WHOLE, ends)
+            self._add(key, fmt.encode_children(child_tokens, child_leaves, ends, compress=self._compress), depth,
+                      leaves, WHOLE, ends)
 
     def flush(self) -> pa.RecordBatch:
         batch = pa.RecordBatch.from_pydict(self._cols, schema=_ROW_SHARES_ARROW)
-        self.__init__()
+        self._cols = {f.name: [] for f in _ROW_SHARES_ARROW}
         return batch
 
 
-def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int, int, int]]):
-    """Step 3's Arrow function; ``edges``: prefix key -> (global facts, global tokens, partitions)."""
+def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int, int, int]],
+                   compress: bool = True):
+    """Step 3's Arrow function; ``edges``: prefix key -> (global facts, global tokens, partitions);
+    ``compress``: zlib rows that gain from it (off when a dictionary pass follows)."""
 
     def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         part = _partition(batches)
         if part is None:
             return
-        out = _ShareWriter()
+        out = _ShareWriter(compress)
         m = part.size
         # level 0: the root, one run of every fact
         rs = np.zeros(1, dtype=np.int64)
@@ -373,8 +378,12 @@ def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int
             yield out.flush()
 
     return rows
-def _merge_shares_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _merge_shares_fn(compress: bool = True):
     """Rows spanning partitions: their shares (grouped per prefix) -> one encoded row."""
+    return functools.partial(_merge_shares, compress=compress)
+
+
+def _merge_shares(batches: Iterator[pa.RecordBatch], compress: bool) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         nodes, leaves_out = [], []
         for shares, total in zip(batch.column("shares").to_pylist(), batch.column("leaves").to_pylist()):
@@ -384,9 +393,10 @@ def _merge_shares_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBat
                 # a child that spans the edge comes once from each side: add its counts
                 unique, inverse = np.unique(toks, return_inverse=True)
                 summed = np.bincount(inverse, weights=counts, minlength=unique.size).astype(np.int64)
-                nodes.append(fmt.encode_children(unique, summed, any(s["ends"] for s in shares)))
+                nodes.append(fmt.encode_children(unique, summed, any(s["ends"] for s in shares),
+                                                 compress=compress))
             else:
-                nodes.append(fmt.encode_subtree([x for s in shares for x in s["suffixes"]]))
+                nodes.append(fmt.encode_subtree([x for s in shares for x in s["suffixes"]], compress=compress))
             leaves_out.append(total)
         yield pa.RecordBatch.from_arrays(
             [batch.column("prefix"), pa.array(nodes, pa.binary()), batch.column("depth"),
@@ -453,12 +463,16 @@ def prefix_rows(
     max_subtree_tokens: int,
     partitions: int,
     cached: list[DataFrame] | None = None,
+    compress: bool = True,
 ) -> DataFrame:
     """Token rows -> tree rows (schema ``ROWS``), one per stored prefix.
 
     ``partitions``: range partitions of the sorted facts (each task holds one). Two
     frames are persisted (each read twice); they are appended to ``cached`` when
-    given, for the caller to unpersist once the rows are written.
+    given, for the caller to unpersist once the rows are written. ``compress``: zlib each row
+    that gains from it; off when the rows go through ``with_dictionary`` next, which would
+    inflate them again before compressing them against the dictionary (the same bytes come
+    out either way: it compresses the raw body).
     """
     if threshold < 1:
         raise ConfigError(f"tree.subtree_threshold must be at least 1, got {threshold}")
@@ -466,7 +480,7 @@ def prefix_rows(
         raise ConfigError(f"tree.max_subtree_tokens must be at least 1, got {max_subtree_tokens}")
     facts = sorted_facts(tokens, max(1, partitions)).persist(StorageLevel.MEMORY_AND_DISK)
     edges = edge_counts(facts)
-    shares = facts.mapInArrow(_row_shares_fn(threshold, max_subtree_tokens, edges), ROW_SHARES).persist(
+    shares = facts.mapInArrow(_row_shares_fn(threshold, max_subtree_tokens, edges, compress), ROW_SHARES).persist(
         StorageLevel.MEMORY_AND_DISK
     )
     if cached is not None:
@@ -480,7 +494,7 @@ def prefix_rows(
             F.sum("leaves").alias("leaves"),
             F.collect_list(F.struct("share", "ends", "child_tokens", "child_leaves", "suffixes")).alias("shares"),
         )
-        .mapInArrow(_merge_shares_fn, ROWS)
+        .mapInArrow(_merge_shares_fn(compress), ROWS)
     )
     return whole.unionByName(merged)
 
@@ -544,7 +558,7 @@ def run(ctx: StageContext) -> StageCounts:
         cached: list[DataFrame] = []
         # rows are encoded first, then compressed against the dictionary made from them
         plain = prefix_rows(tokens, tree.subtree_threshold, tree.max_subtree_tokens, partitions,
-                            cached).persist(StorageLevel.MEMORY_AND_DISK)
+                            cached, compress=False).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(plain)
         dictionary = build_dictionary(plain)
         with_dictionary(plain, dictionary).write.mode("overwrite").parquet(str(out))
