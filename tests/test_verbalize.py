@@ -133,7 +133,8 @@ def inputs(spark):
 def test_verbalize_facts_drops_and_dedup(spark, inputs):
     statements, labels, properties, terms, sitelinks = inputs
     vcfg = VerbalizeConfig(inverse=True, inverse_labels={"P40": "child of"})
-    facts, provenance, resolved = V.verbalize(statements, labels, properties, terms, sitelinks, vcfg, ["en", "fr"])
+    candidates, resolved = V.fact_candidates(statements, labels, properties, terms, sitelinks, vcfg, ["en", "fr"])
+    facts, provenance = V.dedupe_facts(candidates), V.provenance_candidates(candidates)
     assert facts.schema.fieldNames() == FACTS.fieldNames()
     sources = {(r["text"], r["kind"], r["subject"], r["property"], r["object"], r["value"])
                for r in provenance.collect()}
@@ -205,7 +206,8 @@ def test_provenance_keeps_every_source_of_a_text_and_drops_collision_losers(spar
     statements = spark.createDataFrame(
         [_statement("Q7", "P31", "item", item="Q5"), _statement("Q8", "P31", "item", item="Q5")], STATEMENTS
     )
-    facts, provenance, _ = V.verbalize(statements, labels, None, None, None, VerbalizeConfig(), ["en"])
+    candidates, _ = V.fact_candidates(statements, labels, None, None, None, VerbalizeConfig(), ["en"])
+    facts, provenance = V.dedupe_facts(candidates), V.provenance_candidates(candidates)
     (fact,) = facts.collect()
     kept = V.kept_provenance(provenance, facts)
     assert kept.schema.fieldNames() == PROVENANCE.fieldNames()

@@ -356,7 +356,8 @@ def fact_candidates(
     languages: Sequence[str] = DEFAULT_LANGUAGES,
 ) -> tuple[DataFrame, DataFrame]:
     """(every fact text with its source, one row per source: ``text, kind, property,
-    subject, object, value``; resolved statements with ``drop_reason``)."""
+    subject, object, value``; resolved statements with ``drop_reason``). The facts are
+    :func:`dedupe_facts` of the candidates, their provenance :func:`provenance_candidates`."""
     resolved = resolve_statements(statements, labels, property_label_table(labels, properties))
     parts = [statement_facts(resolved)]
     if vcfg.inverse:
@@ -376,25 +377,6 @@ def fact_candidates(
     for part in parts[1:]:
         candidates = candidates.unionByName(part)
     return candidates, resolved
-
-
-def verbalize(
-    statements: DataFrame,
-    labels: DataFrame,
-    properties: DataFrame | None,
-    terms: DataFrame | None,
-    sitelinks: DataFrame | None,
-    vcfg: VerbalizeConfig,
-    languages: Sequence[str] = DEFAULT_LANGUAGES,
-    graph_ids: bool = False,
-) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(facts before the id-collision check, their provenance candidates
-    (:func:`provenance_candidates`), resolved statements with ``drop_reason``).
-
-    ``facts`` has the FACTS schema and distinct texts.
-    """
-    candidates, resolved = fact_candidates(statements, labels, properties, terms, sitelinks, vcfg, languages)
-    return dedupe_facts(candidates), provenance_candidates(candidates, graph_ids), resolved
 
 
 # ---------------------------------------------------------------- job
@@ -443,19 +425,18 @@ def run(ctx: StageContext) -> StageCounts:
 
         dedupe_facts(candidates).write.mode("overwrite").parquet(str(staged))
         deduped = spark.read.parquet(str(staged))
+        distinct_texts = deduped.count()
         if colliding_ids(deduped).isEmpty():
             # the usual case (0.02 collisions expected in 800 million facts): the distinct
             # texts are the facts as they are, and every source is kept
             remove_tree(spark, out)
             move_tree(spark, staged, out)
-            provenance_candidates(candidates, graph_ids).drop("text").select(
-                *PROVENANCE.fieldNames()).write.mode("overwrite").parquet(str(provenance_out))
+            provenance_candidates(candidates, graph_ids).select(*PROVENANCE.fieldNames()).write.mode(
+                "overwrite").parquet(str(provenance_out))
             merged = statements_merged(spark.read.parquet(str(provenance_out)))
-            distinct_texts = None  # every one is a fact
         else:
             provenance_candidates(candidates, graph_ids).write.mode("overwrite").parquet(str(staged_provenance))
             merged = statements_merged(spark.read.parquet(str(staged_provenance)))
-            distinct_texts = deduped.count()
             kept, _ = drop_id_collisions(deduped)
             kept.write.mode("overwrite").parquet(str(out))
             kept_provenance(spark.read.parquet(str(staged_provenance)), spark.read.parquet(str(out))).write.mode(
@@ -474,8 +455,6 @@ def run(ctx: StageContext) -> StageCounts:
         if row["property"] is not None:
             by_property[row["property"]] = by_property.get(row["property"], 0) + int(row["count"])
     facts_out = sum(by_kind.values())
-    if distinct_texts is None:
-        distinct_texts = facts_out
     # every deduplicated fact is either written or dropped as an id collision
     collisions = distinct_texts - facts_out
     if collisions:
