@@ -30,7 +30,7 @@ How (no group ever holds more than one row, no task more than its partition):
 Python runs only in the Arrow functions (``mapInArrow``), vectorized per level with
 one ``format.encode_*`` call per output row.
 
-4. Preset dictionary (format version 3): the rows, persisted, are sampled by
+4. Preset dictionary (format version 3): the rows, encoded raw and persisted, are sampled by
    ``crc32(prefix)`` (a top-k: ``format.DICTIONARY_SAMPLE_ROWS`` rows reach the driver),
    ``format.make_dictionary`` makes the build's dictionary (at most 32 KiB, the same bytes for
    the same rows), and one more ``mapInArrow`` compresses every row against it
@@ -40,7 +40,6 @@ one ``format.encode_*`` call per output row.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from pathlib import Path
@@ -378,31 +377,33 @@ def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int
             yield out.flush()
 
     return rows
+
+
 def _merge_shares_fn(compress: bool = True):
     """Rows spanning partitions: their shares (grouped per prefix) -> one encoded row."""
-    return functools.partial(_merge_shares, compress=compress)
 
+    def merge(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            nodes, leaves_out = [], []
+            for shares, total in zip(batch.column("shares").to_pylist(), batch.column("leaves").to_pylist()):
+                if shares[0]["share"] == EXPANDED_SHARE:
+                    toks = np.array([t for s in shares for t in s["child_tokens"]], dtype=np.int64)
+                    counts = np.array([c for s in shares for c in s["child_leaves"]], dtype=np.int64)
+                    # a child that spans the edge comes once from each side: add its counts
+                    unique, inverse = np.unique(toks, return_inverse=True)
+                    summed = np.bincount(inverse, weights=counts, minlength=unique.size).astype(np.int64)
+                    nodes.append(fmt.encode_children(unique, summed, any(s["ends"] for s in shares),
+                                                     compress=compress))
+                else:
+                    nodes.append(fmt.encode_subtree([x for s in shares for x in s["suffixes"]], compress=compress))
+                leaves_out.append(total)
+            yield pa.RecordBatch.from_arrays(
+                [batch.column("prefix"), pa.array(nodes, pa.binary()), batch.column("depth"),
+                 pa.array(leaves_out, pa.int64())],
+                schema=_ROWS_ARROW,
+            )
 
-def _merge_shares(batches: Iterator[pa.RecordBatch], compress: bool) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        nodes, leaves_out = [], []
-        for shares, total in zip(batch.column("shares").to_pylist(), batch.column("leaves").to_pylist()):
-            if shares[0]["share"] == EXPANDED_SHARE:
-                toks = np.array([t for s in shares for t in s["child_tokens"]], dtype=np.int64)
-                counts = np.array([c for s in shares for c in s["child_leaves"]], dtype=np.int64)
-                # a child that spans the edge comes once from each side: add its counts
-                unique, inverse = np.unique(toks, return_inverse=True)
-                summed = np.bincount(inverse, weights=counts, minlength=unique.size).astype(np.int64)
-                nodes.append(fmt.encode_children(unique, summed, any(s["ends"] for s in shares),
-                                                 compress=compress))
-            else:
-                nodes.append(fmt.encode_subtree([x for s in shares for x in s["suffixes"]], compress=compress))
-            leaves_out.append(total)
-        yield pa.RecordBatch.from_arrays(
-            [batch.column("prefix"), pa.array(nodes, pa.binary()), batch.column("depth"),
-             pa.array(leaves_out, pa.int64())],
-            schema=_ROWS_ARROW,
-        )
+    return merge
 
 
 def _dictionary_fn(dictionary: bytes):
