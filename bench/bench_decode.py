@@ -1,8 +1,8 @@
 """Decoding the rows a walk enters: the runtime's ``decode_fragment`` on a build's own rows,
-and its leaf-count pass (a plain pass up to ``format._SMALL_FRAGMENT_NODES`` nodes, pointer
-doubling above: ``format._subtree_sums``) against the previous one (a plain pass up to 512
-nodes, ``np.add.at`` per BFS level above; kept here as the baseline), in one run on the same
-rows.
+and its leaf-count pass (``format._plain_subtree_sums`` up to ``format._SMALL_FRAGMENT_NODES``
+nodes, pointer doubling above: ``format._subtree_sums``) against the previous one (the plain
+pass up to 512 nodes, ``np.add.at`` per BFS level above; kept here as the baseline), in one
+run on the same rows.
 
 Rows: a prefix rows stage's output (``<build>/prefix_rows/<vocab>/rows`` and its
 ``dictionary.bin``), by default the one ``bench/bench_e2e.py`` leaves in its work folder
@@ -32,14 +32,6 @@ DEFAULT_STAGE = ROOT / "build" / "bench_e2e" / "build-local2" / "wikidata" / "be
 
 
 PLAIN_BEFORE = 512  # the previous decode's plain pass went up to this many nodes
-
-
-def plain_pass(own: np.ndarray, child_count: np.ndarray) -> np.ndarray:
-    """One Python pass from the last node back (both decodes use it on small rows)."""
-    counts, parents = own.tolist(), np.repeat(np.arange(child_count.size), child_count).tolist()
-    for i in range(child_count.size - 1, 0, -1):
-        counts[parents[i - 1]] += counts[i]
-    return np.array(counts, dtype=np.int64)
 
 
 def level_by_level(own: np.ndarray, child_start: np.ndarray, child_count: np.ndarray) -> np.ndarray:
@@ -96,9 +88,10 @@ def main() -> None:
         own = frag.ends.astype(np.int64)
         own[frag.external] = frag.leaves[frag.external]
         n, cs, cc = frag.n_nodes, frag.child_start, frag.child_count
-        pass_now = ((lambda: plain_pass(own, cc)) if n <= fmt._SMALL_FRAGMENT_NODES
-                    else (lambda: fmt._subtree_sums(own, cs, n)))
-        pass_before = (lambda: plain_pass(own, cc)) if n <= PLAIN_BEFORE else (lambda: level_by_level(own, cs, cc))
+        parent = np.repeat(np.arange(n), cc)  # both decodes have it for their checks
+        plain = lambda: fmt._plain_subtree_sums(own, parent)  # noqa: E731
+        pass_now = plain if n <= fmt._SMALL_FRAGMENT_NODES else (lambda: fmt._subtree_sums(own, cs, n))
+        pass_before = plain if n <= PLAIN_BEFORE else (lambda: level_by_level(own, cs, cc))
         assert np.array_equal(pass_now(), frag.leaves) and np.array_equal(pass_before(), frag.leaves)
         decode.append(best_of(lambda: fmt.decode_fragment(rows[i], None, dictionary), args.repeat))
         now.append(best_of(pass_now, args.repeat))
@@ -115,6 +108,7 @@ def main() -> None:
                "rows_with_a_new_pass": int(changed.sum()),
                "decode_before": pct(before), "decode": pct(decode),
                "leaf_pass_before": pct(before_pass[changed]), "leaf_pass": pct(now[changed])}
+
     def before_p(key: str) -> float:
         return results["decode_before"][key] / results["decode"][key]
 

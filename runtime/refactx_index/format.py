@@ -624,22 +624,25 @@ def decode_fragment(data: bytes | memoryview, version: int | None = None,
         siblings = parent[1:] == parent[:-1]
         if np.any(siblings & (tokens[2:] <= tokens[1:-1])):
             raise FormatError("fragment has duplicate or unsorted sibling tokens")
-    if n <= _SMALL_FRAGMENT_NODES:
-        # a small row: one plain pass from the last node back (BFS puts children after
-        # their parent), cheaper than a few numpy calls on a hundred nodes (it cannot be
-        # deeper than MAX_FRAGMENT_LEVELS: it has fewer nodes)
-        counts, parents = leaves.tolist(), parent.tolist()
-        for i in range(n - 1, 0, -1):
-            counts[parents[i - 1]] += counts[i]
-        leaves = np.array(counts, dtype=np.int64)
-    else:
-        leaves = _subtree_sums(leaves, child_start, n)
+    # a small row cannot be deeper than MAX_FRAGMENT_LEVELS: it has fewer nodes
+    leaves = (_plain_subtree_sums(leaves, parent) if n <= _SMALL_FRAGMENT_NODES
+              else _subtree_sums(leaves, child_start, n))
     if np.any(leaves < 1):
         raise FormatError("fragment has a node with no fact below it")
     return Fragment(tokens, child_start, child_count, ends, external, leaves)
 
 
 _SMALL_FRAGMENT_NODES = 96  # measured: the plain pass wins below ~100 nodes
+
+
+def _plain_subtree_sums(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Every node's ``own`` count plus its descendants', in one plain pass from the last node
+    back (BFS puts children after their parent; ``parent`` of nodes 1..n-1): cheaper than a
+    few numpy calls on a row of a hundred nodes."""
+    counts, parents = own.tolist(), parent.tolist()
+    for i in range(len(counts) - 1, 0, -1):
+        counts[parents[i - 1]] += counts[i]
+    return np.array(counts, dtype=np.int64)
 
 
 def _subtree_sums(own: np.ndarray, child_start: np.ndarray, n: int) -> np.ndarray:
@@ -659,7 +662,7 @@ def _subtree_sums(own: np.ndarray, child_start: np.ndarray, n: int) -> np.ndarra
     g[n] = n
     sums = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(own, out=sums[1:])
-    levels = 1  # g holds g_levels: the levels below g's boundary 0 still to be added
+    levels = 1  # g holds g_levels
     while g[0] != n:  # some node lies at depth ``levels``
         if levels > MAX_FRAGMENT_LEVELS:
             raise FormatError(f"fragment is deeper than {MAX_FRAGMENT_LEVELS} levels")
