@@ -21,7 +21,7 @@ from refactx_index.memory import build_rows, compress_rows, deepest_row
 
 
 def as_version_2(node: bytes) -> bytes:
-    """A version 3 row without a dictionary as version 2 wrote it (the version byte differs,
+    """A current row without a dictionary as version 2 wrote it (the version byte differs,
     and so the checksum)."""
     head = bytes([2]) + node[1:10]
     return head + struct.pack("<I", zlib.crc32(node[14:], zlib.crc32(head))) + node[14:]
@@ -71,7 +71,7 @@ def load_tree(
     preset = None
     if format_version == 2:  # a build as format version 2 wrote it: the same rows, no dictionary
         rows = {key: as_version_2(node) for key, node in rows.items()}
-    elif dictionary:  # as the pipeline writes version 3: compressed against the build's dictionary
+    elif dictionary:  # as the pipeline writes version 4: compressed against the build's dictionary
         rows, preset = compress_rows(rows)
     with psycopg.connect(dsn, autocommit=True) as conn:
         pgcatalog.apply_schema(conn, schema)

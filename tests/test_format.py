@@ -89,7 +89,7 @@ def test_compressed_body_that_does_not_inflate_is_a_format_error():
 def test_header_layout_is_stable():
     blob = encode_subtree([[5]], compress=False)
     version, flags, tw, cw, lw, _, n, crc = struct.unpack_from("<BBBBBBII", blob)
-    assert (version, flags, tw, n) == (FORMAT_VERSION, 0, 1, 2) == (3, 0, 1, 2)
+    assert (version, flags, tw, n) == (FORMAT_VERSION, 0, 1, 2) == (4, 0, 1, 2)
     assert crc == zlib.crc32(blob[14:], zlib.crc32(blob[:10]))
 
 
@@ -150,7 +150,7 @@ def test_subtree_runs_encode_like_one_subtree_per_row(facts, cuts):
     assert got == [encode_subtree([facts[x][d:] for x in range(a, b)]) for a, b, d in zip(lo, hi, depth)]
 
 
-# --------------------------------------------------------------------------- version 3
+# --------------------------------------------------------------------------- versions 3 and 4
 
 
 def as_version_2(blob: bytes) -> bytes:
@@ -181,9 +181,9 @@ def test_version_2_rows_are_still_read_in_a_version_2_build():
     for seqs in ([[5]], [[1, 2, 3], [1, 2, 4], [7]], [list(range(i, i + 30)) for i in range(20)]):
         blob = encode_subtree(seqs)
         old = decode_fragment(as_version_2(blob), 2)
-        assert fragments_equal(old, decode_fragment(blob, 3))
-        with pytest.raises(FormatError, match="version 2 row inside a format version 3 build"):
-            decode_fragment(as_version_2(blob), 3)
+        assert fragments_equal(old, decode_fragment(blob, 4))
+        with pytest.raises(FormatError, match="version 2 row inside a format version 4 build"):
+            decode_fragment(as_version_2(blob), 4)
 
 
 def test_dictionary_rows_decode_to_the_same_content_and_are_smaller():
@@ -192,9 +192,9 @@ def test_dictionary_rows_decode_to_the_same_content_and_are_smaller():
     assert 0 < len(dictionary.data) <= MAX_DICTIONARY_BYTES
     packed = {key: with_dictionary(node, dictionary) for key, node in rows.items()}
     assert sum(map(len, packed.values())) < sum(map(len, rows.values()))
-    assert any(node[1] & 2 for node in packed.values()), "some rows use the dictionary"
+    assert any(node[1] & 4 for node in packed.values()), "some rows use the dictionary"
     for key, node in rows.items():
-        assert fragments_equal(decode_fragment(packed[key], 3, dictionary), decode_fragment(node, 3))
+        assert fragments_equal(decode_fragment(packed[key], 4, dictionary), decode_fragment(node, 4))
 
 
 @settings(max_examples=100, deadline=None)
@@ -204,8 +204,8 @@ def test_dictionary_round_trip_property(facts, other):
     sampled = {encode_prefix([i]): encode_subtree(other) for i in range(3)}
     dictionary = make_dictionary(sampled.items())
     for node in (encode_subtree(facts), encode_children([5, 9, 70_000], [1, 2, 3], ends=True)):
-        assert fragments_equal(decode_fragment(with_dictionary(node, dictionary), 3, dictionary),
-                               decode_fragment(node, 3))
+        assert fragments_equal(decode_fragment(with_dictionary(node, dictionary), 4, dictionary),
+                               decode_fragment(node, 4))
 
 
 def test_the_dictionary_is_deterministic_whatever_the_order_of_the_rows():
@@ -221,27 +221,27 @@ def test_a_dictionary_row_without_its_dictionary_or_with_another_is_a_format_err
     dictionary = make_dictionary(rows.items())
     key = next(k for k in rows if k)
     node = with_dictionary(rows[key], dictionary)
-    assert node[1] & 2
+    assert node[1] & 4
     with pytest.raises(FormatError, match="preset dictionary, read without one"):
-        decode_fragment(node, 3)
+        decode_fragment(node, 4)
     other = PresetDictionary(dictionary.data[:-1] + bytes([dictionary.data[-1] ^ 1]))
     with pytest.raises(FormatError, match="checksum mismatch.*another build's preset dictionary"):
-        decode_fragment(node, 3, other)
+        decode_fragment(node, 4, other)
     with pytest.raises(FormatError, match="checksum"):
-        decode_fragment(node, 3, PresetDictionary(b"another build"))
+        decode_fragment(node, 4, PresetDictionary(b"another build"))
 
 
 def test_a_flipped_bit_in_a_dictionary_row_is_caught():
     rows = sample_rows()
     dictionary = make_dictionary(rows.items())
     node = with_dictionary(rows[encode_prefix([3])], dictionary)
-    assert node[1] & 2
+    assert node[1] & 4
     for position in range(1, len(node)):
         for bit in (0, 7):
             bad = bytearray(node)
             bad[position] ^= 1 << bit
             with pytest.raises(FormatError):
-                decode_fragment(bytes(bad), 3, dictionary)
+                decode_fragment(bytes(bad), 4, dictionary)
 
 
 def test_the_dictionary_flag_is_refused_in_older_versions():
@@ -252,8 +252,61 @@ def test_the_dictionary_flag_is_refused_in_older_versions():
         decode_fragment(forged, 2, PresetDictionary(b"x" * 100))
 
 
-def test_a_preset_dictionary_is_at_most_deflates_window():
+def test_a_preset_dictionary_holds_1_to_64_kib():
+    assert MAX_DICTIONARY_BYTES == 64 * 1024
     with pytest.raises(FormatError):
         PresetDictionary(b"x" * (MAX_DICTIONARY_BYTES + 1))
     with pytest.raises(FormatError):
         PresetDictionary(b"")
+
+
+def as_version_3(node: bytes, dictionary: PresetDictionary) -> bytes:
+    """A current row as version 3 wrote it: its body raw deflate (level 9) against the
+    dictionary's bytes, flag bit 1, the checksum seeded alike."""
+    body = decode_body(node, dictionary)
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, dictionary.data[-32768:])
+    packed = deflater.compress(body) + deflater.flush()
+    head = bytes([3, 2]) + node[2:10]
+    return head + struct.pack("<I", zlib.crc32(packed, zlib.crc32(head, dictionary.crc))) + packed
+
+
+def decode_body(node: bytes, dictionary: PresetDictionary) -> bytes:
+    return (dictionary.decompressor().decompress(node[14:]) if node[1] & 4
+            else zlib.decompress(node[14:]) if node[1] & 1 else node[14:])
+
+
+def test_version_3_builds_are_still_read_with_their_deflate_dictionary():
+    """A version 3 build (rows deflated against a dictionary of at most 32 KiB) decodes to the
+    same content as the version 4 rows of the same facts; a row of either version inside a
+    build of the other is refused."""
+    rows = sample_rows()
+    dictionary = make_dictionary(rows.items())
+    deflate_dictionary = PresetDictionary(dictionary.data[-32768:])
+    for key, node in rows.items():
+        current = with_dictionary(node, dictionary)
+        old = as_version_3(current, deflate_dictionary)
+        assert fragments_equal(decode_fragment(old, 3, deflate_dictionary), decode_fragment(current, 4, dictionary))
+        with pytest.raises(FormatError, match="version 3 row inside a format version 4 build"):
+            decode_fragment(old, 4, dictionary)
+        with pytest.raises(FormatError, match="version 4 row inside a format version 3 build"):
+            decode_fragment(current, 3, deflate_dictionary)
+
+
+def test_the_dictionary_is_trained_and_falls_back_to_raw_content_on_a_handful_of_rows():
+    """Enough rows: a trained zstd dictionary (its magic first, entropy tables and content
+    after). Too few for zstd's trainer: the rows' bytes as a raw content dictionary, which
+    never starts with that magic (else zstd would parse it as a trained one)."""
+    rows = sample_rows()
+    assert make_dictionary(rows.items()).data[:4] == b"\x37\xa4\x30\xec"
+    few = dict(list(rows.items())[:2])
+    raw = make_dictionary(few.items())
+    assert raw.data[:4] != b"\x37\xa4\x30\xec" and 0 < len(raw.data) <= MAX_DICTIONARY_BYTES
+    for key, node in few.items():
+        assert fragments_equal(decode_fragment(with_dictionary(node, raw), 4, raw), decode_fragment(node, 4))
+    # a body that begins with the magic bytes (token ids 0x37 0xa4 0x30 0xec, one byte each)
+    magic_first = {b"": encode_subtree([[0x37, 0xA4, 0x30, 0xEC, 1]], compress=False)}
+    assert magic_first[b""][14:18] == b"\x37\xa4\x30\xec"
+    guarded = make_dictionary(magic_first.items())
+    assert guarded.data[0] == 0 and guarded.data[1:5] == b"\x37\xa4\x30\xec"
+    node = with_dictionary(magic_first[b""], guarded)
+    assert fragments_equal(decode_fragment(node, 4, guarded), decode_fragment(magic_first[b""], 4))

@@ -9,6 +9,7 @@ import zlib
 
 import numpy as np
 import pytest
+import zstandard
 
 from refactx_index import format as fmt
 from refactx_index.errors import FormatError
@@ -153,10 +154,10 @@ def test_a_version_1_row_is_refused_inside_a_version_2_build():
     assert fmt.decode_fragment(v1, 1).n_nodes == 4
     with pytest.raises(FormatError, match="version 1 row inside a format version 2 build"):
         fmt.decode_fragment(v1, 2)
-    with pytest.raises(FormatError, match="version 3 row inside a format version 1 build"):
+    with pytest.raises(FormatError, match="version 4 row inside a format version 1 build"):
         fmt.decode_fragment(blob, 1)
-    with pytest.raises(FormatError, match="version 1 row inside a format version 3 build"):
-        fmt.decode_fragment(v1, 3)
+    with pytest.raises(FormatError, match="version 1 row inside a format version 4 build"):
+        fmt.decode_fragment(v1, 4)
 
 
 def test_a_huge_repetitive_subtree_is_stored_so_that_it_decodes():
@@ -230,6 +231,42 @@ def test_dictionary_rows_are_held_to_the_same_bounds():
             fmt.decode_fragment(bomb, 3, zeros)
 
     assert peak_bytes(inflate) < 64 << 20
+
+
+def forge_zstd(body: bytes, n: int, tw: int, cw: int, lw: int, dictionary: fmt.PresetDictionary,
+               *, content_size: bool = True, tail: bytes = b"") -> bytes:
+    """A version 4 row: any body, zstd-compressed against ``dictionary``, with a valid checksum."""
+    params = zstandard.ZstdCompressionParameters.from_level(
+        3, format=zstandard.FORMAT_ZSTD1_MAGICLESS, write_checksum=False,
+        write_content_size=content_size, write_dict_id=False)
+    packed = zstandard.ZstdCompressor(dict_data=zstandard.ZstdCompressionDict(dictionary.data),
+                                      compression_params=params).compress(body) + tail
+    head = HEADER.pack(4, 4, tw, cw, lw, 0, n)
+    return head + struct.pack("<I", zlib.crc32(packed, zlib.crc32(head, dictionary.crc))) + packed
+
+
+def test_zstd_rows_are_held_to_the_same_bounds():
+    """Version 4: the frame's content size is bounded by the header before anything is
+    allocated; a frame that hides its size, or that does not end where the row does, is
+    refused."""
+    n = fmt.NODES_ANY_ROW  # a node count any row may claim: the bomb is its body's size
+    zeros = fmt.PresetDictionary(bytes(fmt.MAX_DICTIONARY_BYTES))
+    bomb = forge_zstd(bytes(200 << 20), n, 1, 1, 1, zeros)
+    assert len(bomb) < 1 << 20  # 200 MB of zeros in a few kB
+
+    def inflate():
+        with pytest.raises(FormatError, match="inflates past"):
+            fmt.decode_fragment(bomb, 4, zeros)
+
+    assert peak_bytes(inflate) < 1 << 20
+    body = root_with_children(np.arange(1, 40))
+    good = forge_zstd(body, 40, 1, 4, 1, zeros)
+    assert fmt.decode_fragment(good, 4, zeros).n_nodes == 40
+    for forged, reason in ((forge_zstd(body, 40, 1, 4, 1, zeros, content_size=False), "inflates past"),
+                           (forge_zstd(body, 40, 1, 4, 1, zeros, tail=b"\0\0\0\0"), "does not decompress"),
+                           (forge_zstd(body[:-1], 40, 1, 4, 1, zeros), "truncated|length")):
+        with pytest.raises(FormatError, match=reason):
+            fmt.decode_fragment(forged, 4, zeros)
 
 
 def test_the_dictionary_encoder_stores_plain_rather_than_past_the_ratio():

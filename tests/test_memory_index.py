@@ -231,8 +231,8 @@ def test_the_dictionary_is_saved_with_the_file_and_old_files_still_read(graph, t
     from refactx_index.memory import build_rows
 
     _, seqs, index = graph
-    assert index.info.dictionary is not None and index.info.format_version == 3
-    assert any(node[1] & 2 for node in index.rows.values())
+    assert index.info.dictionary is not None and index.info.format_version == 4
+    assert any(node[1] & 4 for node in index.rows.values())
     index.save(tmp_path / "v3.rfx")
     loaded = MemoryTreeIndex.load(tmp_path / "v3.rfx")
     assert loaded.info.dictionary == index.info.dictionary and dict(loaded.rows) == dict(index.rows)

@@ -325,7 +325,7 @@ def test_a_version_1_row_forged_into_a_version_2_build_is_refused(pg_dsn):
         v1 = bytes([1]) + bytes(node[1:10]) + bytes(node[14:])  # the same row in version 1
         conn.execute(f"UPDATE refactx.{table} SET node = %s WHERE prefix = %s", (v1, key))
     with open_index(pg_dsn, "kg", follow=False) as index:
-        with pytest.raises(FormatError, match="version 1 row inside a format version 3 build"):
+        with pytest.raises(FormatError, match="version 1 row inside a format version 4 build"):
             index.next_tokens(decode_prefix(bytes(key)).tolist())
 
 
@@ -337,7 +337,7 @@ def test_a_version_2_build_and_a_version_3_build_are_both_served(pg_dsn):
     load_tree(pg_dsn, "new", seqs)
     with open_index(pg_dsn, "old", follow=False) as old, open_index(pg_dsn, "new", follow=False) as new:
         assert old.info.format_version == 2 and old.info.dictionary is None
-        assert new.info.format_version == 3 and new.info.dictionary is not None
+        assert new.info.format_version == 4 and new.info.dictionary is not None
         for seq in sorted(seqs)[::7]:
             for k in range(len(seq) + 1):
                 a, b = old.next_tokens(seq[:k]), new.next_tokens(seq[:k])

@@ -88,7 +88,7 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_toke
         previous = reference_rows(facts, threshold=threshold, max_subtree_tokens=max_tokens)
         assert set(previous) == set(rows)
         for key, node in previous.items():
-            new, old = fmt.decode_fragment(rows[key], 3, dictionary), fmt.decode_fragment(node)
+            new, old = fmt.decode_fragment(rows[key], 4, dictionary), fmt.decode_fragment(node)
             for field in ("tokens", "child_count", "ends", "external", "leaves"):
                 assert getattr(new, field).tolist() == getattr(old, field).tolist()
         assert (rows, dictionary) == compress_rows(previous)
