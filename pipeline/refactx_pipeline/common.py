@@ -154,7 +154,7 @@ def ingest_stage(cfg: Config) -> str:
     return "graph" if cfg.graph.format else "parse"
 
 
-# the preset dictionary of a vocabulary's rows (format version 3), written by the prefix rows
+# the preset dictionary of a vocabulary's rows (format version 4), written by the prefix rows
 # stage beside its rows (``prefix_rows/<vocab>/``) and stored in the catalog by the load stage
 DICTIONARY_FILE = "dictionary.bin"
 

@@ -138,8 +138,8 @@ class PresetDictionary:
 
     data: bytes
     crc: int = field(init=False, repr=False, compare=False)
-    _zstd: "zstandard.ZstdCompressionDict" = field(init=False, repr=False, compare=False)
-    _local: threading.local = field(init=False, repr=False, compare=False)
+    # and, set below but not fields (dataclasses.asdict copies fields): ``_zstd``, the zstd
+    # dictionary once loaded, and ``_local``, the per-thread (de)compressors
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, bytes):
@@ -154,6 +154,14 @@ class PresetDictionary:
 
     def __repr__(self) -> str:
         return f"PresetDictionary({len(self.data)} bytes, crc32 {self.crc:08x})"
+
+    # immutable: a copy is itself, and a copy in another process is made again from the
+    # bytes (zstd's objects do not cross processes)
+    def __deepcopy__(self, memo: dict) -> "PresetDictionary":
+        return self
+
+    def __reduce__(self) -> tuple:
+        return PresetDictionary, (self.data,)
 
     def _zstd_dictionary(self) -> "zstandard.ZstdCompressionDict":
         if self._zstd is None:

@@ -79,7 +79,7 @@ class IndexInfo:
     # what the sequences are: "facts" (<s> <p> <o> ., written after "Fact:") or "paths"
     # (A -> r -> B ., written after "Path:"; docs/paths.md), the catalog's index_kind
     index_kind: str = "facts"
-    # format version 3: the build's preset dictionary (None: its rows use none); read once
+    # format versions 3 and 4: the build's preset dictionary (None: its rows use none); read once
     # when the build is opened, so every row of this build decodes with it and no other
     dictionary: "PresetDictionary | None" = field(default=None, repr=False)
 

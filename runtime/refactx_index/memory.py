@@ -8,7 +8,7 @@ answers. It can be saved to and loaded from one file (``.rfx``):
     header_len   uint32 LE
     crc32        uint32 LE  of everything after it: the header, dictionary and records as stored
     header       JSON (utf-8): the IndexInfo fields, "records", "dictionary_bytes"
-    dictionary   the build's preset dictionary (format version 3), dictionary_bytes long
+    dictionary   the build's preset dictionary (format versions 3, 4), dictionary_bytes long
     records      per row: prefix_len uint32 LE, node_len uint32 LE, prefix, node
 
 Nothing in the file is unpickled or evaluated; every length is checked. Files of the first
@@ -122,7 +122,7 @@ def build_rows(
 
 def compress_rows(rows: Mapping[bytes, bytes]) -> tuple[dict[bytes, bytes], PresetDictionary | None]:
     """Rows of ``build_rows`` compressed against their build's preset dictionary (format
-    version 3), made from them as the Spark job makes it: the same rows, the same bytes."""
+    version 4), made from them as the Spark job makes it: the same rows, the same bytes."""
     dictionary = make_dictionary(rows.items())
     if dictionary is None:
         return dict(rows), None
@@ -180,7 +180,7 @@ class MemoryTreeIndex(RowTreeIndex):
         index_kind: str = "facts",
     ) -> "MemoryTreeIndex":
         """An index of token sequences (already tokenized facts); ``dictionary``: rows
-        compressed against a preset dictionary of the build (format version 3); ``index_kind``:
+        compressed against a preset dictionary of the build (format version 4); ``index_kind``:
         ``paths`` for reasoning paths (``IndexInfo.index_kind``)."""
         seqs = {tuple(map(int, s)) for s in sequences}
         rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)

@@ -242,7 +242,7 @@ class PgTreeIndex(RowTreeIndex):
 
     # ------------------------------------------------------------------ catalog
     def _read_dictionary(self, build_id: int) -> PresetDictionary | None:
-        """A format version 3 build's preset dictionary, read once per build opened (None: the
+        """A format version 3 or 4 build's preset dictionary, read once per build opened (None: the
         build has none; a row that needs one is then a ``FormatError`` naming it)."""
         from psycopg import sql
 

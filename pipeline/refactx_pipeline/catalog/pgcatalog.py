@@ -290,7 +290,7 @@ def grant_reader(conn: psycopg.Connection, schema: str, role: str, table: str | 
 
 
 def store_dictionary(conn: psycopg.Connection, schema: str, build_id: int, dictionary: bytes) -> None:
-    """A build's preset dictionary (format version 3), beside its catalog row."""
+    """A build's preset dictionary (format versions 3 and 4), beside its catalog row."""
     conn.execute(sql.SQL("INSERT INTO {}.build_dictionaries (build_id, dictionary) VALUES (%s, %s)").format(
         sql.Identifier(schema)), (int(build_id), dictionary))
 

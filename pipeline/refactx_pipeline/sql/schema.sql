@@ -76,8 +76,8 @@ CREATE TABLE IF NOT EXISTS {schema}.building (
 );
 -- index_kind: what the build's sequences are, facts (<s> <p> <o> .) or paths (A -> r -> B .).
 ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS index_kind text NOT NULL DEFAULT 'facts';
--- Format version 3: each build's preset dictionary (refactx_index.format.PresetDictionary,
--- at most 32 KiB), written by the load before the build serves and read once by a reader
+-- Format versions 3 and 4: each build's preset dictionary (refactx_index.format.PresetDictionary,
+-- at most 64 KiB), written by the load before the build serves and read once by a reader
 -- when it opens the build. A build without a row here has rows that need none.
 CREATE TABLE IF NOT EXISTS {schema}.build_dictionaries (
     build_id    bigint PRIMARY KEY REFERENCES {schema}.builds (build_id),

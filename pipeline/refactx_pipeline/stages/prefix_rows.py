@@ -30,10 +30,10 @@ How (no group ever holds more than one row, no task more than its partition):
 Python runs only in the Arrow functions (``mapInArrow``), vectorized per level with
 one ``format.encode_*`` call per output row.
 
-4. Preset dictionary (format version 3): the rows, encoded raw and persisted, are sampled by
+4. Preset dictionary (format version 4): the rows, encoded raw and persisted, are sampled by
    ``crc32(prefix)`` (a top-k: ``format.DICTIONARY_SAMPLE_ROWS`` rows reach the driver),
-   ``format.make_dictionary`` makes the build's dictionary (at most 32 KiB, the same bytes for
-   the same rows), and one more ``mapInArrow`` compresses every row against it
+   ``format.make_dictionary`` trains the build's zstd dictionary on them (at most 64 KiB, the
+   same bytes for the same rows), and one more ``mapInArrow`` compresses every row against it
    (``format.with_dictionary``). It is written beside the rows (``dictionary.bin``) for the
    load stage, which stores it in the catalog.
 """
@@ -411,7 +411,8 @@ def _dictionary_fn(dictionary: bytes):
     preset dictionary (``format.with_dictionary``: one call per row, as the encoders)."""
 
     def compress(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        preset = fmt.PresetDictionary(dictionary)  # its crc32 once per task, not per row
+        # its crc32 and its zstd compressor (the dictionary digested) once per task, not per row
+        preset = fmt.PresetDictionary(dictionary)
         for batch in batches:
             nodes = [fmt.with_dictionary(node, preset) for node in batch.column("node").to_pylist()]
             yield pa.RecordBatch.from_arrays(
@@ -439,7 +440,7 @@ def build_dictionary(rows: DataFrame) -> fmt.PresetDictionary | None:
 
 def with_dictionary(rows: DataFrame, dictionary: fmt.PresetDictionary | None) -> DataFrame:
     """``rows`` compressed against ``dictionary`` (made first, then sent to every task with
-    the function's closure: 32 KiB at most)."""
+    the function's closure: 64 KiB at most)."""
     if dictionary is None:
         return rows
     return rows.mapInArrow(_dictionary_fn(dictionary.data), ROWS)

@@ -134,7 +134,7 @@ def _facts_of_rows(batches: Iterator[pa.RecordBatch], max_tokens: int,
                    format_version: int, dictionary: bytes | None = None) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: prefix rows in, ``ROW_FACTS`` out -- one record per row (its key,
     leaves, fault, size) and one per external node in it (its full key, leaves, the row's key).
-    ``dictionary``: the build's preset dictionary as the catalog holds it (format version 3)."""
+    ``dictionary``: the build's preset dictionary as the catalog holds it (format versions 3 and 4)."""
     preset = fmt.PresetDictionary(dictionary) if dictionary else None
     for batch in batches:
         prefixes = batch.column("prefix").to_pylist()
