@@ -3,7 +3,7 @@
 Builds the rows of ``--facts`` Wikidata-like facts (``bench_walk.realistic_facts``, Qwen2.5
 tokens) with the cut rule at each ``--configs`` T:B, in Python (``memory.build_rows``: the rows
 the Spark job writes), then compresses them against their dictionary as the job does
-(``memory.compress_rows``: format version 3) and prints, for both, row body bytes per fact and
+(``memory.compress_rows``: format version 4, zstd) and prints, for both, row body bytes per fact and
 the time of ``format.decode_fragment`` per row over every row (best of ``--passes`` interleaved
 passes: a busy neighbour slows both alike). No database: ``bench_storage.py`` measures the
 loaded sizes.

@@ -16,7 +16,7 @@ statement per key, as a cursor's step does; same keys, same order, every variant
   zlib-compressed by the format when that is smaller, so this measures what is left);
 * ``no compression``: ``STORAGE EXTERNAL`` (out of line, never compressed) for comparison;
 * ``no dictionary``: the same facts loaded again with rows compressed one by one (format
-  version 2's bodies; version 3 compresses them against the build's preset dictionary), with
+  version 2's bodies; versions 3 and 4 compress them against the build's preset dictionary), with
   the decode cost per row of both builds (``format.decode_fragment`` over every row, best of
   3 interleaved passes).
 
