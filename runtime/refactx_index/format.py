@@ -47,8 +47,8 @@ Version 4 (the one written) is version 3 with zstd in place of deflate: ``flags`
 a body compressed by zstd (a magicless frame: no magic number, dictionary id or checksum,
 its content size written) against the build's dictionary, a *trained* zstd dictionary of at
 most 64 KiB (:func:`make_dictionary`: ``zstd.train_dictionary`` over the sampled bodies, its
-entropy tables included). Measured on the realistic 1M-fact build (docs/tree.md): 0.8 B per
-fact smaller than version 3, compressed about 7x faster (the build's dictionary pass) and
+entropy tables included). Measured on the realistic 1M-fact build (docs/tree.md): 0.7 B per
+fact smaller than version 3, compressed about 6x faster (the build's dictionary pass) and
 inflated about 2x faster (the walk's large rows). The checksum, its seeding and the bounds
 are those of version 3.
 
@@ -92,9 +92,9 @@ DICTIONARY_SAMPLE_ROWS = 4096
 # realistic build's bodies average 2.5 kB, so most are taken whole)
 DICTIONARY_PIECE_BYTES = 8192
 # zstd's level for rows (and the level the dictionary's entropy tables are tuned for).
-# Measured on the realistic 1M-fact build (docs/tree.md, "Row format"): level 13 stores
-# 22.0 B per fact of row bodies at ~11 MB/s; 9 stores 22.4 at ~14 MB/s, 15 stores 20.7 at
-# ~4 MB/s; version 3's deflate level 9 stored 22.8 at 1.6 MB/s
+# Measured on the realistic 1M-fact build (bench/bench_row_codecs.py; docs/tree.md, "Row
+# format"): level 13 stores 22.1 B per fact of rows at ~9 MB/s, 9 stores 22.5 at ~22 MB/s;
+# version 3's deflate level 9 stored 22.8 at 1.6 MB/s
 DICTIONARY_LEVEL = 13
 _ZSTD_FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
 # a trained dictionary starts with zstd's dictionary magic; raw content that would too is
