@@ -310,3 +310,16 @@ def test_the_dictionary_is_trained_and_falls_back_to_raw_content_on_a_handful_of
     assert guarded.data[0] == 0 and guarded.data[1:5] == b"\x37\xa4\x30\xec"
     node = with_dictionary(magic_first[b""], guarded)
     assert fragments_equal(decode_fragment(node, 4, guarded), decode_fragment(magic_first[b""], 4))
+
+
+def test_a_corrupt_trained_dictionary_is_a_format_error_when_writing_and_reading():
+    rows = sample_rows()
+    dictionary = make_dictionary(rows.items())
+    node = with_dictionary(rows[encode_prefix([3])], dictionary)
+    assert node[1] & 4
+    corrupt = PresetDictionary(dictionary.data[:8] + bytes(64))  # zstd's magic, then nothing it can parse
+    with pytest.raises(FormatError, match="dictionary does not load"):
+        with_dictionary(rows[encode_prefix([3])], corrupt)
+    resealed = node[:10] + struct.pack("<I", zlib.crc32(node[14:], zlib.crc32(node[:10], corrupt.crc))) + node[14:]
+    with pytest.raises(FormatError, match="does not decompress"):
+        decode_fragment(resealed, 4, corrupt)

@@ -164,13 +164,10 @@ class PresetDictionary:
         return PresetDictionary, (self.data,)
 
     def _zstd_dictionary(self) -> "zstandard.ZstdCompressionDict":
+        # its kind from its first bytes; a corrupt trained dictionary fails when a
+        # (de)compressor is made from it, which the callers turn into a FormatError
         if self._zstd is None:
-            try:
-                loaded = zstandard.ZstdCompressionDict(self.data)  # its kind from its first bytes
-                loaded.dict_id()  # parses a trained dictionary's header now, not at the first row
-            except zstandard.ZstdError as exc:
-                raise FormatError(f"the build's preset dictionary is not a zstd dictionary: {exc}") from exc
-            object.__setattr__(self, "_zstd", loaded)
+            object.__setattr__(self, "_zstd", zstandard.ZstdCompressionDict(self.data))
         return self._zstd
 
     def compressor(self) -> "zstandard.ZstdCompressor":
@@ -181,10 +178,7 @@ class PresetDictionary:
             params = zstandard.ZstdCompressionParameters.from_level(
                 DICTIONARY_LEVEL, format=_ZSTD_FORMAT, write_checksum=False,
                 write_content_size=True, write_dict_id=False)
-            try:
-                found = zstandard.ZstdCompressor(dict_data=self._zstd_dictionary(), compression_params=params)
-            except zstandard.ZstdError as exc:
-                raise FormatError(f"the build's preset dictionary does not load: {exc}") from exc
+            found = zstandard.ZstdCompressor(dict_data=self._zstd_dictionary(), compression_params=params)
             self._local.compressor = found
         return found
 
@@ -350,7 +344,10 @@ def _frame(body: bytes, n: int, tw: int, cw: int, lw: int, compress: bool,
     dictionary, around a fragment body."""
     flags = 0
     if compress and dictionary is not None and len(body) >= _DICTIONARY_MIN_BYTES:
-        packed = dictionary.compressor().compress(body)
+        try:
+            packed = dictionary.compressor().compress(body)
+        except zstandard.ZstdError as exc:  # zstd digests the dictionary at the first row
+            raise FormatError(f"the build's preset dictionary does not load: {exc}") from exc
         # compressed past what the decoder accepts for its node count (a huge, very repetitive
         # subtree): stored plain instead, which always fits (2+ bytes per node)
         if len(packed) < len(body) and n <= max_nodes_for(_HEADER.size + len(packed)):
