@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from refactx_index import format as fmt
 from refactx_index.errors import FormatError
 from refactx_index.format import (
     FORMAT_VERSION,
@@ -323,3 +325,75 @@ def test_a_corrupt_trained_dictionary_is_a_format_error_when_writing_and_reading
     resealed = node[:10] + struct.pack("<I", zlib.crc32(node[14:], zlib.crc32(node[:10], corrupt.crc))) + node[14:]
     with pytest.raises(FormatError, match="does not decompress"):
         decode_fragment(resealed, 4, corrupt)
+
+
+# --------------------------------------------------------------------------- the two decoders
+
+
+def test_the_compiled_decoder_is_installed():
+    """The extension is optional at install (no compiler: numpy decodes), so a build that
+    silently lost it would only be slower: the project's own install must have it."""
+    assert "compiled" in fmt._DECODERS, "refactx_index._fragment was not built"
+    assert fmt.DECODER == os.environ.get("REFACTX_DECODER", "compiled")
+
+
+def decoded(body: bytes, tw: int, cw: int, lw: int, n: int, decoder: str):
+    """A decoder's outcome on a body: its arrays, or its error's message."""
+    try:
+        frag = fmt._DECODERS[decoder](body, tw, cw, lw, n)
+    except FormatError as exc:
+        return str(exc)
+    return [getattr(frag, f).tolist() for f in ("tokens", "child_start", "child_count", "ends", "external", "leaves")]
+
+
+def plain_row(facts, external: bool) -> bytes:
+    if external:  # an expanded row: its children external, with their leaf counts
+        tokens = sorted({f[0] for f in facts if f})
+        return encode_children(tokens, [len(facts) + i for i in range(len(tokens))], ends=[] in facts,
+                               compress=False)
+    return encode_subtree(facts, compress=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(facts=facts_strategy, external=st.booleans(),
+       edits=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), max_size=3),
+       cut=st.integers(-3, 3))
+def test_the_compiled_and_numpy_decoders_agree_on_every_row_and_every_corruption(facts, external, edits, cut):
+    """The same arrays from a row, and the same refusal (the first check it fails) from a row
+    with bytes overwritten, cut short or extended past its header's checksum (what a forger
+    can write: version 1 rows carry none)."""
+    if "compiled" not in fmt._DECODERS:
+        pytest.skip("refactx_index._fragment is not built here")
+    row = plain_row(facts, external)
+    _, flags, tw, cw, lw, _, n = struct.unpack_from("<BBBBBBI", row)
+    assert flags == 0
+    body = bytearray(row[14:])
+    for where, value in edits:
+        if body:
+            body[int(where * len(body))] = value
+    body = bytes(body[: len(body) + cut] if cut < 0 else body + bytes(cut))
+    assert decoded(body, tw, cw, lw, n, "compiled") == decoded(body, tw, cw, lw, n, "numpy")
+    if not edits and not cut:
+        assert isinstance(decoded(body, tw, cw, lw, n, "compiled"), list)
+
+
+def test_the_decoders_agree_on_the_checks_the_fuzzer_rarely_reaches():
+    """A node before its parent, a node with no fact below it, a stored leaf count that wraps."""
+    if "compiled" not in fmt._DECODERS:
+        pytest.skip("refactx_index._fragment is not built here")
+    cases = [
+        # node 1 claims both nodes as its children, itself included: a node before its parent
+        (bytes([5, 6]) + bytes([0, 2, 0]) + bytes([0b00100000]) + bytes([0]), 1, 1, 1, 3),
+        # a leaf that neither ends nor is external: no fact below it
+        (bytes([5]) + bytes([1, 0]) + bytes([0]) + bytes([0]), 1, 1, 1, 2),
+        # an external child whose stored count is 2**64 - 1: leaves wrap to -1 and 0
+        (bytes([5]) + bytes([1, 0]) + bytes([0]) + bytes([0b01000000]) + b"\xff" * 8, 1, 1, 8, 2),
+        # well-formed: an external child of 7 facts under a root that ends
+        (bytes([5]) + bytes([1, 0]) + bytes([0b10000000]) + bytes([0b01000000]) + bytes([7]), 1, 1, 1, 2),
+    ]
+    outcomes = [decoded(*case, "compiled") for case in cases]
+    assert outcomes == [decoded(*case, "numpy") for case in cases]
+    assert outcomes[:3] == ["fragment child counts put a node before its parent",
+                            "fragment has a node with no fact below it",
+                            "fragment has a node with no fact below it"]
+    assert outcomes[3][-1] == [8, 7]  # leaves: the root's end and its child's 7

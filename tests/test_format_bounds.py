@@ -17,6 +17,13 @@ from refactx_index.errors import FormatError
 HEADER = struct.Struct("<BBBBBBI")  # version 1's header: no checksum to get past
 
 
+@pytest.fixture(autouse=True, params=sorted(fmt._DECODERS))
+def decoder(request, monkeypatch):
+    """Every bound holds for each decoder this runtime has (compiled and numpy)."""
+    monkeypatch.setattr(fmt, "DECODER", request.param)
+    return request.param
+
+
 def peak_bytes(fn) -> int:
     tracemalloc.start()
     try:

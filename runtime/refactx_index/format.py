@@ -63,6 +63,7 @@ sum(leaves of children)`` is recomputed on decode, by pointer doubling over the 
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import zlib
@@ -73,6 +74,11 @@ import numpy as np
 import zstandard
 
 from .errors import FormatError
+
+try:  # built from _fragment.c where the runtime was installed with a C compiler
+    from . import _fragment
+except ImportError:  # numpy decodes the same rows (slower on large ones)
+    _fragment = None
 
 FORMAT_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)  # builds written in versions 1 to 3 are still served
@@ -664,6 +670,12 @@ def decode_fragment(data: bytes | memoryview, version: int | None = None,
             raise FormatError("fragment body inflates past what its header allows, or is cut short")
     elif len(body) > most:
         raise FormatError("fragment body is longer than its header allows")
+    return _DECODERS[DECODER](body, tw, cw, lw, n)
+
+
+def _decode_body_numpy(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fragment:
+    """The numpy decoder of an inflated body: a handful of whole-array calls per check."""
+    nb = (n + 7) // 8
     sizes = [tw * (n - 1), cw * n, nb, nb]
     offs = np.cumsum([0] + sizes)
     if len(body) < offs[-1]:
@@ -702,6 +714,41 @@ def decode_fragment(data: bytes | memoryview, version: int | None = None,
     if np.any(leaves < 1):
         raise FormatError("fragment has a node with no fact below it")
     return Fragment(tokens, child_start, child_count, ends, external, leaves)
+
+
+_BODY_ERRORS = {
+    1: "fragment body is truncated",
+    2: "fragment body length does not match its header",
+    3: "fragment child counts are inconsistent",
+    4: "fragment child counts put a node before its parent",
+    5: "fragment has duplicate or unsorted sibling tokens",
+    6: f"fragment is deeper than {MAX_FRAGMENT_LEVELS} levels",
+    7: "fragment has a node with no fact below it",
+}
+
+
+def _decode_body_compiled(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fragment:
+    """The compiled decoder (``_fragment.c``): the same checks in the same order, in a few
+    linear passes; it fills arrays allocated here."""
+    tokens, child_start, child_count, leaves = (np.empty(n, dtype=np.int64) for _ in range(4))
+    ends, external = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+    code = _fragment.decode_body(body, tw, cw, lw, n, MAX_FRAGMENT_LEVELS, tokens, child_start,
+                                 child_count, ends, external, leaves)
+    if code:
+        raise FormatError(_BODY_ERRORS[code])
+    return Fragment(tokens, child_start, child_count, ends, external, leaves)
+
+
+_DECODERS = {"numpy": _decode_body_numpy}
+if _fragment is not None:
+    _DECODERS["compiled"] = _decode_body_compiled
+# Which decoder ``decode_fragment`` uses: the compiled one where the runtime was installed with
+# it (a C compiler at install time), else numpy; both accept and refuse the same rows and fill
+# the same arrays (tests/test_format.py compares them). REFACTX_DECODER=numpy in the
+# environment, or assigning this, picks numpy (bench/bench_decode.py times both).
+DECODER = os.environ.get("REFACTX_DECODER") or ("compiled" if _fragment is not None else "numpy")
+if DECODER not in _DECODERS:
+    raise ImportError(f"REFACTX_DECODER={DECODER!r}: this runtime has the decoders {sorted(_DECODERS)}")
 
 
 def _unzstd(body: bytes, most: int, dictionary: PresetDictionary) -> bytes:
