@@ -21,7 +21,8 @@ plus a plot of time per stage (PNG, when matplotlib is installed):
   19), in bytes per fact, beside the index's bytes per fact;
 * generation's walk on the last run's index (``--walks``, ``bench_walk``'s leaf-weighted walks
   replayed on a cold cache): mean / p50 / p99 per step and round trips per step, for a
-  cursor per ``--prefetch-leaves`` value (0: only the row it reaches);
+  cursor per ``--prefetch-leaves`` value (0: only the row it reaches) and per row decoder
+  (``--decoders``: the compiled one and numpy, the baseline, on the same walks);
 * the hot prefix (``--skew``: one label prefix with at least that many facts below it):
   lookup latency of its node, cold and warm.
 
@@ -256,21 +257,37 @@ def zstd_floor(cfg, vocab: str) -> dict[str, Any]:
             "bytes_per_fact": packed / facts, "compress_s": round(time.monotonic() - started, 1)}
 
 
+def fmt_decoders() -> list[str]:
+    from refactx_index import format as fmt
+
+    return sorted(fmt._DECODERS)
+
+
 def walk_figures(dsn: str, schema: str, index_name: str, walks: int, prefetch: list[int],
-                 seed: int = 1) -> dict[str, Any]:
+                 decoders: list[str], seed: int = 1) -> dict[str, Any]:
     """Generation's lookup pattern on the built index (``bench_walk``'s walks: leaf-weighted
-    choices until a fact ends), replayed on a cold cache by a cursor per ``prefetch_leaves``
-    value (0: it fetches only the row it reaches): per step, with round trips per step."""
+    choices until a fact ends), replayed on a cold cache by a cursor per row decoder
+    (``format.DECODER``) and ``prefetch_leaves`` value (0: it fetches only the row it
+    reaches): per step, with round trips per step."""
     import numpy as np
 
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_walk import draw_walks, time_walks
+    from refactx_index import format as fmt
     from refactx_index.index import PREFETCH_LEAVES
 
     paths = draw_walks(dsn, index_name, walks, np.random.default_rng(seed), schema)
-    return {"walks": walks, "default_prefetch_leaves": PREFETCH_LEAVES,
-            "cursor": [{"prefetch_leaves": leaves, **time_walks(dsn, index_name, paths, "cursor", leaves, schema)}
-                       for leaves in prefetch]}
+    cursors = []
+    default = fmt.DECODER
+    try:
+        for decoder in decoders:
+            fmt.DECODER = decoder
+            cursors += [{"decoder": decoder, "prefetch_leaves": leaves,
+                         **time_walks(dsn, index_name, paths, "cursor", leaves, schema)} for leaves in prefetch]
+    finally:
+        fmt.DECODER = default
+    return {"walks": walks, "default_prefetch_leaves": PREFETCH_LEAVES, "default_decoder": default,
+            "cursor": cursors}
 
 
 def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler) -> dict:
@@ -393,6 +410,9 @@ def main() -> None:
                         help="generation's walks replayed cold on the last run's index (0: no walk)")
     parser.add_argument("--prefetch-leaves", default="0,64,256,2048",
                         help="the walk's cursors: comma-separated prefetch_leaves values, one replay each")
+    parser.add_argument("--decoders", default=",".join(fmt_decoders()),
+                        help="the row decoders the walk is replayed with, one replay per decoder and "
+                             "prefetch_leaves value (format.DECODER; default: every one this runtime has)")
     parser.add_argument("--vocab", default="qwen2.5", help="a tokenizer under ../shared/tokenizers")
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_e2e"), help="dump and build folder")
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
@@ -446,7 +466,8 @@ def main() -> None:
             if args.walks and cores == int(args.cores.split(",")[-1]):
                 print(f"  [{cores} cores] walk: {args.walks} walks, cold cache ...", flush=True)
                 summary["walk"] = walk_figures(dsn, build["cfg"].pg.schema, build["cfg"].index_name(args.vocab),
-                                               args.walks, [int(v) for v in args.prefetch_leaves.split(",")])
+                                               args.walks, [int(v) for v in args.prefetch_leaves.split(",")],
+                                               args.decoders.split(","))
             results["runs"].append(summary)
             print(json.dumps({k: v for k, v in summary.items() if k != "stages"}, indent=2), flush=True)
             # after every run, not only at the end: a long run cut short keeps what it measured
@@ -479,7 +500,7 @@ def print_table(results: dict[str, Any]) -> None:
               f"tokenize {r['tokenize_vs_encoder']:.2f}x of it, tokenize+prefix rows+load "
               f"{r['tokenize_prefix_load_vs_encoder']:.2f}x")
         for w in run.get("walk", {}).get("cursor", []):
-            print(f"walk, prefetch_leaves={w['prefetch_leaves']}: mean {w['mean_us']:.1f} us, p50 {w['p50_us']:.1f} us, "
+            print(f"walk, {w.get('decoder', 'numpy')} decoder, prefetch_leaves={w['prefetch_leaves']}: mean {w['mean_us']:.1f} us, p50 {w['p50_us']:.1f} us, "
                   f"p99 {w['p99_us']:.0f} us per step over {w['steps']:,} steps; "
                   f"{w['round_trips_per_step']:.3f} round trips per step ({w['rows_fetched']:,} rows fetched, "
                   f"{w['rows_decoded']:,} decoded)")
