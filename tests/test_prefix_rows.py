@@ -143,13 +143,14 @@ def test_bad_rows_are_counted_not_lost(spark):
     from pyspark.sql.types import ArrayType, IntegerType, LongType, StructField, StructType
 
     loose = StructType([StructField("fact_id", LongType()), StructField("token_ids", ArrayType(IntegerType()))])
-    df = spark.createDataFrame([(1, [1, 2]), (2, []), (3, None), (4, [3, -1]), (5, [1, 2])], loose)
+    df = spark.createDataFrame([(1, [1, 2]), (2, []), (3, None), (4, [3, -1]), (5, [1, 2]), (6, [4, None]),
+                                (7, [None]), (8, [None, -1, 5])], loose)
     counts = input_counts(df)
-    assert counts["facts"] == 5
+    assert counts["facts"] == 8
     assert counts["rejected_by_reason"] == {
         "empty token sequence": 1,
         "null token_ids": 1,
-        "negative or null token id": 1,
+        "negative or null token id": 4,
     }
     rows = prefix_rows(df, 1, 4096, 2).collect()
     assert sorted(bytes(r["prefix"]) for r in rows) == [b""]

