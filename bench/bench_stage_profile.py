@@ -4,9 +4,12 @@ UI's REST API on loopback when the stage is done.
 
 For each Spark job of the run: its wall time and what triggered it (the call site, e.g.
 ``collect at prefix_rows.py:412``); for each of its Spark stages: wall time, tasks, the tasks'
-summed run time and CPU time, the time its tasks spent in the Python workers' Arrow functions
-is not split out by Spark (it is inside the tasks' run time), input/output/shuffle bytes.
-The stage's outputs are overwritten in place, so the build folder stays usable.
+summed run time and JVM CPU time, GC, input/output/shuffle bytes. The Python workers' time
+(``mapInArrow``) is inside the tasks' run time and not in their JVM CPU time: a stage whose run
+time far exceeds its CPU time spends it in Python (or waiting). Jobs that AQE runs side by
+side overlap, so their wall times can add up to more than the stage's. The stage's outputs
+are overwritten in place (the same content), so the build folder stays usable; it runs in a
+fresh JVM, a few seconds slower than inside a whole build.
 
     .venv/bin/python bench/bench_stage_profile.py prefix_rows            # the realistic 1M build
     .venv/bin/python bench/bench_stage_profile.py verbalize --json bench/out/profile-verbalize.json

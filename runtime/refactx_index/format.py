@@ -54,11 +54,14 @@ are those of version 3.
 
 ``flags`` bit 0: the body is zlib-compressed (used when that is smaller). Widths
 are the smallest of 1, 2, 4, 8 bytes that hold the largest value. In BFS order
-the children of every node are contiguous and sorted by token, so decoding is a
-handful of numpy calls: no per-element Python work, and no ``pickle``.
+the children of every node are contiguous and sorted by token, so decoding is a few
+linear passes: in compiled code (``_fragment.c``, built where the runtime is installed with
+a C compiler) or a handful of numpy calls (``DECODER``); no per-element Python work, and no
+``pickle``.
 
 Leaf counts are not stored for complete nodes: ``leaves = ends + ext_leaves +
-sum(leaves of children)`` is recomputed on decode, by pointer doubling over the BFS levels.
+sum(leaves of children)`` is recomputed on decode (one pass from the last node back in the
+compiled decoder; by pointer doubling over the BFS levels in numpy).
 """
 
 from __future__ import annotations
