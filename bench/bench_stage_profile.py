@@ -93,6 +93,8 @@ def main() -> None:
     parser.add_argument("--vocab", default="qwen2.5")
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="for validate only: the server bench_e2e.py loaded into")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for this run (repeatable), to compare settings on the same stage")
     parser.add_argument("--json", help="write the profile here too")
     args = parser.parse_args()
 
@@ -105,8 +107,13 @@ def main() -> None:
     if not dumps:
         parser.error(f"no dump of {args.lines} lines in {work}: run bench/bench_e2e.py first")
     cfg = dump_config(dumps[-1], work / f"build-local{args.cores}", args.cores, args.vocab)
-    cfg = cfg.updated({"pg.schema": f"bench_e2e_{args.cores}",
-                       "spark.conf": {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "true"}})
+    conf = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "true"}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--conf {item!r}: KEY=VALUE expected")
+        conf[key] = value
+    cfg = cfg.updated({"pg.schema": f"bench_e2e_{args.cores}", "spark.conf": conf})
     spark = spark_session(cfg, f"bench_stage_profile_{args.stage}")
     try:
         tracker = spark.sparkContext.statusTracker()
@@ -131,7 +138,8 @@ def main() -> None:
           "counts files)")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"stage": args.stage, "wall_s": wall, "jobs": jobs}, indent=2))
+        Path(args.json).write_text(json.dumps({"stage": args.stage, "conf": args.conf, "wall_s": wall, "jobs": jobs},
+                                              indent=2))
 
 
 if __name__ == "__main__":
