@@ -378,7 +378,7 @@ def test_the_compiled_and_numpy_decoders_agree_on_every_row_and_every_corruption
 
 
 def test_the_decoders_agree_on_the_checks_the_fuzzer_rarely_reaches():
-    """A node before its parent, a node with no fact below it, a stored leaf count that wraps."""
+    """A node before its parent, a node with no fact below it, stored counts past their bounds."""
     if "compiled" not in fmt._DECODERS:
         pytest.skip("refactx_index._fragment is not built here")
     cases = [
@@ -386,14 +386,23 @@ def test_the_decoders_agree_on_the_checks_the_fuzzer_rarely_reaches():
         (bytes([5, 6]) + bytes([0, 2, 0]) + bytes([0b00100000]) + bytes([0]), 1, 1, 1, 3),
         # a leaf that neither ends nor is external: no fact below it
         (bytes([5]) + bytes([1, 0]) + bytes([0]) + bytes([0]), 1, 1, 1, 2),
-        # an external child whose stored count is 2**64 - 1: leaves wrap to -1 and 0
+        # an external child whose stored count is 2**64 - 1 (it would wrap to -1 in int64)
         (bytes([5]) + bytes([1, 0]) + bytes([0]) + bytes([0b01000000]) + b"\xff" * 8, 1, 1, 8, 2),
+        # one past MAX_FRAGMENT_LEAVES: two such children would add up past int64
+        (bytes([5]) + bytes([1, 0]) + bytes([0]) + bytes([0b01000000]) + struct.pack("<Q", (1 << 40) + 1),
+         1, 1, 8, 2),
+        # a child count that wraps negative from uint64
+        (bytes([5]) + struct.pack("<QQ", 2**64 - 1, 2) + bytes([0]) + bytes([0]), 1, 8, 1, 2),
         # well-formed: an external child of 7 facts under a root that ends
         (bytes([5]) + bytes([1, 0]) + bytes([0b10000000]) + bytes([0b01000000]) + bytes([7]), 1, 1, 1, 2),
     ]
     outcomes = [decoded(*case, "compiled") for case in cases]
     assert outcomes == [decoded(*case, "numpy") for case in cases]
-    assert outcomes[:3] == ["fragment child counts put a node before its parent",
+    assert outcomes[:5] == ["fragment child counts put a node before its parent",
                             "fragment has a node with no fact below it",
-                            "fragment has a node with no fact below it"]
-    assert outcomes[3][-1] == [8, 7]  # leaves: the root's end and its child's 7
+                            "fragment has a leaf count out of range",
+                            "fragment has a leaf count out of range",
+                            "fragment child counts are inconsistent"]
+    assert outcomes[5][-1] == [8, 7]  # leaves: the root's end and its child's 7
+    with pytest.raises(ValueError, match="MAX_FRAGMENT_LEAVES"):
+        encode_children([5], [(1 << 40) + 1], ends=False)

@@ -27,6 +27,7 @@ enum {
     SIBLINGS_UNSORTED = 5,
     TOO_DEEP = 6,
     NO_FACT_BELOW = 7,
+    LEAVES_OUT_OF_RANGE = 8,
 };
 
 static inline uint64_t read_le(const unsigned char *p, int width)
@@ -44,7 +45,7 @@ static inline int bit(const unsigned char *bits, Py_ssize_t i)
 }
 
 static int decode(const unsigned char *body, Py_ssize_t body_len, int tw, int cw, int lw,
-                  Py_ssize_t n, long max_levels, int64_t *tokens, int64_t *child_start,
+                  Py_ssize_t n, long max_levels, uint64_t max_leaves, int64_t *tokens, int64_t *child_start,
                   int64_t *child_count, unsigned char *ends, unsigned char *external,
                   int64_t *leaves)
 {
@@ -96,6 +97,11 @@ static int decode(const unsigned char *body, Py_ssize_t body_len, int tw, int cw
                 return SIBLINGS_UNSORTED;
     }
 
+    const unsigned char *ext_leaves = body + off_leaves;
+    for (Py_ssize_t k = 0; k < n_ext; k++)
+        if (read_le(ext_leaves + (Py_ssize_t)lw * k, lw) > max_leaves)
+            return LEAVES_OUT_OF_RANGE;
+
     int32_t *depth = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
     if (depth == NULL)
         return -1;
@@ -112,10 +118,9 @@ static int decode(const unsigned char *body, Py_ssize_t body_len, int tw, int cw
     }
     free(depth);
 
-    /* leaves: own facts (an end, an external node's stored count) plus the children's,
-     * summed from the last node back (children come after their parent); unsigned
-     * arithmetic wraps as numpy's int64 does on a forged count */
-    const unsigned char *ext_leaves = body + off_leaves;
+    /* leaves: own facts (an end, an external node's stored count, at most max_leaves) plus
+     * the children's, summed from the last node back (children come after their parent):
+     * at most 2^21 nodes of 2^40 facts each, no overflow */
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t own = ends[i];
@@ -149,7 +154,8 @@ static int writable(PyObject *obj, Py_buffer *view, Py_ssize_t bytes, const char
 }
 
 PyDoc_STRVAR(decode_body_doc,
-"decode_body(body, tw, cw, lw, n, max_levels, tokens, child_start, child_count, ends, external, leaves) -> int\n"
+"decode_body(body, tw, cw, lw, n, max_levels, max_leaves, tokens, child_start, child_count, ends,\n"
+"            external, leaves) -> int\n"
 "\n"
 "Fill the six node arrays (int64 x4, uint8 x2, n each, C-contiguous) from an inflated row\n"
 "body; returns 0, or the code of the first check the row fails (format.py's messages).");
@@ -160,9 +166,10 @@ static PyObject *decode_body(PyObject *self, PyObject *args)
     int tw, cw, lw;
     Py_ssize_t n;
     long max_levels;
+    unsigned long long max_leaves;
     PyObject *objs[6];
-    if (!PyArg_ParseTuple(args, "y*iiinlOOOOOO", &body, &tw, &cw, &lw, &n, &max_levels, &objs[0],
-                          &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
+    if (!PyArg_ParseTuple(args, "y*iiinlKOOOOOO", &body, &tw, &cw, &lw, &n, &max_levels, &max_leaves,
+                          &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
         return NULL;
     if (n < 1 || (tw != 1 && tw != 2 && tw != 4 && tw != 8) || (cw != 1 && cw != 2 && cw != 4 && cw != 8)
         || (lw != 1 && lw != 2 && lw != 4 && lw != 8)) {
@@ -180,7 +187,7 @@ static PyObject *decode_body(PyObject *self, PyObject *args)
     int code = -2;
     if (got == 6) {
         Py_BEGIN_ALLOW_THREADS
-        code = decode((const unsigned char *)body.buf, body.len, tw, cw, lw, n, max_levels,
+        code = decode((const unsigned char *)body.buf, body.len, tw, cw, lw, n, max_levels, max_leaves,
                       (int64_t *)views[0].buf, (int64_t *)views[1].buf, (int64_t *)views[2].buf,
                       (unsigned char *)views[3].buf, (unsigned char *)views[4].buf,
                       (int64_t *)views[5].buf);

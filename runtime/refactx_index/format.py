@@ -127,6 +127,10 @@ MAX_FRAGMENT_LEVELS = 4096
 # and the encoder stores a row uncompressed rather than past the ratio (2+ bytes per node).
 NODES_ANY_ROW = 1 << 16
 NODES_PER_STORED_BYTE = 16
+# An external node's stored leaf count: a build holds fewer facts than this, and a row's sums
+# of at most MAX_FRAGMENT_NODES such counts stay far inside int64 (a forged count would
+# otherwise wrap into a plausible wrong one)
+MAX_FRAGMENT_LEAVES = 1 << 40
 
 
 def max_nodes_for(stored_bytes: int) -> int:
@@ -330,6 +334,8 @@ def encode_fragment(
         raise ValueError("child counts do not add up to the node count")
     if int(external.sum()) != ext_leaves.size:
         raise ValueError("one ext_leaves entry is needed per external node")
+    if ext_leaves.size and int(ext_leaves.max()) > MAX_FRAGMENT_LEAVES:
+        raise ValueError(f"an external node's leaf count exceeds MAX_FRAGMENT_LEAVES ({MAX_FRAGMENT_LEAVES})")
     tw = _width_for(int(tokens.max()) if tokens.size else 0)
     if tw == 8:
         raise ValueError("token ids must lie in [0, 2**32)")
@@ -693,7 +699,9 @@ def _decode_body_numpy(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fragme
     if len(body) != offs[-1] + lw * n_ext:
         raise FormatError("fragment body length does not match its header")
     ext_leaves = np.frombuffer(body, _DTYPES[lw], n_ext, offs[4]).astype(np.int64)
-    if int(child_count.sum()) != n - 1 or np.any(child_count[external] != 0):
+    # a count past n - 1 (or one that wrapped negative from uint64) is inconsistent on its own
+    if (np.any((child_count < 0) | (child_count > n - 1)) or int(child_count.sum()) != n - 1
+            or np.any(child_count[external] != 0)):
         raise FormatError("fragment child counts are inconsistent")
     child_start = np.empty(n, dtype=np.int64)
     child_start[0] = 1
@@ -711,6 +719,8 @@ def _decode_body_numpy(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fragme
         siblings = parent[1:] == parent[:-1]
         if np.any(siblings & (tokens[2:] <= tokens[1:-1])):
             raise FormatError("fragment has duplicate or unsorted sibling tokens")
+    if n_ext and np.any((ext_leaves < 0) | (ext_leaves > MAX_FRAGMENT_LEAVES)):
+        raise FormatError("fragment has a leaf count out of range")
     # a small row cannot be deeper than MAX_FRAGMENT_LEVELS: it has fewer nodes
     leaves = (_plain_subtree_sums(leaves, parent) if n <= _SMALL_FRAGMENT_NODES
               else _subtree_sums(leaves, child_start, n))
@@ -727,6 +737,7 @@ _BODY_ERRORS = {
     5: "fragment has duplicate or unsorted sibling tokens",
     6: f"fragment is deeper than {MAX_FRAGMENT_LEVELS} levels",
     7: "fragment has a node with no fact below it",
+    8: "fragment has a leaf count out of range",
 }
 
 
@@ -735,8 +746,8 @@ def _decode_body_compiled(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fra
     linear passes; it fills arrays allocated here."""
     tokens, child_start, child_count, leaves = (np.empty(n, dtype=np.int64) for _ in range(4))
     ends, external = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
-    code = _fragment.decode_body(body, tw, cw, lw, n, MAX_FRAGMENT_LEVELS, tokens, child_start,
-                                 child_count, ends, external, leaves)
+    code = _fragment.decode_body(body, tw, cw, lw, n, MAX_FRAGMENT_LEVELS, MAX_FRAGMENT_LEAVES, tokens,
+                                 child_start, child_count, ends, external, leaves)
     if code:
         raise FormatError(_BODY_ERRORS[code])
     return Fragment(tokens, child_start, child_count, ends, external, leaves)
