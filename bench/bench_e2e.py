@@ -257,7 +257,7 @@ def zstd_floor(cfg, vocab: str) -> dict[str, Any]:
             "bytes_per_fact": packed / facts, "compress_s": round(time.monotonic() - started, 1)}
 
 
-def fmt_decoders() -> list[str]:
+def decoders_available() -> list[str]:
     from refactx_index import format as fmt
 
     return sorted(fmt._DECODERS)
@@ -410,7 +410,7 @@ def main() -> None:
                         help="generation's walks replayed cold on the last run's index (0: no walk)")
     parser.add_argument("--prefetch-leaves", default="0,64,256,2048",
                         help="the walk's cursors: comma-separated prefetch_leaves values, one replay each")
-    parser.add_argument("--decoders", default=",".join(fmt_decoders()),
+    parser.add_argument("--decoders", default=",".join(decoders_available()),
                         help="the row decoders the walk is replayed with, one replay per decoder and "
                              "prefetch_leaves value (format.DECODER; default: every one this runtime has)")
     parser.add_argument("--vocab", default="qwen2.5", help="a tokenizer under ../shared/tokenizers")
