@@ -682,13 +682,25 @@ def decode_fragment(data: bytes | memoryview, version: int | None = None,
     return _DECODERS[DECODER](body, tw, cw, lw, n)
 
 
+# The checks of an inflated body, in the order both decoders make them (``_fragment.c``
+# returns the code of the first that fails: its key in ``_BODY_ERRORS``)
+_TRUNCATED = "fragment body is truncated"
+_LENGTH_MISMATCH = "fragment body length does not match its header"
+_COUNTS_INCONSISTENT = "fragment child counts are inconsistent"
+_NODE_BEFORE_PARENT = "fragment child counts put a node before its parent"
+_SIBLINGS_UNSORTED = "fragment has duplicate or unsorted sibling tokens"
+_LEAVES_OUT_OF_RANGE = "fragment has a leaf count out of range"
+_TOO_DEEP = f"fragment is deeper than {MAX_FRAGMENT_LEVELS} levels"
+_NO_FACT_BELOW = "fragment has a node with no fact below it"
+
+
 def _decode_body_numpy(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fragment:
     """The numpy decoder of an inflated body: a handful of whole-array calls per check."""
     nb = (n + 7) // 8
     sizes = [tw * (n - 1), cw * n, nb, nb]
     offs = np.cumsum([0] + sizes)
     if len(body) < offs[-1]:
-        raise FormatError("fragment body is truncated")
+        raise FormatError(_TRUNCATED)
     tokens = np.empty(n, dtype=np.int64)
     tokens[0] = -1
     tokens[1:] = np.frombuffer(body, _DTYPES[tw], n - 1, offs[0])
@@ -697,12 +709,12 @@ def _decode_body_numpy(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fragme
     external = np.unpackbits(np.frombuffer(body, np.uint8, nb, offs[3]), count=n).astype(bool)
     n_ext = int(external.sum())
     if len(body) != offs[-1] + lw * n_ext:
-        raise FormatError("fragment body length does not match its header")
+        raise FormatError(_LENGTH_MISMATCH)
     ext_leaves = np.frombuffer(body, _DTYPES[lw], n_ext, offs[4]).astype(np.int64)
     # a count past n - 1 (or one that wrapped negative from uint64) is inconsistent on its own
     if (np.any((child_count < 0) | (child_count > n - 1)) or int(child_count.sum()) != n - 1
             or np.any(child_count[external] != 0)):
-        raise FormatError("fragment child counts are inconsistent")
+        raise FormatError(_COUNTS_INCONSISTENT)
     child_start = np.empty(n, dtype=np.int64)
     child_start[0] = 1
     np.cumsum(child_count[:-1], out=child_start[1:])
@@ -715,29 +727,29 @@ def _decode_body_numpy(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fragme
     # count its facts twice)
     if n > 1:
         if np.any(parent >= np.arange(1, n)):
-            raise FormatError("fragment child counts put a node before its parent")
+            raise FormatError(_NODE_BEFORE_PARENT)
         siblings = parent[1:] == parent[:-1]
         if np.any(siblings & (tokens[2:] <= tokens[1:-1])):
-            raise FormatError("fragment has duplicate or unsorted sibling tokens")
+            raise FormatError(_SIBLINGS_UNSORTED)
     if n_ext and np.any((ext_leaves < 0) | (ext_leaves > MAX_FRAGMENT_LEAVES)):
-        raise FormatError("fragment has a leaf count out of range")
+        raise FormatError(_LEAVES_OUT_OF_RANGE)
     # a small row cannot be deeper than MAX_FRAGMENT_LEVELS: it has fewer nodes
     leaves = (_plain_subtree_sums(leaves, parent) if n <= _SMALL_FRAGMENT_NODES
               else _subtree_sums(leaves, child_start, n))
     if np.any(leaves < 1):
-        raise FormatError("fragment has a node with no fact below it")
+        raise FormatError(_NO_FACT_BELOW)
     return Fragment(tokens, child_start, child_count, ends, external, leaves)
 
 
 _BODY_ERRORS = {
-    1: "fragment body is truncated",
-    2: "fragment body length does not match its header",
-    3: "fragment child counts are inconsistent",
-    4: "fragment child counts put a node before its parent",
-    5: "fragment has duplicate or unsorted sibling tokens",
-    6: f"fragment is deeper than {MAX_FRAGMENT_LEVELS} levels",
-    7: "fragment has a node with no fact below it",
-    8: "fragment has a leaf count out of range",
+    1: _TRUNCATED,
+    2: _LENGTH_MISMATCH,
+    3: _COUNTS_INCONSISTENT,
+    4: _NODE_BEFORE_PARENT,
+    5: _SIBLINGS_UNSORTED,
+    6: _TOO_DEEP,
+    7: _NO_FACT_BELOW,
+    8: _LEAVES_OUT_OF_RANGE,
 }
 
 
@@ -811,7 +823,7 @@ def _subtree_sums(own: np.ndarray, child_start: np.ndarray, n: int) -> np.ndarra
     levels = 1  # g holds g_levels
     while g[0] != n:  # some node lies at depth ``levels``
         if levels > MAX_FRAGMENT_LEVELS:
-            raise FormatError(f"fragment is deeper than {MAX_FRAGMENT_LEVELS} levels")
+            raise FormatError(_TOO_DEEP)
         sums += sums[g]
         g = g[g]
         levels *= 2
