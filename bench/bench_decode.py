@@ -72,7 +72,7 @@ def main() -> None:
     print(f"{len(rows):,} rows in {stage}; timing {args.rows} leaf-weighted rows, best of {args.repeat}", flush=True)
     default = fmt.DECODER
 
-    decoders = sorted(fmt._DECODERS)
+    decoders = sorted(fmt.DECODERS)
     times: dict[str, list[float]] = {d: [] for d in decoders}
     inflation, nodes = [], []
     try:

@@ -260,7 +260,7 @@ def zstd_floor(cfg, vocab: str) -> dict[str, Any]:
 def decoders_available() -> list[str]:
     from refactx_index import format as fmt
 
-    return sorted(fmt._DECODERS)
+    return sorted(fmt.DECODERS)
 
 
 def walk_figures(dsn: str, schema: str, index_name: str, walks: int, prefetch: list[int],

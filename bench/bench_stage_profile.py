@@ -25,6 +25,7 @@ import json
 import sys
 import time
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,6 @@ def millis(stamp: str | None) -> float | None:
     """Spark's REST time stamps (``2026-11-26T13:47:07.123GMT``) as epoch milliseconds."""
     if not stamp:
         return None
-    from datetime import datetime, timezone
-
     parsed = datetime.strptime(stamp.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f")
     return parsed.replace(tzinfo=timezone.utc).timestamp() * 1000
 

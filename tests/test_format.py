@@ -333,14 +333,14 @@ def test_a_corrupt_trained_dictionary_is_a_format_error_when_writing_and_reading
 def test_the_compiled_decoder_is_installed():
     """The extension is optional at install (no compiler: numpy decodes), so a build that
     silently lost it would only be slower: the project's own install must have it."""
-    assert "compiled" in fmt._DECODERS, "refactx_index._fragment was not built"
+    assert "compiled" in fmt.DECODERS, "refactx_index._fragment was not built"
     assert fmt.DECODER == os.environ.get("REFACTX_DECODER", "compiled")
 
 
 def decoded(body: bytes, tw: int, cw: int, lw: int, n: int, decoder: str):
     """A decoder's outcome on a body: its arrays, or its error's message."""
     try:
-        frag = fmt._DECODERS[decoder](body, tw, cw, lw, n)
+        frag = fmt.DECODERS[decoder](body, tw, cw, lw, n)
     except FormatError as exc:
         return str(exc)
     return [getattr(frag, f).tolist() for f in ("tokens", "child_start", "child_count", "ends", "external", "leaves")]
@@ -362,7 +362,7 @@ def test_the_compiled_and_numpy_decoders_agree_on_every_row_and_every_corruption
     """The same arrays from a row, and the same refusal (the first check it fails) from a row
     with bytes overwritten, cut short or extended past its header's checksum (what a forger
     can write: version 1 rows carry none)."""
-    if "compiled" not in fmt._DECODERS:
+    if "compiled" not in fmt.DECODERS:
         pytest.skip("refactx_index._fragment is not built here")
     row = plain_row(facts, external)
     _, flags, tw, cw, lw, _, n = struct.unpack_from("<BBBBBBI", row)
@@ -379,7 +379,7 @@ def test_the_compiled_and_numpy_decoders_agree_on_every_row_and_every_corruption
 
 def test_the_decoders_agree_on_the_checks_the_fuzzer_rarely_reaches():
     """A node before its parent, a node with no fact below it, stored counts past their bounds."""
-    if "compiled" not in fmt._DECODERS:
+    if "compiled" not in fmt.DECODERS:
         pytest.skip("refactx_index._fragment is not built here")
     cases = [
         # node 1 claims both nodes as its children, itself included: a node before its parent

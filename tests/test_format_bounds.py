@@ -17,7 +17,7 @@ from refactx_index.errors import FormatError
 HEADER = struct.Struct("<BBBBBBI")  # version 1's header: no checksum to get past
 
 
-@pytest.fixture(autouse=True, params=sorted(fmt._DECODERS))
+@pytest.fixture(autouse=True, params=sorted(fmt.DECODERS))
 def decoder(request, monkeypatch):
     """Every bound holds for each decoder this runtime has (compiled and numpy)."""
     monkeypatch.setattr(fmt, "DECODER", request.param)

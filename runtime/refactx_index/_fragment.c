@@ -4,7 +4,7 @@
  * arrays it has allocated (int64 tokens, child_start, child_count and leaves; uint8 ends and
  * external) in a few linear passes, with the same checks as the numpy decoder, in its order,
  * so both accept and refuse the same rows and fill the same values. Nothing is allocated
- * here but one int32 array of depths; nothing is kept between calls.
+ * here and nothing is kept between calls.
  *
  * Why compiled: the numpy decoder makes some forty whole-array calls per row, and the rows a
  * walk enters first (the ones that pay a round trip) are the large ones: 0.1-1 ms of numpy
@@ -14,8 +14,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 /* error codes: format.py maps them to the numpy decoder's messages */
 enum {
@@ -102,21 +100,17 @@ static int decode(const unsigned char *body, Py_ssize_t body_len, int tw, int cw
         if (read_le(ext_leaves + (Py_ssize_t)lw * k, lw) > max_leaves)
             return LEAVES_OUT_OF_RANGE;
 
-    int32_t *depth = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
-    if (depth == NULL)
-        return -1;
-    depth[0] = 0;
-    for (Py_ssize_t p = 0; p < n; p++) {
-        Py_ssize_t s = (Py_ssize_t)child_start[p], e = s + (Py_ssize_t)child_count[p];
-        for (Py_ssize_t i = s; i < e; i++) {
-            depth[i] = depth[p] + 1;
-            if (depth[i] > max_levels) {
-                free(depth);
-                return TOO_DEEP;
-            }
-        }
+    /* depth: BFS puts each level's nodes together, and the children of a level's nodes
+     * [s, e) are the next level, [child_start[s], child_start[e - 1] + child_count[e - 1]):
+     * a row deeper than max_levels is found by walking its levels, at most max_levels + 1 */
+    Py_ssize_t s = 0, e = 1;
+    for (long level = 0; s < e; level++) {
+        if (level > max_levels)
+            return TOO_DEEP;
+        Py_ssize_t next_s = (Py_ssize_t)child_start[s];
+        e = (Py_ssize_t)(child_start[e - 1] + child_count[e - 1]);
+        s = next_s;
     }
-    free(depth);
 
     /* leaves: own facts (an end, an external node's stored count, at most max_leaves) plus
      * the children's, summed from the last node back (children come after their parent):
@@ -184,7 +178,7 @@ static PyObject *decode_body(PyObject *self, PyObject *args)
     for (; got < 6; got++)
         if (writable(objs[got], &views[got], n * item[got], names[got]) < 0)
             break;
-    int code = -2;
+    int code = -1;
     if (got == 6) {
         Py_BEGIN_ALLOW_THREADS
         code = decode((const unsigned char *)body.buf, body.len, tw, cw, lw, n, max_levels, max_leaves,
@@ -196,10 +190,8 @@ static PyObject *decode_body(PyObject *self, PyObject *args)
     for (int i = 0; i < got; i++)
         PyBuffer_Release(&views[i]);
     PyBuffer_Release(&body);
-    if (code == -2)
+    if (code < 0)  /* an argument was not a writable buffer of the right size */
         return NULL;
-    if (code == -1)
-        return PyErr_NoMemory();
     return PyLong_FromLong(code);
 }
 

@@ -679,7 +679,7 @@ def decode_fragment(data: bytes | memoryview, version: int | None = None,
             raise FormatError("fragment body inflates past what its header allows, or is cut short")
     elif len(body) > most:
         raise FormatError("fragment body is longer than its header allows")
-    return _DECODERS[DECODER](body, tw, cw, lw, n)
+    return DECODERS[DECODER](body, tw, cw, lw, n)
 
 
 # The checks of an inflated body, in the order both decoders make them (``_fragment.c``
@@ -765,16 +765,17 @@ def _decode_body_compiled(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fra
     return Fragment(tokens, child_start, child_count, ends, external, leaves)
 
 
-_DECODERS = {"numpy": _decode_body_numpy}
+# The decoders this runtime has, by name (the compiled one only where it was built)
+DECODERS = {"numpy": _decode_body_numpy}
 if _fragment is not None:
-    _DECODERS["compiled"] = _decode_body_compiled
+    DECODERS["compiled"] = _decode_body_compiled
 # Which decoder ``decode_fragment`` uses: the compiled one where the runtime was installed with
 # it (a C compiler at install time), else numpy; both accept and refuse the same rows and fill
 # the same arrays (tests/test_format.py compares them). REFACTX_DECODER=numpy in the
 # environment, or assigning this, picks numpy (bench/bench_decode.py times both).
 DECODER = os.environ.get("REFACTX_DECODER") or ("compiled" if _fragment is not None else "numpy")
-if DECODER not in _DECODERS:
-    raise ImportError(f"REFACTX_DECODER={DECODER!r}: this runtime has the decoders {sorted(_DECODERS)}")
+if DECODER not in DECODERS:
+    raise ImportError(f"REFACTX_DECODER={DECODER!r}: this runtime has the decoders {sorted(DECODERS)}")
 
 
 def _unzstd(body: bytes, most: int, dictionary: PresetDictionary) -> bytes:
