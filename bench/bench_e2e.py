@@ -425,6 +425,9 @@ def main() -> None:
     parser.add_argument("--encoder-tokenizer", help=argparse.SUPPRESS)
     parser.add_argument("--encoder-prefix", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    unknown = set(args.decoders.split(",")) - set(decoders_available())
+    if unknown:
+        parser.error(f"--decoders: {sorted(unknown)} not among this runtime's {decoders_available()}")
     logging.basicConfig(level=logging.WARNING)
     if args.encoder_child:
         encoder_child(args.encoder_child, args.encoder_tokenizer, args.encoder_prefix)
