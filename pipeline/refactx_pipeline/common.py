@@ -41,6 +41,9 @@ def spark_session(cfg: Config, app_name: str = "refactx_index", *, jvm_stderr: P
     native-library warning and log4j's banner are written before any log level applies.
     No effect under spark-submit, whose JVM is already running.
 
+    A JVM started here runs with ``spark.java_options`` (ParallelGC by default: G1's
+    concurrent threads take CPU the Python workers need on a small machine).
+
     Python workers run the driver's interpreter, so Arrow UDFs see the same
     virtual environment (and the pinned pyspark) as the driver. The project jar
     (``refactx_pipeline.jvm``, the parse stage's lexer) is on the classpath; under
@@ -80,6 +83,10 @@ def spark_session(cfg: Config, app_name: str = "refactx_index", *, jvm_stderr: P
         .config("spark.ui.showConsoleProgress", "false")  # the CLI shows its own progress
         .config("spark.sql.session.timeZone", "UTC")
     )
+    if not submitted and cfg.spark.java_options:
+        # read when the JVMs start: the driver's now, the executors' when a cluster starts them
+        builder = builder.config("spark.driver.extraJavaOptions", cfg.spark.java_options).config(
+            "spark.executor.extraJavaOptions", cfg.spark.java_options)
     jars = [str(jar_path())]
     for key, value in cfg.spark.conf.items():
         if key == "spark.jars":

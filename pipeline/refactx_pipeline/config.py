@@ -394,6 +394,12 @@ class SparkConfig(Section):
     master: str = "local[*]"
     driver_memory: str = Field("4g", pattern=r"^[0-9]+[kmgtKMGT]?$")
     shuffle_partitions: int = Field(8, ge=1)
+    # The JVM options of the driver and executors of a Spark the pipeline starts itself (not
+    # under spark-submit, whose JVM already runs). ParallelGC: the JDK's default G1 runs
+    # concurrent threads that take CPU from the Python workers; on 2 cores the realistic
+    # 1M-fact build is 5-9% faster with ParallelGC (docs/scale.md, "Session 15"). A
+    # spark.driver.extraJavaOptions or spark.executor.extraJavaOptions in conf replaces it.
+    java_options: str = "-XX:+UseParallelGC"
     # Spark's own log level; WARN shows codegen fallbacks (harmless, very long)
     log_level: Literal["ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"] = "ERROR"
     conf: dict[str, str] = Field(default_factory=dict)
