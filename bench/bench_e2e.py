@@ -134,11 +134,14 @@ def generate_dump(work: Path, lines: int, seed: int, skew: int, preset: str = "r
     return out
 
 
-def dump_config(dump: Path, build_root: Path, cores: int, vocab: str):
+def dump_config(dump: Path, build_root: Path, cores: int, vocab: str, java_options: str | None = None):
+    """The build's config; ``java_options``: its JVM's (None: the config's default, ParallelGC)."""
     from refactx_pipeline.config import Config, VocabularyConfig
 
     manifest = json.loads((dump / "manifest.json").read_text())
+    jvm = {} if java_options is None else {"spark.java_options": java_options}
     return Config().updated({
+        **jvm,
         "paths.build_root": str(build_root),
         "paths.dump_date": f"bench{cores}",
         "input.dumps": [str(dump / manifest["truthy"])],
@@ -290,11 +293,12 @@ def walk_figures(dsn: str, schema: str, index_name: str, walks: int, prefetch: l
             "cursor": cursors}
 
 
-def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler) -> dict:
+def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler,
+              java_options: str | None = None) -> dict:
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.orchestration.pipeline import build
 
-    cfg = dump_config(dump, work / f"build-local{cores}", cores, vocab)
+    cfg = dump_config(dump, work / f"build-local{cores}", cores, vocab, java_options)
     cfg = cfg.updated({"pg.schema": f"bench_e2e_{cores}"})
     stages: dict[str, dict[str, Any]] = {}
     marks: dict[str, tuple[float, float]] = {}
@@ -414,6 +418,9 @@ def main() -> None:
                         help="the row decoders the walk is replayed with, one replay per decoder and "
                              "prefetch_leaves value (format.DECODER; default: every one this runtime has)")
     parser.add_argument("--vocab", default="qwen2.5", help="a tokenizer under ../shared/tokenizers")
+    parser.add_argument("--java-options", default=None,
+                        help="the build JVM's options (spark.java_options; default: the config's, "
+                             "-XX:+UseParallelGC); --java-options=-XX:+UseG1GC is the JDK's own default")
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_e2e"), help="dump and build folder")
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="a server where a scratch database may be created and dropped")
@@ -456,7 +463,8 @@ def main() -> None:
     results["baselines"]["bz2"] = bz2_baseline(dump / manifest["truthy"])
     with fresh_database(args.dsn, "refactx_bench_e2e") as dsn, ProcessTreeSampler() as sampler:
         for cores in [int(c) for c in args.cores.split(",")]:
-            build = run_build(dump, work, cores, args.vocab, dsn, sampler)
+            build = run_build(dump, work, cores, args.vocab, dsn, sampler, args.java_options)
+            results["java_options"] = build["cfg"].spark.java_options
             summary = summarize(build, cores)
             summary["encoder"] = encoder_baseline(build["cfg"], cores)
             set_ratios(summary)

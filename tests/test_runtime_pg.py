@@ -78,6 +78,27 @@ def test_batch_is_one_round_trip_and_warm_needs_none(pg_dsn):
         assert index.cache.hits > 0 and index.cache.nbytes <= index.cache.max_bytes
 
 
+def test_one_key_or_range_and_many_fetch_the_same_rows(pg_dsn):
+    # a single key or range has statements of its own (no array parameter): the same rows
+    seqs = random_sequences(seed=5, n=400)
+    load_tree(pg_dsn, "kg", seqs, threshold=2)
+    with psycopg.connect(pg_dsn) as conn:
+        table = conn.execute("SELECT table_name FROM refactx.builds").fetchone()[0]
+        stored = {bytes(k): bytes(v) for k, v in conn.execute(f"SELECT prefix, node FROM refactx.{table}")}
+    keys = sorted(stored)[1::7]  # not the root: every row lies below its empty key
+    below = {k: {p: v for p, v in stored.items() if p.startswith(k)} for k in keys}
+    assert any(len(rows) > 1 for rows in below.values())
+    with open_index(pg_dsn, "kg") as index:
+        build = index._serving()
+        for key in keys:
+            assert build.fetch_rows([key]) == {key: stored[key]}
+            assert build.fetch_below([key]) == below[key]
+        assert build.fetch_rows(keys) == {k: stored[k] for k in keys}
+        assert build.fetch_below(keys[:5]) == {p: v for k in keys[:5] for p, v in below[k].items()}
+        assert build.fetch_rows([b"\xff\xff\xff\xff"]) == {}  # no such row: nothing, not an error
+        assert build.fetch_below([b"", keys[0]]) == {b"": stored[b""], **below[keys[0]]}
+
+
 def walk_cold(index, fact):
     """Walk ``fact`` with cursors from a cold cache; the answers met on the way."""
     build = index._serving()
