@@ -11,8 +11,8 @@ Walk: ``--walks`` (default 300) facts, each step choosing a child with probabili
 proportional to its leaf count, until a fact ends; default cache (256 MB), opened cold.
 Per step it times (1) ``next_tokens(prefix)`` from the root, (2) a cursor advanced by
 the chosen token (``advance`` + ``next_tokens``) fetching only the row it reaches
-(``prefetch_leaves=0``), (3) the same cursor fetching every row below a node of at most
-``PREFETCH_LEAVES`` facts in the same round trip as the row (the default), (4) the same
+(``prefetch_leaves=0``, the default), (3) the same cursor fetching every row below a node of
+at most ``--prefetch-leaves`` (2,048) facts in the same round trip as the row, (4) the same
 cursor fetching its own row and the rows below on another connection
 (``prefetch_in_background=True``), (5) the matcher's step as generation runs it (``FactMatcher.step_batch`` for one
 row: cursor, net of generated facts; default index). Prints mean / p50 / p99 per step, round
@@ -119,11 +119,14 @@ def time_walks(dsn: str, name: str, walks: list[list[int]], method: str, prefetc
                schema: str = "refactx") -> dict:
     """Replay ``walks`` with one method (``WALK_METHODS``) on a freshly opened index (cold
     cache): time per step and the round trips they paid."""
+    from refactx_index.index import PREFETCH_LEAVES
     from refactx_index.matcher import FactMatcher
     from refactx_index.pg import open_index
 
-    # the row-only cursor never fetches the rows below
-    prefetch = 0 if method == "cursor_row_only" else prefetch_leaves
+    # the row-only cursor never fetches the rows below; the root lookups and the matcher use
+    # the runtime's default
+    prefetch = {"cursor_row_only": 0, "cursor": prefetch_leaves,
+                "cursor_background": prefetch_leaves}.get(method, PREFETCH_LEAVES)
     with open_index(dsn, name, schema=schema, follow=False, prefetch_leaves=prefetch,
                     prefetch_in_background=method == "cursor_background") as index:
         samples: list[float] = []
@@ -168,12 +171,12 @@ def main() -> None:
     parser.add_argument("--threshold", type=int, default=DEFAULT_SUBTREE_THRESHOLD, help="tree.subtree_threshold (T)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_SUBTREE_TOKENS,
                         help="tree.max_subtree_tokens (B)")
-    parser.add_argument("--prefetch-leaves", type=int, default=None,
-                        help="the cursor's prefetch_leaves (default: the runtime's PREFETCH_LEAVES)")
+    parser.add_argument("--prefetch-leaves", type=int, default=2048,
+                        help="the prefetching cursors' prefetch_leaves (methods cursor and cursor_background; "
+                             "the runtime's default, 0, is cursor_row_only)")
     parser.add_argument("--json", help="write the figures here too")
     args = parser.parse_args()
 
-    from refactx_index.index import PREFETCH_LEAVES
     from refactx_index.vocab import encode_facts, open_tokenizer
     from tests.pgtree import fresh_database, load_tree
 
@@ -203,7 +206,7 @@ def main() -> None:
               f"+ B-tree {size['index_bytes_per_fact']:.1f}), {size['rows_per_fact']:.3f} rows/fact", flush=True)
         walks = draw_walks(dsn, "walk", args.walks, np.random.default_rng(1))
         for method in WALK_METHODS:
-            results[method] = time_walks(dsn, "walk", walks, method, args.prefetch_leaves or PREFETCH_LEAVES)
+            results[method] = time_walks(dsn, "walk", walks, method, args.prefetch_leaves)
     base = results["from_root"]["mean_us"]
     print(f"\nper step over {args.walks} walks (PostgreSQL index, default cache, cold at start):")
     print(f"{'method':<16}{'mean':>10}{'p50':>10}{'p99':>10}{'steps':>8}{'round trips':>13}{'behind':>8}"

@@ -140,7 +140,12 @@ _TOKEN = struct.Struct(">I")
 # below it (a few kB to ~100 kB): the rest of the fact's walk then needs no more round trips.
 # Above it, only the row itself (the subtree may be huge). With a background fetcher, the
 # step waits for its own row only and the rows below come on another connection.
-PREFETCH_LEAVES = 2048
+# Off (0) by default: inline, the step that triggers it waits for the whole subtree, and on a
+# database next to the walk (loopback) that made the cold walk's p99 step slower in every run
+# but one since session 12 at about the same mean (docs/runtime.md, "Session 15"); every step
+# then pays at most its own row's round trip. A far database (round trips much dearer than a
+# decode) is where 2048 pays off: 17% fewer round trips on the realistic walks.
+PREFETCH_LEAVES = 0
 AHEAD_CACHE_BYTES = 16 << 20
 
 
