@@ -1,8 +1,8 @@
 /* The compiled half of format.decode_fragment: a row's inflated body -> its node arrays.
  *
  * format.py checks the header, the crc32 and the bounds, and inflates the body; this fills
- * arrays it has allocated (int64 tokens, child_start, child_count and leaves; uint8 ends and
- * external) in a few linear passes, with the same checks as the numpy decoder, in its order,
+ * arrays it has allocated (int64 tokens and leaves, int32 child_start and child_count, uint8
+ * ends and external) in a few linear passes, with the same checks as the numpy decoder, in its order,
  * so both accept and refuse the same rows and fill the same values. Nothing is allocated
  * here and nothing is kept between calls.
  *
@@ -43,8 +43,8 @@ static inline int bit(const unsigned char *bits, Py_ssize_t i)
 }
 
 static int decode(const unsigned char *body, Py_ssize_t body_len, int tw, int cw, int lw,
-                  Py_ssize_t n, long max_levels, uint64_t max_leaves, int64_t *tokens, int64_t *child_start,
-                  int64_t *child_count, unsigned char *ends, unsigned char *external,
+                  Py_ssize_t n, long max_levels, uint64_t max_leaves, int64_t *tokens, int32_t *child_start,
+                  int32_t *child_count, unsigned char *ends, unsigned char *external,
                   int64_t *leaves)
 {
     Py_ssize_t nb = (n + 7) / 8;
@@ -69,7 +69,7 @@ static int decode(const unsigned char *body, Py_ssize_t body_len, int tw, int cw
         uint64_t c = read_le(body + off_counts + (Py_ssize_t)cw * i, cw);
         if (c > (uint64_t)(n - 1) || (c && external[i]))
             return COUNTS_INCONSISTENT;
-        child_count[i] = (int64_t)c;
+        child_count[i] = (int32_t)c;  /* at most n - 1 < 2^21 */
         total += (Py_ssize_t)c;
     }
     if (total != n - 1)
@@ -82,7 +82,7 @@ static int decode(const unsigned char *body, Py_ssize_t body_len, int tw, int cw
     /* BFS: every node's children come after it, siblings strictly increasing */
     Py_ssize_t start = 1;
     for (Py_ssize_t p = 0; p < n; p++) {
-        child_start[p] = start;
+        child_start[p] = (int32_t)start;  /* at most n */
         Py_ssize_t c = (Py_ssize_t)child_count[p];
         if (c && start <= p)
             return NODE_BEFORE_PARENT;
@@ -151,7 +151,8 @@ PyDoc_STRVAR(decode_body_doc,
 "decode_body(body, tw, cw, lw, n, max_levels, max_leaves, tokens, child_start, child_count, ends,\n"
 "            external, leaves) -> int\n"
 "\n"
-"Fill the six node arrays (int64 x4, uint8 x2, n each, C-contiguous) from an inflated row\n"
+"Fill the six node arrays (int64 tokens and leaves, int32 child_start and child_count, uint8\n"
+"ends and external; n each, C-contiguous) from an inflated row\n"
 "body; returns 0, or the code of the first check the row fails (format.py's messages).");
 
 static PyObject *decode_body(PyObject *self, PyObject *args)
@@ -172,7 +173,7 @@ static PyObject *decode_body(PyObject *self, PyObject *args)
         return NULL;
     }
     static const char *names[6] = {"tokens", "child_start", "child_count", "ends", "external", "leaves"};
-    const Py_ssize_t item[6] = {8, 8, 8, 1, 1, 8};
+    const Py_ssize_t item[6] = {8, 4, 4, 1, 1, 8};
     Py_buffer views[6];
     int got = 0;
     for (; got < 6; got++)
@@ -182,7 +183,7 @@ static PyObject *decode_body(PyObject *self, PyObject *args)
     if (got == 6) {
         Py_BEGIN_ALLOW_THREADS
         code = decode((const unsigned char *)body.buf, body.len, tw, cw, lw, n, max_levels, max_leaves,
-                      (int64_t *)views[0].buf, (int64_t *)views[1].buf, (int64_t *)views[2].buf,
+                      (int64_t *)views[0].buf, (int32_t *)views[1].buf, (int32_t *)views[2].buf,
                       (unsigned char *)views[3].buf, (unsigned char *)views[4].buf,
                       (int64_t *)views[5].buf);
         Py_END_ALLOW_THREADS
