@@ -9,6 +9,7 @@ import uuid
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .conftest import tokenizer_dir
@@ -97,6 +98,27 @@ def test_one_key_or_range_and_many_fetch_the_same_rows(pg_dsn):
         assert build.fetch_below(keys[:5]) == {p: v for k in keys[:5] for p, v in below[k].items()}
         assert build.fetch_rows([b"\xff\xff\xff\xff"]) == {}  # no such row: nothing, not an error
         assert build.fetch_below([b"", keys[0]]) == {b"": stored[b""], **below[keys[0]]}
+
+
+def test_statements_rendered_once_quote_an_unusual_schema_name(pg_dsn):
+    # the row statements are rendered to bytes once, outside any connection: a schema name
+    # that must be quoted (capitals, a space, a double quote, non-ASCII) still reads its rows
+    schema = 'Ré "faits" x'
+    seqs = random_sequences(seed=6, n=300)
+    load_tree(pg_dsn, "kg", seqs, threshold=2, schema=schema)
+    with psycopg.connect(pg_dsn) as conn:
+        table = conn.execute(sql.SQL("SELECT table_name FROM {}.builds").format(sql.Identifier(schema))).fetchone()[0]
+        stored = {bytes(k): bytes(v) for k, v in conn.execute(
+            sql.SQL("SELECT prefix, node FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))}
+    keys = sorted(stored)[1::5]
+    with open_index(pg_dsn, "kg", schema=schema) as index:
+        build = index._serving()
+        assert build.fetch_rows([keys[0]]) == {keys[0]: stored[keys[0]]}
+        assert build.fetch_rows(keys) == {k: stored[k] for k in keys}
+        assert build.fetch_below([keys[1]]) == {p: v for p, v in stored.items() if p.startswith(keys[1])}
+        for fact in sorted(seqs)[:20]:
+            for k in range(len(fact) + 1):
+                assert as_dict(index.next_tokens(fact[:k])) == expected_next(seqs, fact[:k])
 
 
 def walk_cold(index, fact):
@@ -258,7 +280,9 @@ def test_other_format_version_is_refused(pg_dsn):
 def _backend_pids(dsn: str) -> list[int]:
     with psycopg.connect(dsn) as admin:
         return [r[0] for r in admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'refactx_index:kg'")]
+            # this test's database only: another test's index "kg" may still be closing
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'refactx_index:kg' "
+            "AND datname = current_database()")]
 
 
 def test_terminated_backend_is_retried_transparently(pg_dsn, caplog):
