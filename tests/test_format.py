@@ -337,6 +337,18 @@ def test_the_compiled_decoder_is_installed():
     assert fmt.DECODER == os.environ.get("REFACTX_DECODER", "compiled")
 
 
+@pytest.mark.parametrize("decoder", sorted(fmt.DECODERS))
+def test_a_decoded_row_keeps_26_bytes_a_node(decoder, monkeypatch):
+    # child starts and counts in int32 (at most MAX_FRAGMENT_NODES); token ids (up to
+    # 2**32 - 1) and leaf counts (up to 2**40) in int64
+    monkeypatch.setattr(fmt, "DECODER", decoder)
+    frag = decode_fragment(encode_subtree([[1, 2, 3], [1, 2, 4], [5], [2**32 - 1, 0]]))
+    assert [a.dtype for a in (frag.tokens, frag.child_start, frag.child_count, frag.leaves)] == [
+        np.int64, np.int32, np.int32, np.int64]
+    assert frag.nbytes == 26 * frag.n_nodes
+    assert int(frag.tokens[frag.child(0, 2**32 - 1)]) == 2**32 - 1
+
+
 def decoded(body: bytes, tw: int, cw: int, lw: int, n: int, decoder: str):
     """A decoder's outcome on a body: its arrays, or its error's message."""
     try:

@@ -2,9 +2,9 @@
  *
  * format.py checks the header, the crc32 and the bounds, and inflates the body; this fills
  * arrays it has allocated (int64 tokens and leaves, int32 child_start and child_count, uint8
- * ends and external) in a few linear passes, with the same checks as the numpy decoder, in its order,
- * so both accept and refuse the same rows and fill the same values. Nothing is allocated
- * here and nothing is kept between calls.
+ * ends and external) in a few linear passes, with the same checks as the numpy decoder, in
+ * its order, so both accept and refuse the same rows and fill the same values. Nothing is
+ * allocated here and nothing is kept between calls.
  *
  * Why compiled: the numpy decoder makes some forty whole-array calls per row, and the rows a
  * walk enters first (the ones that pay a round trip) are the large ones: 0.1-1 ms of numpy
