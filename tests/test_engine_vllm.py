@@ -90,8 +90,8 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
                 {"name": "alone", "prompts": QUESTIONS, "chat": True, "alone": True,
                  "params": {**GREEDY, "extra_args": on}},
                 {"name": "sampled", "prompts": QUESTIONS, "chat": True, "params": {**SAMPLED, "extra_args": on}},
-                {"name": "off_greedy", "prompts": QUESTIONS, "chat": True, "params": GREEDY},
-                {"name": "off_sampled", "prompts": QUESTIONS, "chat": True, "params": SAMPLED},
+                {"name": "off_greedy", "prompts": QUESTIONS, "chat": True, "alone": True, "params": GREEDY},
+                {"name": "off_sampled", "prompts": QUESTIONS, "chat": True, "alone": True, "params": SAMPLED},
                 {"name": "corporate", "prompts": ["Facts about companies.\nFact:", "Who runs Hooli?\nFact:"],
                  "params": {**GREEDY, "max_tokens": 24, "extra_args": {"refactx_index": "corporate"}}},
                 {"name": "ends_in_trigger", "prompts": ["Some facts about countries.\nFact:"],
@@ -103,8 +103,8 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
                  "params": {**GREEDY, "max_tokens": 8, "extra_args": {"refactx_index": "nosuch"}}},
             ]},
             {"name": "without", "processor": False, "runs": [
-                {"name": "off_greedy", "prompts": QUESTIONS, "chat": True, "params": GREEDY},
-                {"name": "off_sampled", "prompts": QUESTIONS, "chat": True, "params": SAMPLED},
+                {"name": "off_greedy", "prompts": QUESTIONS, "chat": True, "alone": True, "params": GREEDY},
+                {"name": "off_sampled", "prompts": QUESTIONS, "chat": True, "alone": True, "params": SAMPLED},
             ]},
         ],
         "v2": {"index": "corporate", "prompt": "Who runs Hooli?\nFact:", "tokens": list(V2_WALK(stored))},
@@ -141,6 +141,9 @@ def test_a_batch_of_four_gives_what_each_prompt_gives_alone(vllm_run):
 
 
 def test_a_request_without_the_switch_is_bit_identical_to_vllm_without_the_processor(vllm_run):
+    # each request alone: two engines without the processor at all can disagree on a request
+    # of a batch (vLLM's CPU engine batches its steps by timing, and a bfloat16 near-tie flips
+    # with the batch's shape), never on a request alone
     with_proc, without = vllm_run["engines"]["with"], vllm_run["engines"]["without"]
     for name in ("off_greedy", "off_sampled"):
         assert [o["ids"] for o in with_proc[name]] == [o["ids"] for o in without[name]], name

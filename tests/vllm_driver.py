@@ -26,8 +26,11 @@ PROCESSOR = "refactx_index.engines.vllm:RefactxLogitsProcessor"
 def _engine(spec: dict, engine: dict):
     from vllm import LLM
 
+    # no prefix caching: a run must not reuse the KV blocks of an earlier run of the same
+    # engine, so that what a request writes does not depend on which runs came before it (the
+    # engines compared run different runs first)
     kwargs = dict(model=spec["model"], dtype="bfloat16", gpu_memory_utilization=0.25, max_model_len=2048,
-                  enforce_eager=True, seed=0, max_num_seqs=16)
+                  enforce_eager=True, seed=0, max_num_seqs=16, enable_prefix_caching=False)
     if engine["processor"]:
         kwargs["logits_processors"] = [PROCESSOR]
         kwargs["additional_config"] = {"refactx": {"indexes": spec["indexes"]}}
