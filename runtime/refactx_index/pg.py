@@ -292,32 +292,25 @@ class PgTreeIndex(RowTreeIndex):
             build_id=int(build_id), provenance_rows=provenance_rows, index_kind=index_kind,
             dictionary=self._read_dictionary(int(build_id)) if version >= 3 else None,
         )
-        rows_query = sql.SQL("SELECT prefix, node FROM {}.{} WHERE prefix = ANY(%s)").format(
-            sql.Identifier(self._schema), sql.Identifier(table)
-        )
+
+        def statement(text: str, relation: str) -> bytes:
+            """``text`` with ``{}.{}`` naming ``relation`` in this index's schema, rendered to
+            bytes once: psycopg would compose a sql.Composed, escaping its identifiers, on every
+            execute, ~15-20 µs of a ~110 µs round trip on loopback (docs/runtime.md, "Session
+            16"). Without a connection the identifiers are quoted for UTF-8, the encoding the
+            pool's connections ask for (open_index)."""
+            return sql.SQL(text).format(sql.Identifier(self._schema), sql.Identifier(relation)).as_bytes(None)
+
+        rows_query = statement("SELECT prefix, node FROM {}.{} WHERE prefix = ANY(%s)", table)
         # One key or one range is the usual fetch (a walk's first touch of a row, a cursor's
         # prefetch of one subtree). Its own statement, with no array parameter, is ~60-70 µs
         # shorter per round trip on loopback (docs/runtime.md, "Session 15"): psycopg adapts a
         # list to bytea[] and the server unpacks it, both per call.
-        row_query = sql.SQL("SELECT prefix, node FROM {}.{} WHERE prefix = %s").format(
-            sql.Identifier(self._schema), sql.Identifier(table)
-        )
-        range_query = sql.SQL("SELECT prefix, node FROM {}.{} WHERE prefix >= %s AND prefix < %s").format(
-            sql.Identifier(self._schema), sql.Identifier(table)
-        )
-
+        row_query = statement("SELECT prefix, node FROM {}.{} WHERE prefix = %s", table)
+        range_query = statement("SELECT prefix, node FROM {}.{} WHERE prefix >= %s AND prefix < %s", table)
         # every row below each key: one primary-key range scan per key ([key, successor))
-        below_query = sql.SQL(
-            "SELECT t.prefix, t.node FROM unnest(%s::bytea[], %s::bytea[]) AS r(lo, hi) "
-            "JOIN {}.{} AS t ON t.prefix >= r.lo AND t.prefix < r.hi"
-        ).format(sql.Identifier(self._schema), sql.Identifier(table))
-
-        # Rendered to bytes once: psycopg composes a sql.Composed, escaping its identifiers, on
-        # every execute, ~15-20 µs of a ~110 µs round trip on loopback (docs/runtime.md,
-        # "Session 16"). Without a connection the identifiers are quoted for UTF-8, the
-        # encoding the pool's connections ask for (open_index).
-        rows_query, row_query, range_query, below_query = (
-            q.as_bytes(None) for q in (rows_query, row_query, range_query, below_query))
+        below_query = statement("SELECT t.prefix, t.node FROM unnest(%s::bytea[], %s::bytea[]) AS r(lo, hi) "
+                                "JOIN {}.{} AS t ON t.prefix >= r.lo AND t.prefix < r.hi", table)
 
         def read(query: Any, params: tuple) -> list[tuple]:
             try:
@@ -337,9 +330,9 @@ class PgTreeIndex(RowTreeIndex):
 
         fetch_provenance = None
         if provenance_rows is not None:
-            provenance_query = sql.SQL(
-                "SELECT fact_id, kind, subject, property, object, value FROM {}.{} WHERE fact_id = ANY(%s::bigint[])"
-            ).format(sql.Identifier(self._schema), sql.Identifier(f"provenance_b{int(build_id)}")).as_bytes(None)
+            provenance_query = statement(
+                "SELECT fact_id, kind, subject, property, object, value FROM {}.{} WHERE fact_id = ANY(%s::bigint[])",
+                f"provenance_b{int(build_id)}")
 
             def fetch_provenance(ids: list[int]) -> list[tuple]:
                 return read(provenance_query, (ids,))
