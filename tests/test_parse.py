@@ -203,6 +203,32 @@ def test_property_table_supplies_datatypes(spark, cfg, tmp_path):
     assert props["P214"] == ("ExternalId", "VIAF ID")
     assert counts["datatype_source"] == {"table": 2}
     assert [r["property"] for r in frames["statements"].collect()] == ["P1476"]
+    # a reason named after a datatype only the table knows: counted while the statements are written
+    assert counts["statements_filtered_by_reason"] == {"datatype_ExternalId": 1}
+    assert counts["statements"] == 1 and counts["terms"] == 0
+
+
+def test_outcomes_are_counted_by_the_write_and_a_missed_outcome_is_a_bug(spark, tmp_path):
+    """``observe_outcomes``, which parse and labels count their outputs with: the counts come
+    from the write that runs anyway (even one that projects the counted column away), and an
+    exhaustive list that misses a row's outcome raises instead of returning short counts."""
+    from pyspark.sql import functions as F
+
+    from refactx_pipeline.common import observe_outcomes
+
+    frame = spark.createDataFrame([("a", 1), ("a", 2), ("b", 3), (None, 4)], "kind string, n int")
+    kind = F.col("kind")
+    observed, counted = observe_outcomes(frame, {"a": kind == "a", "b": kind == "b", "": kind.isNull()},
+                                         exhaustive=True)
+    observed.select("n").write.parquet(str(tmp_path / "all"))
+    assert counted() == ({"a": 2, "b": 1, "": 1}, 4)
+    observed, counted = observe_outcomes(frame, {"a": kind == "a", "b": kind == "b"}, exhaustive=True)
+    observed.write.parquet(str(tmp_path / "missed"))
+    with pytest.raises(RuntimeError, match="4 rows but 3 counted by outcome"):
+        counted()
+    observed, counted = observe_outcomes(frame, {"a": kind == "a"})
+    observed.where(kind == "b").write.parquet(str(tmp_path / "some"))
+    assert counted() == ({"a": 2}, 4)  # counted before the filter the write applies
 
 
 @pytest.mark.parametrize(

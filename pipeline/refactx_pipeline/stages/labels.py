@@ -26,15 +26,16 @@ still shared after it (``labels_still_shared``).
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Callable, Sequence
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
 from refactx_index.errors import ConfigError
 
-from refactx_pipeline.common import remove_tree, stage_input, write_counts
+from refactx_pipeline.common import observe_outcomes, remove_tree, stage_input, write_counts
 from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import LABELS
 from refactx_pipeline.stages.verbalize import render_object
@@ -42,26 +43,44 @@ from refactx_pipeline.stages.verbalize import render_object
 log = logging.getLogger(__name__)
 
 POLICIES = ("disambiguate", "keep", "drop", "qualify")
+# what ``candidate_labels`` chose an entity's label from (``none``: it has none)
+LABEL_SOURCES = ("wikipedia", "label_description", "label", "none")
+# what a colliding entity's label became (``resolved_by``; null for one that did not collide)
+RESOLUTIONS = ("description", "property", "entity_id", "kept_shared")
 
 
 def candidate_labels(
     entities: DataFrame, terms: DataFrame, properties: DataFrame, sitelinks: DataFrame | None, lang: str
 ) -> DataFrame:
-    """(entity, label, label_source) per entity of ``entities`` that has one;
-    entities without a label get a null label (source ``none``)."""
-    first_term = lambda kind: (  # noqa: E731 -- one deterministic term per entity and kind
-        terms.where((F.col("kind") == kind) & (F.col("lang") == lang))
-        .groupBy("entity")
-        .agg(F.min("value").alias(kind))
-    )
-    df = entities.join(first_term("label"), "entity", "left").join(first_term("description"), "entity", "left")
-    df = df.join(
-        properties.select(F.col("property").alias("entity"), F.col("label").alias("property_label")), "entity", "left"
-    )
+    """(entity, label, label_source) per entity of ``entities`` (repeats allowed) that has one;
+    entities without a label get a null label (source ``none``).
+
+    One shuffle: the entities and every source's values, as rows of one union, grouped by
+    entity. A join per source cost a shuffle and a Spark job each, a fixed cost that was most
+    of this stage at 1M facts. A value is the smallest of its source's for the entity (one
+    deterministic term per entity and kind); only entities of ``entities`` are kept."""
+    none = F.lit(None).cast("string")
+    in_lang = F.col("lang") == lang
+
+    def rows(frame: DataFrame, listed: bool, label=none, description=none, property_label=none,
+             wikipedia=none) -> DataFrame:
+        return frame.select("entity", F.lit(listed).alias("listed"), label.alias("label"),
+                            description.alias("description"), property_label.alias("property_label"),
+                            wikipedia.alias("wikipedia"))
+
+    sources = [
+        rows(entities, True),
+        rows(terms.where(in_lang & F.col("kind").isin("label", "description")), False,
+             label=F.when(F.col("kind") == "label", F.col("value")),
+             description=F.when(F.col("kind") == "description", F.col("value"))),
+        rows(properties.withColumnRenamed("property", "entity"), False, property_label=F.col("label")),
+    ]
     if sitelinks is not None:
-        df = df.join(sitelinks.select("entity", F.col("title").alias("wikipedia")), "entity", "left")
-    else:
-        df = df.withColumn("wikipedia", F.lit(None).cast("string"))
+        sources.append(rows(sitelinks, False, wikipedia=F.col("title")))
+    df = functools.reduce(DataFrame.union, sources).groupBy("entity").agg(
+        F.max("listed").alias("listed"),
+        *[F.min(name).alias(name) for name in ("label", "description", "property_label", "wikipedia")],
+    ).where(F.col("listed"))
     is_property = F.col("entity").startswith("P")
     label_description = F.concat(F.col("label"), F.lit(" ("), F.col("description"), F.lit(")"))
     chosen = (
@@ -194,14 +213,13 @@ def apply_collision_policy(labels: DataFrame, policy: str,
 
 def entities_to_label(statements: DataFrame, terms: DataFrame, properties: DataFrame) -> DataFrame:
     """Every entity the later stages may mention: statement subjects, item objects,
-    properties, and entities with terms."""
+    properties, and entities with terms; with repeats (``candidate_labels`` groups them)."""
     return (
         statements.select(F.col("subject").alias("entity"))
         .union(statements.where(F.col("object_item").isNotNull()).select(F.col("object_item").alias("entity")))
         .union(statements.select(F.col("property").alias("entity")))
         .union(terms.select("entity"))
         .union(properties.select(F.col("property").alias("entity")))
-        .distinct()
     )
 
 
@@ -218,8 +236,13 @@ def run(ctx: StageContext) -> StageCounts:
         sitelinks = spark.read.parquet(str(stage_input(cfg, "labels", "sitelinks", "sitelinks")))
     lang = cfg.filter.languages[0]
 
+    # Each output is counted by its own write (``observe_outcomes``), not by another job.
     candidates = candidate_labels(entities_to_label(statements, terms, properties), terms, properties, sitelinks, lang)
+    source = F.col("label_source")
+    candidates, candidates_counted = observe_outcomes(
+        candidates, {name: source == name for name in LABEL_SOURCES}, exhaustive=True)
     candidates.write.mode("overwrite").parquet(str(out / "_candidates"))
+    by_source = {name: n for name, n in candidates_counted().by_outcome.items() if n}
     candidates = spark.read.parquet(str(out / "_candidates"))
     labelled = candidates.where(F.col("label").isNotNull())
     policy = cfg.labels.collision_policy
@@ -227,34 +250,34 @@ def run(ctx: StageContext) -> StageCounts:
         labelled, policy,
         lambda colliding: distinguishing_values(colliding, statements, terms, properties,
                                                 cfg.labels.distinguishing_properties, lang))
-    labels.write.mode("overwrite").parquet(str(out / "_resolved"))
-    resolved = spark.read.parquet(str(out / "_resolved"))
-    resolved.select([F.col(f.name) for f in LABELS.fields]).write.mode("overwrite").parquet(str(out / "labels"))
-    collisions.write.mode("overwrite").parquet(str(out / "collisions"))
-    outcome = {r["resolved_by"]: r["count"]
-               for r in resolved.where(F.col("resolved_by").isNotNull()).groupBy("resolved_by").count().collect()}
-    still_shared = (resolved.groupBy(F.substring("entity", 1, 1), "label").count()
+    resolved_by = F.col("resolved_by")
+    labels, labels_counted = observe_outcomes(
+        labels, {"": resolved_by.isNull(), **{name: resolved_by == name for name in RESOLUTIONS}}, exhaustive=True)
+    labels.select([F.col(f.name) for f in LABELS.fields]).write.mode("overwrite").parquet(str(out / "labels"))
+    labelled_count = labels_counted()
+    outcome = {name: n for name, n in labelled_count.by_outcome.items() if name and n}
+    collided = Observation("collisions")
+    collisions.observe(collided, F.count(F.lit(1)).alias("labels"), F.sum("n").alias("entities")).write.mode(
+        "overwrite").parquet(str(out / "collisions"))
+    colliding_labels, colliding_entities = collided.get["labels"] or 0, collided.get["entities"] or 0
+    still_shared = (spark.read.parquet(str(out / "labels")).groupBy(F.substring("entity", 1, 1), "label").count()
                     .where(F.col("count") > 1).count())
 
-    by_source = {r["label_source"]: r["count"] for r in candidates.groupBy("label_source").count().collect()}
-    collisions = spark.read.parquet(str(out / "collisions"))
-    agg = collisions.agg(F.count("*").alias("labels"), F.sum("n").alias("entities")).first()
     counts: dict[str, Any] = {
         "entities_in": sum(by_source.values()),
-        "labels": spark.read.parquet(str(out / "labels")).count(),
+        "labels": labelled_count.rows,
         "labels_by_source": {k: v for k, v in sorted(by_source.items()) if k != "none"},
         "dropped_without_label": by_source.get("none", 0),
         "collision_policy": policy,
-        "colliding_labels": agg["labels"] or 0,
-        "colliding_entities": agg["entities"] or 0,
+        "colliding_labels": colliding_labels,
+        "colliding_entities": colliding_entities,
         # what the policy did with each colliding entity (drop: dropped them all)
         "collision_outcome": dict(sorted(outcome.items())) if policy != "drop"
-        else {"dropped": agg["entities"] or 0},
+        else {"dropped": colliding_entities},
         "labels_still_shared": still_shared,
         "sitelinks_used": sitelinks is not None,
     }
     remove_tree(spark, out / "_candidates")
-    remove_tree(spark, out / "_resolved")
     write_counts(cfg, "labels", counts)
     log.info("labels: %s", counts)
     return counts

@@ -31,7 +31,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from refactx_pipeline.config import Config
 from refactx_index.errors import ConfigError
 
-from refactx_pipeline.common import remove_tree, write_counts
+from refactx_pipeline.common import observe_outcomes, remove_tree, write_counts
 from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import PROPERTIES, REJECTS, STATEMENTS, TERMS
 
@@ -194,6 +194,14 @@ def reject_reason(raw: Column) -> Column:
     )
 
 
+# every reason ``reject_reason`` names, in its order (the rejects are counted by these)
+REJECT_REASONS = (
+    "invalid_utf8", "too_few_terms", "missing_final_dot", "bad_subject", "bad_predicate",
+    "unterminated_literal", "bad_language_or_datatype", "bad_escape", "unescaped_quote",
+    "lone_surrogate", "bad_object", "bad_literal_character",
+)
+
+
 def name_rejects(staged: DataFrame) -> DataFrame:
     """``staged`` with each reject's ``reason`` named and its ``line`` cut to
     ``MAX_REJECT_LINE`` characters of valid UTF-8. Run it on few rows (the staged
@@ -213,26 +221,19 @@ def write_staged(staged: DataFrame, path: str) -> dict[str, dict[str, int]]:
     Skipped lines are counted, not written: they are most of a real dump (terms in
     other languages, sitelink metadata: 81% of the 2018 dump's head) and nothing
     reads them again. The counts are observed during the write itself, not by
-    another pass over the lines, as sums of one condition each (the same counts
-    as ``count_if`` cost twice as much in ``bench/bench_parse.py``). One flat
-    dataset: partitioning it by kind would sort every task's rows first."""
+    another pass over the lines (``observe_outcomes``). One flat dataset:
+    partitioning it by kind would sort every task's rows first."""
     kind, reason = F.col("kind"), F.col("reason")
-    metrics = []
-    for i, (k, r) in enumerate(LINE_OUTCOMES):
-        outcome = (kind == k) & (reason.isNull() if r is None else reason == r)
-        metrics.append(F.sum(F.when(outcome, F.lit(1)).otherwise(F.lit(0))).alias(f"o{i}"))
-    metrics.append(F.sum(F.lit(1)).alias("lines"))
-    observation = Observation("lex")
-    staged = staged.observe(observation, *metrics)
+    outcomes = {(k, r): (kind == k) & (reason.isNull() if r is None else reason == r) for k, r in LINE_OUTCOMES}
+    named = {f"{k}:{r or ''}": condition for (k, r), condition in outcomes.items()}
+    # the lexer and LINE_OUTCOMES disagreeing is a bug, not bad input: exhaustive
+    staged, counted = observe_outcomes(staged, named, exhaustive=True)
     staged.where(kind != "skip").write.mode("overwrite").parquet(path)
-    observed = {name: value or 0 for name, value in observation.get.items()}  # a sum of no rows is null
+    observed = counted().by_outcome
     counts: dict[str, dict[str, int]] = {}
-    for i, (k, r) in enumerate(LINE_OUTCOMES):
-        if observed[f"o{i}"]:
-            counts.setdefault(k, {})[r or ""] = observed[f"o{i}"]
-    counted = sum(sum(by_reason.values()) for by_reason in counts.values())
-    if counted != observed["lines"]:  # the lexer and LINE_OUTCOMES disagree: a bug, not bad input
-        raise RuntimeError(f"lexed {observed['lines']} lines but counted {counted} by kind and reason")
+    for (k, r), name in zip(outcomes, named):
+        if observed[name]:
+            counts.setdefault(k, {})[r or ""] = observed[name]
     return counts
 
 
@@ -290,32 +291,36 @@ def resolve_properties(
 ) -> DataFrame:
     """One row per property seen: datatype from the dump's propertyType lines, else
     the property table, else the most frequent shape of its objects; label in
-    ``label_lang``. Columns: property, datatype, label, datatype_source."""
-    declared = declared.groupBy("property").agg(F.min("declared_datatype").alias("declared_datatype"))
+    ``label_lang``. Columns: property, datatype, label, datatype_source.
+
+    The dump's own sources (statements, propertyType lines, labels) are rows of one union
+    grouped by property: two shuffles (the objects' shapes, then the properties) where a join
+    per source cost a shuffle and a Spark job each. The property table, when given, is joined
+    as it is."""
+    none = F.lit(None).cast("string")
     shapes = statements.groupBy("property", "inferred_datatype").count()
-    inferred = shapes.where(F.col("inferred_datatype").isNotNull()).groupBy("property").agg(
-        F.max_by("inferred_datatype", F.struct("count", "inferred_datatype")).alias("inferred_datatype")
-    )
-    labels = (
+    # the most frequent shape (ties: the larger name) is the largest (count, shape) pair
+    shape = F.when(F.col("inferred_datatype").isNotNull(), F.struct("count", "inferred_datatype"))
+    no_shape = F.lit(None).cast("struct<count:bigint,inferred_datatype:string>")
+    rows = [
+        shapes.select("property", none.alias("declared_datatype"), shape.alias("shape"), none.alias("term_label")),
+        declared.select("property", "declared_datatype", no_shape.alias("shape"), none.alias("term_label")),
         terms.where((F.col("kind") == "label") & (F.col("lang") == label_lang) & F.col("entity").startswith("P"))
-        .groupBy(F.col("entity").alias("property"))
-        .agg(F.min("value").alias("term_label"))
-    )
-    ids = (
-        statements.select("property")
-        .union(declared.select("property"))
-        .union(labels.select("property"))
-    )
+        .select(F.col("entity").alias("property"), none.alias("declared_datatype"), no_shape.alias("shape"),
+                F.col("value").alias("term_label")),
+    ]
     if table is not None:
-        ids = ids.union(table.select("property"))
-    props = ids.distinct().join(declared, "property", "left").join(inferred, "property", "left")
-    props = props.join(labels, "property", "left")
+        rows.append(table.select("property", none.alias("declared_datatype"), no_shape.alias("shape"),
+                                 none.alias("term_label")))
+    props = functools.reduce(DataFrame.unionByName, rows).groupBy("property").agg(
+        F.min("declared_datatype").alias("declared_datatype"),
+        F.max("shape")["inferred_datatype"].alias("inferred_datatype"),
+        F.min("term_label").alias("term_label"),
+    )
     if table is not None:
         props = props.join(table, "property", "left")
     else:
-        props = props.withColumn("table_datatype", F.lit(None).cast("string")).withColumn(
-            "table_label", F.lit(None).cast("string")
-        )
+        props = props.withColumn("table_datatype", none).withColumn("table_label", none)
     dtype_source = (
         F.when(F.col("declared_datatype").isNotNull(), "declared")
         .when(F.col("table_datatype").isNotNull(), "table")
@@ -328,6 +333,19 @@ def resolve_properties(
         F.coalesce("term_label", "table_label").alias("label"),
         dtype_source.alias("datatype_source"),
     )
+
+
+# where ``resolve_properties`` found a property's datatype
+DATATYPE_SOURCES = ("declared", "table", "inferred", "unknown")
+
+
+def filter_reasons(datatypes: Iterable[str], cfg: Config) -> tuple[str, ...]:
+    """Every reason ``filter_reason`` can give a statement whose property has one of
+    ``datatypes`` (those of the resolved properties)."""
+    keep = set(cfg.filter.keep_datatypes)
+    named_after_datatype = tuple(f"datatype_{d}" for d in sorted(set(datatypes) - keep))
+    return ("denied_property", "not_in_allow_list", "datatype_unknown", *named_after_datatype,
+            "object_not_item", "excluded_class")
 
 
 def filter_reason(statements: DataFrame, properties: DataFrame, cfg: Config) -> DataFrame:
@@ -378,10 +396,12 @@ def run(ctx: StageContext) -> StageCounts:
     by_kind = write_staged(staged, staged_path)
 
     staged = read_staged(spark, staged_path)
-    rejects = conform(name_rejects(staged.where(F.col("kind") == "reject")), REJECTS)
+    reason = F.col("reason")
+    rejects, rejects_counted = observe_outcomes(
+        conform(name_rejects(staged.where(F.col("kind") == "reject")), REJECTS),
+        {name: reason == name for name in REJECT_REASONS}, exhaustive=True)
     rejects.write.mode("overwrite").parquet(str(out / "rejects"))
-    rejects = spark.read.parquet(str(out / "rejects"))
-    by_kind["reject"] = {r["reason"]: r["count"] for r in rejects.groupBy("reason").count().collect()}
+    by_kind["reject"] = {name: n for name, n in rejects_counted().by_outcome.items() if n}
 
     stmts = staged.where(F.col("kind") == "statement")
     terms = staged.where(F.col("kind") == "term").select(
@@ -395,27 +415,36 @@ def run(ctx: StageContext) -> StageCounts:
     )
     table = read_property_table(spark, cfg.input.property_table) if cfg.input.property_table else None
 
-    conform(terms, TERMS).write.mode("overwrite").parquet(str(out / "terms"))
+    terms, terms_counted = observe_outcomes(conform(terms, TERMS), {})
+    terms.write.mode("overwrite").parquet(str(out / "terms"))
     terms = spark.read.parquet(str(out / "terms"))
+
+    # Counted while written, with the datatypes the filter may name a reason after: the
+    # properties are read once, by their own write, and not again for their counts.
     props = resolve_properties(stmts, terms, declared, table, languages[0].lower())
-    props.write.mode("overwrite").parquet(str(out / "_properties_resolved"))
-    props = spark.read.parquet(str(out / "_properties_resolved"))
+    source = F.col("datatype_source")
+    props, props_counted = observe_outcomes(props, {name: source == name for name in DATATYPE_SOURCES},
+                                            exhaustive=True)
+    seen_datatypes = Observation("datatypes")
+    props = props.observe(seen_datatypes, F.collect_set("datatype").alias("datatypes"))
     conform(props, PROPERTIES).write.mode("overwrite").parquet(str(out / "properties"))
+    datatype_sources = {name: n for name, n in props_counted().by_outcome.items() if n}
+    props = spark.read.parquet(str(out / "properties"))
 
-    flagged = filter_reason(stmts, props, cfg)
-    kept = flagged.where(F.col("filter_reason").isNull())
-    conform(kept, STATEMENTS).write.mode("overwrite").parquet(str(out / "statements"))
-    filtered = {
-        r["filter_reason"]: r["count"]
-        for r in flagged.where(F.col("filter_reason").isNotNull()).groupBy("filter_reason").count().collect()
-    }
+    why = F.col("filter_reason")
+    reasons = filter_reasons(seen_datatypes.get["datatypes"] or [], cfg)
+    flagged, flagged_counted = observe_outcomes(
+        filter_reason(stmts, props, cfg),
+        {"": why.isNull(), **{name: why == name for name in reasons}}, exhaustive=True)
+    conform(flagged.where(why.isNull()), STATEMENTS).write.mode("overwrite").parquet(str(out / "statements"))
+    by_reason = flagged_counted().by_outcome
+    filtered = {name: by_reason[name] for name in reasons if by_reason[name]}
 
-    datatype_sources = {r["datatype_source"]: r["count"] for r in props.groupBy("datatype_source").count().collect()}
     rejected = by_kind.get("reject", {})
     counts: dict[str, Any] = {
         "lines_in": sum(sum(v.values()) for v in by_kind.values()),
-        "statements": spark.read.parquet(str(out / "statements")).count(),
-        "terms": terms.count(),
+        "statements": by_reason[""],
+        "terms": terms_counted().rows,
         "properties": sum(datatype_sources.values()),
         "rejected": sum(rejected.values()),
         "rejected_by_reason": dict(sorted(rejected.items())),
@@ -426,8 +455,7 @@ def run(ctx: StageContext) -> StageCounts:
         "datatype_source": dict(sorted(datatype_sources.items())),
         "datatype_inferred": datatype_sources.get("inferred", 0),
     }
-    for scratch in ("_properties_resolved", "_staged"):
-        remove_tree(spark, out / scratch)
+    remove_tree(spark, staged_path)
     write_counts(cfg, "parse", counts)
     log.info("parse: %s", counts)
     return counts
