@@ -254,8 +254,8 @@ def run(ctx: StageContext) -> StageCounts:
     labels, labels_counted = observe_outcomes(
         labels, {"": resolved_by.isNull(), **{name: resolved_by == name for name in RESOLUTIONS}}, exhaustive=True)
     labels.select([F.col(f.name) for f in LABELS.fields]).write.mode("overwrite").parquet(str(out / "labels"))
-    labelled_count = labels_counted()
-    outcome = {name: n for name, n in labelled_count.by_outcome.items() if name and n}
+    resolved = labels_counted()
+    outcome = {name: n for name, n in resolved.by_outcome.items() if name and n}
     collided = Observation("collisions")
     collisions.observe(collided, F.count(F.lit(1)).alias("labels"), F.sum("n").alias("entities")).write.mode(
         "overwrite").parquet(str(out / "collisions"))
@@ -265,7 +265,7 @@ def run(ctx: StageContext) -> StageCounts:
 
     counts: dict[str, Any] = {
         "entities_in": sum(by_source.values()),
-        "labels": labelled_count.rows,
+        "labels": resolved.rows,
         "labels_by_source": {k: v for k, v in sorted(by_source.items()) if k != "none"},
         "dropped_without_label": by_source.get("none", 0),
         "collision_policy": policy,
