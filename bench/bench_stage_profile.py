@@ -2,7 +2,8 @@
 with Spark's own figures per job and per Spark stage (what the Spark UI shows), read from the
 UI's REST API on loopback when the stage is done.
 
-For each Spark job of the run: its wall time and what triggered it (the call site, e.g.
+The stage's wall time and the CPU of the JVM and its Python workers (less noisy than the wall
+on a shared VM). For each Spark job of the run: its wall time and what triggered it (the call site, e.g.
 ``collect at prefix_rows.py:412``); for each of its Spark stages: wall time, tasks, the tasks'
 summed run time and JVM CPU time, GC, input/output/shuffle bytes. The Python workers' time
 (``mapInArrow``) is inside the tasks' run time and not in their JVM CPU time: a stage whose run
