@@ -11,6 +11,7 @@ import socket
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -20,6 +21,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 openai = pytest.importorskip("openai")
 QUESTIONS = {"What is the capital of Germany?": "Germany", "Which continent is Japan in?": "Japan"}
+
+
+class Served(NamedTuple):
+    """The openai client of a running server, what the server has written to stderr, and an
+    event set once its stderr is closed (the server has exited)."""
+
+    client: Any
+    output: list[str]
+    exited: threading.Event
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +56,7 @@ def server(tmp_path_factory, sample_fact_texts):
         cwd=work, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         start_new_session=True)  # its own process group: vLLM's engine processes go with it
     lines: list[str] = []
-    ready = threading.Event()
+    ready, exited = threading.Event(), threading.Event()
 
     def watch() -> None:
         for line in proc.stderr:  # type: ignore[union-attr]
@@ -54,11 +64,13 @@ def server(tmp_path_factory, sample_fact_texts):
             if "refactx: serving" in line:
                 ready.set()
         ready.set()  # the process ended
+        exited.set()
 
     threading.Thread(target=watch, daemon=True).start()
     try:
         assert ready.wait(600) and proc.poll() is None, "".join(lines)[-4000:]
-        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
+        yield Served(openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
+                                   timeout=300), lines, exited)
     finally:
         proc.terminate()
         proc.wait(60)
@@ -66,9 +78,15 @@ def server(tmp_path_factory, sample_fact_texts):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _ask(client, question: str, **extra):
-    return client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": question}],
-                                          max_tokens=40, temperature=0, **extra)
+def _ask(served: Served, question: str, **extra):
+    try:
+        return served.client.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": question}], max_tokens=40, temperature=0,
+            **extra)
+    except openai.APIConnectionError as error:  # the server went away: say why, from its own output
+        served.exited.wait(60)  # all of it, when it is exiting
+        raise AssertionError("the server closed the connection; its stderr ends with:\n"
+                             + "".join(served.output)[-6000:]) from error
 
 
 def test_vllm_answers_write_only_stored_facts_and_stream_the_same_text(server, sample_fact_ids):
