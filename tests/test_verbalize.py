@@ -196,6 +196,8 @@ def test_id_collisions_are_dropped_and_counted(spark):
     kept, dropped = V.drop_id_collisions(facts)
     assert sorted(r["text"] for r in kept.collect()) == ["<a> <p> <o> .", "<c> <p> <o> ."]
     assert [r["text"] for r in dropped.collect()] == ["<b> <p> <o> ."]
+    assert V.has_id_collision(facts)
+    assert not V.has_id_collision(kept) and not V.has_id_collision(facts.limit(0))
 
 
 def test_provenance_keeps_every_source_of_a_text_and_drops_collision_losers(spark):

@@ -27,7 +27,8 @@ from pyspark.sql import functions as F
 from refactx_pipeline.config import DEFAULT_LANGUAGES, VerbalizeConfig
 from refactx_pipeline.stages.render import DESCRIPTION_LABEL, ENTITY_PREFIX, KIND_ORDER, SHORT_DESCRIPTION_LABEL
 
-from refactx_pipeline.common import ingest_stage, move_tree, remove_tree, stage_input, write_counts
+from refactx_pipeline.common import (ingest_stage, move_tree, observe_outcomes, remove_tree, stage_input,
+                                     write_counts)
 from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import FACTS, PROVENANCE
 
@@ -347,6 +348,13 @@ def colliding_ids(facts: DataFrame) -> DataFrame:
     )
 
 
+def has_id_collision(facts: DataFrame) -> bool:
+    """Whether two of ``facts`` (one row per distinct text) share a ``fact_id``: a group-by of
+    the ids alone, which reads and shuffles no text (``colliding_ids`` does, to pick the text
+    that keeps the id, and runs only when this says there is one)."""
+    return not facts.groupBy("fact_id").count().where(F.col("count") > 1).isEmpty()
+
+
 def drop_id_collisions(facts: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(facts with unique fact_id, the colliding facts dropped).
 
@@ -439,28 +447,38 @@ def run(ctx: StageContext) -> StageCounts:
         statements_in = sum(int(r["count"]) for r in by_reason)
         dropped = _count_map([(r["drop_reason"], r["count"]) for r in by_reason])
 
-        dedupe_facts(candidates).write.mode("overwrite").parquet(str(staged))
-        deduped = spark.read.parquet(str(staged))
-        distinct_texts = deduped.count()
-        if colliding_ids(deduped).isEmpty():
+        # Counted by their writes (``observe_outcomes``), not by jobs that read them back. A
+        # text with a statement among its sources is a fact of kind statement: KIND_ORDER puts
+        # statements first.
+        is_statement = F.col("kind") == "statement"
+        deduped, deduped_counted = observe_outcomes(dedupe_facts(candidates), {"statement": is_statement})
+        deduped.write.mode("overwrite").parquet(str(staged))
+        distinct = deduped_counted()
+        distinct_texts = distinct.rows
+        if not has_id_collision(spark.read.parquet(str(staged))):
             # the usual case (0.02 collisions expected in 800 million facts): the distinct
             # texts are the facts as they are, and every source is kept
             remove_tree(spark, out)
             move_tree(spark, staged, out)
-            provenance_candidates(candidates, graph_ids).select(*PROVENANCE.fieldNames()).write.mode(
-                "overwrite").parquet(str(provenance_out))
-            merged = statements_merged(spark.read.parquet(str(provenance_out)))
+            provenance, provenance_counted = observe_outcomes(
+                provenance_candidates(candidates, graph_ids).select(*PROVENANCE.fieldNames()),
+                {"statement": is_statement})
+            provenance.write.mode("overwrite").parquet(str(provenance_out))
+            sources = provenance_counted()
+            provenance_rows = sources.rows
+            # one text, one id: the distinct ids of the statements' sources are their texts
+            merged = {"sources": sources.by_outcome["statement"], "texts": distinct.by_outcome["statement"]}
         else:
             provenance_candidates(candidates, graph_ids).write.mode("overwrite").parquet(str(staged_provenance))
             merged = statements_merged(spark.read.parquet(str(staged_provenance)))
-            kept, _ = drop_id_collisions(deduped)
+            kept, _ = drop_id_collisions(spark.read.parquet(str(staged)))
             kept.write.mode("overwrite").parquet(str(out))
             kept_provenance(spark.read.parquet(str(staged_provenance)), spark.read.parquet(str(out))).write.mode(
                 "overwrite").parquet(str(provenance_out))
+            provenance_rows = spark.read.parquet(str(provenance_out)).count()
     finally:
         candidates.unpersist()
         resolved.unpersist()
-    provenance_rows = spark.read.parquet(str(provenance_out)).count()
 
     written = spark.read.parquet(str(out))
     by_kind_property = written.groupBy("kind", "property").count().collect()
