@@ -24,8 +24,8 @@ QUESTIONS = {"What is the capital of Germany?": "Germany", "Which continent is J
 
 
 class Served(NamedTuple):
-    """The openai client of a running server, what the server has written to stderr, and an
-    event set once its stderr is closed (the server has exited)."""
+    """The openai client of a running server, what the server has written (stdout and stderr:
+    vLLM logs to stdout), and an event set once its output is closed (the server has exited)."""
 
     client: Any
     output: list[str]
@@ -53,13 +53,13 @@ def server(tmp_path_factory, sample_fact_texts):
         [str(VLLM_PYTHON), "-m", "refactx_index.cli", "serve", "--engine", "vllm", "--model", str(model),
          "--model-name", "smollm2", "--index-file", f"sample={index_file}", "--port", str(port),
          "--gpu-memory-utilization", "0.25", "--max-model-len", "2048", "--enforce-eager", "--max-batch", "8"],
-        cwd=work, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)  # its own process group: vLLM's engine processes go with it
     lines: list[str] = []
     ready, exited = threading.Event(), threading.Event()
 
     def watch() -> None:
-        for line in proc.stderr:  # type: ignore[union-attr]
+        for line in proc.stdout:  # type: ignore[union-attr]
             lines.append(line)
             if "refactx: serving" in line:
                 ready.set()
@@ -85,7 +85,7 @@ def _ask(served: Served, question: str, **extra):
             **extra)
     except openai.APIConnectionError as error:  # the server went away: say why, from its own output
         served.exited.wait(60)  # all of it, when it is exiting
-        raise AssertionError("the server closed the connection; its stderr ends with:\n"
+        raise AssertionError("the server closed the connection; its output ends with:\n"
                              + "".join(served.output)[-6000:]) from error
 
 
