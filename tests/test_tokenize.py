@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 
 import pytest
 from pyspark.sql import functions as F
@@ -21,10 +22,12 @@ from refactx_index.vocab import (
     ENCODED_OK,
     decode_continuation,
     encode_facts,
+    facts_encode_by_pieces,
     open_vocabulary,
     tokenizer_for_ascii,
 )
-from tests.conftest import VOCABULARIES, tokenizer_dir
+from refactx_index import vocab as vocab_module
+from tests.conftest import VOCABULARIES, shared_path, tokenizer_dir
 
 FACT_TEXTS = [
     "<Danny Boyle> <date of birth> <1956-10-20> .",
@@ -303,3 +306,47 @@ def test_reuse_applies_a_changed_limit_and_a_vocabulary_may_store_nothing(spark,
     assert counts["rejected"] == {"over_max_tokens": len(FACT_TEXTS)}
     tokens = spark.read.parquet(str(nothing.stage_dir("tokenize") / "qwen2.5" / "tokens"))
     assert tokens.count() == 0 and tokens.columns == TOKENS.fieldNames()
+
+
+# facts cut into pieces before each " <" at an edge the pre-tokenizer might move: labels that hold
+# " <", spaces or a newline before it, "<" and a combining mark NFC composes with it, added
+# tokens, empty parts
+PIECE_EDGE_TEXTS = [
+    "<a <b> <c  <d> <e\n <f> .", "<\u2260> <<\u0338> < \u0338> .", "<<tool_call>> <x<|endoftext|>> <> .",
+    "< <> <  > < < < .", "<O'Neil's> <it's <s> <1952 <5>> .", " <lead> <space> .", "<tab\t <x> .",
+]
+
+
+def _literal_facts(limit: int = 6000) -> list[str]:
+    """Fact texts made of the real labels and descriptions (every language) of a Wikidata
+    dump's head, three in a row each, a subject repeated over neighbouring facts as
+    verbalize writes them."""
+    text = shared_path("data", "wikidata", "truthy-2018-head10k.nt").read_text(encoding="utf-8")
+    literals = re.findall(r'"((?:[^"\\]|\\.)*)"@', text)
+    assert len(literals) > 3000
+    return [f"<{literals[i // 4]}> <{literals[i + 1]}> <{literals[i + 2]}> ." for i in range(min(limit, len(literals) - 2))]
+
+
+@pytest.mark.parametrize("name", VOCABULARIES)
+def test_facts_encoded_by_pieces_get_the_whole_texts_ids(vocabs, name, monkeypatch):
+    """Byte-level BPE vocabularies encode each distinct piece of a batch once: the ids, the
+    statuses and the rejects are those of whole texts, on real labels in every script and on
+    cuts at odd places; SentencePiece vocabularies (merges across spaces) encode whole texts."""
+    vocab = vocabs[name]
+    tok = vocab.tokenizer()
+    by_pieces = facts_encode_by_pieces(tok)
+    assert by_pieces == (name in ("qwen2.5", "llama3", "gpt2"))
+    if not by_pieces:
+        return
+    texts = _literal_facts() + MIXED_TEXTS * 2 + PIECE_EDGE_TEXTS
+    fast = tokenizer_for_ascii(tok)
+    rejected = 0
+    for prefix, suffix in ((" ", ""), ("", "."), (" - ", "\n"), (" <", "> .")):
+        pieces = encode_facts(tok, texts, vocab.forbidden_ids, prefix, suffix, ascii_tokenizer=fast)
+        with monkeypatch.context() as patch:
+            patch.setattr(vocab_module, "facts_encode_by_pieces", lambda _tok: False)
+            whole = encode_facts(tok, texts, vocab.forbidden_ids, prefix, suffix, ascii_tokenizer=fast)
+        for field in ("offsets", "values", "status"):
+            assert getattr(pieces, field).tolist() == getattr(whole, field).tolist(), (prefix, field)
+        rejected += int((whole.status != ENCODED_OK).sum())
+    assert rejected  # rejects (facts fused with the trigger) are compared too

@@ -24,7 +24,6 @@ a dead end ends the path and the row never writes past the trie.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import operator
 import os
@@ -38,6 +37,7 @@ import numpy as np
 
 from .errors import ConfigError
 from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtree_runs
+from .vocab import PROBE_LABELS, has_space, spaces_start_pretokens
 from .index import IndexInfo, TreeIndex, vocabulary_size
 from .memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD, MemoryTreeIndex, deepest_row
 from .prompt import UNKNOWN, Prompt
@@ -270,78 +270,19 @@ class PathGraph:
 # ---------------------------------------------------------------- tokenizing a path by its labels
 # A path's text is ``Fact:`` (the tokenize stage's context, cut off after encoding), then
 # " " + label, " ->", " " + relation, " ->", " " + label ..., " .": every piece after the
-# first starts with a space followed by a non-space. The byte-level BPE vocabularies below
-# pre-tokenize with a regex that always starts a new piece there (a space after a non-space
-# begins the next match; a run of spaces gives its last one to the next match) and whose only
-# look-ahead, (?!\S), reads the same before a space as at the end of a text. BPE never merges
-# across pieces, so the ids of the whole text are the ids of its pieces encoded alone, put
-# together. Any other vocabulary (SentencePiece's Metaspace merges across spaces, an unknown
-# regex, a normalizer other than NFC: NFC never composes across a space, a starter) encodes
-# whole texts. The derivation is then checked on probe paths (PROBE_LABELS) per tokenizer.
-QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-KNOWN_SPLITS = frozenset({QWEN2_SPLIT, LLAMA3_SPLIT})
-# labels that exercise the pre-tokenizer's rules at a piece's edges: digits, contractions,
-# punctuation runs, combining marks, non-Latin scripts, inner spaces, the separator itself
-PROBE_LABELS = ("Alpha", "Leaf 5", "1952-03-11", "O'Neil's", "it's", "U.S.", "C++", "A.", "(band)",
-                "x\u0301", "Zu\u0308rich", "Z\u00fcrich", "\u6771\u4eac", "\u041c\u043e\u0441\u043a\u0432\u0430",
-                "100 km\u00b2", "a  b", "->", "-> x", "\U0001f389 party", "42", "3.14", "'", "x'")
+# first starts with a space followed by a non-space, where the vocabularies that
+# ``vocab.spaces_start_pretokens`` accepts always begin a new pre-token (the derivation is
+# there): the ids of the whole text are the ids of its pieces encoded alone, put together.
+# Any other vocabulary encodes whole texts. The derivation is then checked on probe paths
+# (``vocab.PROBE_LABELS``) per tokenizer.
 
 
 def _splits_at(separator: str, end: str) -> bool:
     """Whether ``separator`` is " X " and ``end`` is "" or " Y" with X, Y without spaces:
     the path format whose pieces all start with a space followed by a non-space."""
     core = separator[1:-1]
-    return (len(separator) > 2 and separator[0] == " " and separator[-1] == " " and not _has_space(core)
-            and (end == "" or (len(end) > 1 and end[0] == " " and not _has_space(end[1:]))))
-
-
-def _has_space(text: str) -> bool:
-    return any(c.isspace() for c in text)
-
-
-def _state(component: object | None) -> dict | None:
-    return None if component is None else json.loads(component.__getstate__())
-
-
-def _pieces_are_regex_split(pre: dict | None) -> bool:
-    """A pre-tokenizer of the kind described above: GPT-2's ByteLevel regex, or a known Split
-    regex before a ByteLevel without its own regex, optionally after Digits (which only adds
-    boundaries around digits)."""
-    if pre is None:
-        return False
-    steps = pre["pretokenizers"] if pre.get("type") == "Sequence" else [pre]
-    if steps and steps[0].get("type") == "Digits":
-        steps = steps[1:]
-    if len(steps) == 1:
-        (byte_level,) = steps
-        return (byte_level.get("type") == "ByteLevel" and byte_level.get("use_regex") is True
-                and not byte_level.get("add_prefix_space"))
-    if len(steps) == 2:
-        split, byte_level = steps
-        return (split.get("type") == "Split" and split.get("pattern", {}).get("Regex") in KNOWN_SPLITS
-                and split.get("behavior") == "Isolated" and not split.get("invert")
-                and byte_level.get("type") == "ByteLevel" and byte_level.get("use_regex") is False
-                and not byte_level.get("add_prefix_space"))
-    return False
-
-
-def _config_allows_pieces(tokenizer: object) -> bool:
-    """The tokenizer's own description says a path's ids are its pieces' ids (see above)."""
-    model = getattr(tokenizer, "model", None)
-    if type(model).__name__ != "BPE" or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix:
-        return False
-    if tokenizer.truncation is not None or tokenizer.padding is not None:
-        return False
-    if _state(tokenizer.normalizer) not in (None, {"type": "NFC"}):
-        return False
-    # an added token is matched before pre-tokenizing: one holding a space, or eating the
-    # spaces beside it, could span two pieces
-    if any(_has_space(t.content) or t.lstrip or t.rstrip for t in tokenizer.get_added_tokens_decoder().values()):
-        return False
-    return _pieces_are_regex_split(_state(tokenizer.pre_tokenizer))
+    return (len(separator) > 2 and separator[0] == " " and separator[-1] == " " and not has_space(core)
+            and (end == "" or (len(end) > 1 and end[0] == " " and not has_space(end[1:]))))
 
 
 def segments_concatenate(tokenizer: object, separator: str = SEPARATOR, end: str = END) -> bool:
@@ -349,7 +290,7 @@ def segments_concatenate(tokenizer: object, separator: str = SEPARATOR, end: str
     gives a path text equal its labels' ids encoded alone (each as " " + label) and put
     together: derived from the tokenizer's configuration (see above), then checked on probe
     paths built from ``PROBE_LABELS``."""
-    if not _splits_at(separator, end) or not _config_allows_pieces(tokenizer):
+    if not _splits_at(separator, end) or not spaces_start_pretokens(tokenizer):
         return False
     from .vocab import encode_facts
 

@@ -18,12 +18,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tokenizers import Tokenizer
@@ -296,6 +300,76 @@ def decode_continuation(tokenizer: "Tokenizer", ids: Sequence[int]) -> str:
     return full[len(head):]
 
 
+# --------------------------------------------------------------------------- encoding by pieces
+# The byte-level BPE vocabularies below pre-tokenize with a regex that always starts a new
+# pre-token at a space followed by a non-space (a space after a non-space begins the next
+# match; a run of spaces gives its last one to the next match) and whose only look-ahead,
+# (?!\S), reads the same before a space as at the end of a text. BPE never merges across
+# pre-tokens, so the ids of a text are the ids of its pieces -- the text cut before such
+# spaces -- encoded alone, put together. Any other vocabulary (SentencePiece's Metaspace
+# merges across spaces, an unknown regex, a normalizer other than NFC: NFC never composes
+# across a space, a starter) encodes whole texts. Facts (encode_facts) and paths (paths.py)
+# use it, each checking the derivation on probe texts (PROBE_LABELS) per tokenizer.
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+KNOWN_SPLITS = frozenset({QWEN2_SPLIT, LLAMA3_SPLIT})
+# labels that exercise the pre-tokenizer's rules at a piece's edges: digits, contractions,
+# punctuation runs, combining marks, non-Latin scripts, inner spaces, the separator itself
+PROBE_LABELS = ("Alpha", "Leaf 5", "1952-03-11", "O'Neil's", "it's", "U.S.", "C++", "A.", "(band)",
+                "x\u0301", "Zu\u0308rich", "Z\u00fcrich", "\u6771\u4eac", "\u041c\u043e\u0441\u043a\u0432\u0430",
+                "100 km\u00b2", "a  b", "->", "-> x", "\U0001f389 party", "42", "3.14", "'", "x'")
+
+
+def has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
+
+
+def _state(component: object | None) -> dict | None:
+    return None if component is None else json.loads(component.__getstate__())
+
+
+def _pieces_are_regex_split(pre: dict | None) -> bool:
+    """A pre-tokenizer of the kind described above: GPT-2's ByteLevel regex, or a known Split
+    regex before a ByteLevel without its own regex, optionally after Digits (which only adds
+    boundaries around digits)."""
+    if pre is None:
+        return False
+    steps = pre["pretokenizers"] if pre.get("type") == "Sequence" else [pre]
+    if steps and steps[0].get("type") == "Digits":
+        steps = steps[1:]
+    if len(steps) == 1:
+        (byte_level,) = steps
+        return (byte_level.get("type") == "ByteLevel" and byte_level.get("use_regex") is True
+                and not byte_level.get("add_prefix_space"))
+    if len(steps) == 2:
+        split, byte_level = steps
+        return (split.get("type") == "Split" and split.get("pattern", {}).get("Regex") in KNOWN_SPLITS
+                and split.get("behavior") == "Isolated" and not split.get("invert")
+                and byte_level.get("type") == "ByteLevel" and byte_level.get("use_regex") is False
+                and not byte_level.get("add_prefix_space"))
+    return False
+
+
+def spaces_start_pretokens(tokenizer: object) -> bool:
+    """Whether ``tokenizer`` (a ``tokenizers.Tokenizer``) always begins a pre-token at a space
+    followed by a non-space, by its own description (see above): then a text's ids are its
+    pieces' ids, the text cut before any such space."""
+    model = getattr(tokenizer, "model", None)
+    if type(model).__name__ != "BPE" or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix:
+        return False
+    if tokenizer.truncation is not None or tokenizer.padding is not None:
+        return False
+    if _state(tokenizer.normalizer) not in (None, {"type": "NFC"}):
+        return False
+    # an added token is matched before pre-tokenizing: one holding a space, or eating the
+    # spaces beside it, could span two pieces
+    if any(has_space(t.content) or t.lstrip or t.rstrip for t in tokenizer.get_added_tokens_decoder().values()):
+        return False
+    return _pieces_are_regex_split(_state(tokenizer.pre_tokenizer))
+
+
 # Facts are generated after this trigger text; they are encoded in its context so
 # their ids are those a model writes there (see encode_facts).
 CONTEXT = "Fact:"
@@ -348,7 +422,13 @@ def encode_facts(
 
     ``ascii_tokenizer`` (``tokenizer_for_ascii(tokenizer)``), when given, encodes the
     facts whose whole text is ASCII: the same ids without the normalizer's work.
-    Everything after the encoder is array work (numpy), none per token in Python.
+
+    Where ``facts_encode_by_pieces(tokenizer)`` (Qwen2.5, Llama 3, GPT-2: see "encoding by
+    pieces" above), each text is cut before every " <" and each distinct piece of the batch
+    is encoded once: a subject's facts are neighbours and properties recur, so a batch holds
+    about a quarter of its text in distinct pieces (the realistic facts: 2.6x faster on one
+    thread). The ids are the whole texts' ids. Everything after the encoder is array work
+    (numpy), none per token in Python.
     """
     import numpy as np
 
@@ -357,12 +437,10 @@ def encode_facts(
     n = len(texts)
     lead = f"{CONTEXT}{fact_prefix}"
     strings = [f"{lead}{text}{fact_suffix}" for text in texts]
-    id_lists = [e.ids for e in _encode_batch(tokenizer, ascii_tokenizer, strings)]
-    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=n)
+    encode = _encode_by_pieces if facts_encode_by_pieces(tokenizer) else _encode_whole
+    lengths, full = encode(tokenizer, ascii_tokenizer, strings)
     full_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=full_offsets[1:])
-    full = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(full_offsets[-1]))
-    del id_lists
 
     status = np.zeros(n, dtype=np.int8)
     starts = full_offsets[:-1]
@@ -385,6 +463,80 @@ def encode_facts(
             bad_rows = np.unique(np.searchsorted(offsets, np.flatnonzero(bad), side="right") - 1)
             status[bad_rows] = np.where(status[bad_rows] == ENCODED_OK, ENCODED_FORBIDDEN_TOKEN, status[bad_rows])
     return EncodedFacts(offsets=offsets, values=values, status=status)
+
+
+def _encode_whole(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None",
+                  strings: list[str]) -> tuple[Any, Any]:
+    """Each string's ids, as (lengths, the ids of all strings in one flat int32 array)."""
+    import numpy as np
+
+    id_lists = [e.ids for e in _encode_batch(tokenizer, ascii_tokenizer, strings)]
+    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+    values = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+    return lengths, values
+
+
+# where a fact's text is cut into pieces: before the " <" of each of its parts
+FACT_PIECE_CUT = re.compile(r"(?= <)")
+
+
+def _encode_by_pieces(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None",
+                      strings: list[str]) -> tuple[Any, Any]:
+    """``_encode_whole``'s result, from the strings' pieces (cut by ``FACT_PIECE_CUT``), each
+    distinct piece encoded once; valid where ``spaces_start_pretokens(tokenizer)``."""
+    import numpy as np
+
+    parts = [FACT_PIECE_CUT.split(s) for s in strings]
+    counts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    flat = list(itertools.chain.from_iterable(parts))
+    del parts
+    # each piece's row among the distinct pieces, in first-seen order
+    rows: dict[str, int] = {}
+    piece_row = np.fromiter((rows.setdefault(p, len(rows)) for p in flat), dtype=np.int64, count=len(flat))
+    del flat
+    distinct_lengths, distinct_values = _encode_whole(tokenizer, ascii_tokenizer, list(rows))
+    distinct_starts = np.cumsum(distinct_lengths) - distinct_lengths
+    lengths = distinct_lengths[piece_row]
+    # every piece's ids copied to its place: source = its row's start + the position within it
+    out_starts = np.cumsum(lengths) - lengths
+    values = distinct_values[np.repeat(distinct_starts[piece_row] - out_starts, lengths)
+                             + np.arange(int(lengths.sum()))]
+    first_piece = np.cumsum(counts) - counts
+    text_lengths = np.add.reduceat(lengths, first_piece) if len(strings) else lengths[:0]
+    return text_lengths, values
+
+
+# fact texts that exercise the cut: labels holding " <", spaces and a newline before it, "<"
+# followed by a combining mark NFC composes with it, an added token's text, empty parts
+_FACT_PROBES = tuple(f"<{a}> <{b}> <{c}> ." for a, b, c in zip(PROBE_LABELS, PROBE_LABELS[2:], PROBE_LABELS[5:])) + (
+    "<a <b> <c  <d> <e\n <f> .", "<\u2260> <<\u0338> < \u0338> .", "<<tool_call>> <x<|endoftext|>> <> .",
+    "< <> <  > < < < .", "<O'Neil's> <it's <s> <1952 <5>> .",
+)
+_piece_checks: dict[int, tuple[Any, bool]] = {}
+_piece_checks_lock = threading.Lock()
+
+
+def facts_encode_by_pieces(tokenizer: "Tokenizer") -> bool:
+    """Whether ``encode_facts`` encodes ``tokenizer``'s facts by their pieces: its configuration
+    allows it (``spaces_start_pretokens``) and probe facts (``_FACT_PROBES``, after the context)
+    get the same ids either way. Decided once per tokenizer object (a few are kept)."""
+    with _piece_checks_lock:
+        held = _piece_checks.get(id(tokenizer))
+    if held is not None and held[0] is tokenizer:
+        return held[1]
+    allowed = spaces_start_pretokens(tokenizer)
+    if allowed:
+        probes = [f"{CONTEXT} {text}" for text in _FACT_PROBES]
+        whole, pieces = _encode_whole(tokenizer, None, probes), _encode_by_pieces(tokenizer, None, probes)
+        allowed = all(len(a) == len(b) and bool((a == b).all()) for a, b in zip(whole, pieces))
+        if not allowed:
+            log.warning("facts cannot be tokenized by their pieces for this tokenizer (probe facts differ): "
+                        "they are encoded whole")
+    with _piece_checks_lock:
+        if len(_piece_checks) >= 8:  # a few tokenizers at most; the oldest goes
+            _piece_checks.pop(next(iter(_piece_checks)))
+        _piece_checks[id(tokenizer)] = (tokenizer, allowed)  # held: the key is its id
+    return allowed
 
 
 def _encode_batch(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None", strings: list[str]) -> Sequence[Any]:
