@@ -152,12 +152,17 @@ def test_bad_rows_are_counted_not_lost(spark):
         "null token_ids": 1,
         "negative or null token id": 4,
     }
-    rows = prefix_rows(df, 1, 4096, 2).collect()
+    observed: dict[str, int] = {}
+    rows = prefix_rows(df, 1, 4096, 2, observed=observed).collect()
+    assert observed == {"valid_facts": 2}  # [1, 2] twice: duplicates are counted
     assert sorted(bytes(r["prefix"]) for r in rows) == [b""]
     assert fmt.decode_fragment(rows[0]["node"]).leaves[0] == 1
 
 
-def test_run_writes_rows_and_counts(spark, cfg):
+@pytest.mark.parametrize("bad", [[], [(100, []), (101, [3, -1]), (102, [4, 5, -2])]], ids=["valid", "rejects"])
+def test_run_writes_rows_and_counts(spark, cfg, bad):
+    """Valid input is counted from the Parquet footers and the sort; input with rejects gets a
+    pass that counts them by reason."""
     from refactx_pipeline.stages import prefix_rows as job
     from refactx_pipeline.stages.schemas import TOKENS
     from refactx_pipeline.config import VocabularyConfig
@@ -170,9 +175,11 @@ def test_run_writes_rows_and_counts(spark, cfg):
         "tree.facts_per_partition": 3,
     })
     src = cfg.stage_dir("tokenize") / "toy" / "tokens"
-    spark.createDataFrame([(i, f) for i, f in enumerate(FACTS)], TOKENS).write.parquet(str(src))
+    spark.createDataFrame([(i, f) for i, f in enumerate(FACTS)] + bad, TOKENS).write.parquet(str(src))
     counts = job.run(StageContext(cfg, spark=spark))["vocabularies"]["toy"]
-    assert counts["facts"] == len(FACTS)
+    assert counts["facts"] == len(FACTS) + len(bad)
+    assert counts["rejected"] == len(bad)
+    assert counts["rejected_by_reason"] == ({"empty token sequence": 1, "negative or null token id": 2} if bad else {})
     assert counts["distinct_facts"] == len({tuple(f) for f in FACTS})
     assert counts["duplicate_facts"] == 1
     written = spark.read.parquet(str(cfg.stage_dir("prefix_rows") / "toy" / "rows")).collect()

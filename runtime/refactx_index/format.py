@@ -100,11 +100,13 @@ DICTIONARY_SAMPLE_ROWS = 4096
 # bytes taken from the start of each sampled body: bounds what the driver trains on (the
 # realistic build's bodies average 2.5 kB, so most are taken whole)
 DICTIONARY_PIECE_BYTES = 8192
-# zstd's level for rows (and the level the dictionary's entropy tables are tuned for).
-# Measured on the realistic 1M-fact build (bench/bench_row_codecs.py; docs/tree.md, "Row
-# format"): level 13 stores 22.1 B per fact of rows at ~9 MB/s, 9 stores 22.5 at ~22 MB/s;
-# version 3's deflate level 9 stored 22.8 at 1.6 MB/s
-DICTIONARY_LEVEL = 13
+# zstd's level for rows (and the level the dictionary's entropy tables are tuned for): a
+# writer's choice, the reader is the same for every level. Measured on the realistic 1M-fact
+# build (bench/bench_row_codecs.py; docs/tree.md, "Row format"): level 13 stores 22.1 B per
+# fact of rows at ~9 MB/s, 9 stores 22.5 at ~22 MB/s; version 3's deflate level 9 stored 22.8
+# at 1.6 MB/s. 9 since session 19: 0.35 B/fact more for half the prefix rows stage's
+# compression time (a second of wall per 1M facts on 2 cores), the index still under 30 B/fact
+DICTIONARY_LEVEL = 9
 _ZSTD_FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
 # a trained dictionary starts with zstd's dictionary magic; raw content that would too is
 # stored behind a zero byte, so a dictionary's bytes always say which kind they are

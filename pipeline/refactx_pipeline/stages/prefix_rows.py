@@ -19,7 +19,9 @@ How (no group ever holds more than one row, no task more than its partition):
 2. Edge statistics: each partition reports, for each prefix of its first and last
    fact, its facts below it and their tokens (at most two facts' worth of numbers);
    the driver sums them per prefix -- the global counts of the only prefixes a
-   partition cannot see whole.
+   partition cannot see whole -- and the partitions' facts (the valid facts in: only when
+   they are fewer than the input's rows, read from its Parquet footers, does a pass over
+   the input count the rejects by reason).
 3. Rows: each partition walks its runs level by level in numpy (runs of facts with
    equal ``k``-prefix follow from the common prefix length of neighbours), decides
    the cut with global counts at its edges, and encodes every row it sees whole. A
@@ -80,12 +82,14 @@ _ROWS_ARROW = pa.schema(
     ]
 )
 
-# step 2: one partition's counts of the prefixes of its first and last fact
+# step 2: one partition's counts of the prefixes of its first and last fact; ``rows``: the
+# partition's valid facts, duplicates included, on its root's row (0 on the others)
 EDGE_STATS = StructType(
     [
         StructField("prefix", BinaryType(), False),
         StructField("leaves", LongType(), False),
         StructField("tokens", LongType(), False),
+        StructField("rows", LongType(), False),
     ]
 )
 
@@ -119,7 +123,7 @@ _ROW_SHARES_ARROW = pa.schema(
 )
 _EDGE_ARROW = pa.schema(
     [pa.field("prefix", pa.binary(), False), pa.field("leaves", pa.int64(), False),
-     pa.field("tokens", pa.int64(), False)]
+     pa.field("tokens", pa.int64(), False), pa.field("rows", pa.int64(), False)]
 )
 
 
@@ -158,10 +162,12 @@ class _Partition:
     ``values[start[i]:stop[i]]`` are fact ``i``'s tokens, ``n`` their counts, ``mat`` the
     facts padded with -1, ``lcp[i]`` the common prefix length of facts ``i - 1`` and
     ``i`` (0 for the first: the previous partition is not seen), ``cum_n`` the running
-    token count (``cum_n[j] - cum_n[i]`` = tokens of facts ``i..j-1``).
+    token count (``cum_n[j] - cum_n[i]`` = tokens of facts ``i..j-1``); ``input_rows`` the
+    facts it was given, duplicates included.
     """
 
     def __init__(self, column: pa.ListArray) -> None:
+        self.input_rows = len(column)
         offsets = column.offsets.to_numpy().astype(np.int64)
         values = column.flatten().to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
         start = offsets[:-1] - offsets[0]
@@ -230,7 +236,8 @@ def _edge_stats_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
     runs = part.edge_runs()
     yield pa.RecordBatch.from_arrays(
         [pa.array([r[0] for r in runs], pa.binary()), pa.array([r[1] for r in runs], pa.int64()),
-         pa.array([r[2] for r in runs], pa.int64())],
+         pa.array([r[2] for r in runs], pa.int64()),
+         pa.array([part.input_rows if r[0] == b"" else 0 for r in runs], pa.int64())],
         schema=_EDGE_ARROW,
     )
 
@@ -450,17 +457,19 @@ def with_dictionary(rows: DataFrame, dictionary: fmt.PresetDictionary | None) ->
     return rows.mapInArrow(_dictionary_fn(dictionary.data), ROWS)
 
 
-def edge_counts(facts: DataFrame) -> dict[bytes, tuple[int, int, int]]:
+def edge_counts(facts: DataFrame) -> tuple[dict[bytes, tuple[int, int, int]], int]:
     """Step 2: prefix key -> (facts below, their tokens after it, partitions it spans), for
-    the prefixes of every partition's first and last fact."""
+    the prefixes of every partition's first and last fact; and the facts sorted, duplicates
+    included (the input's valid facts, counted on the way)."""
     rows = (
         facts.mapInArrow(_edge_stats_fn, EDGE_STATS)
         .groupBy("prefix")
         .agg(F.sum("leaves").alias("leaves"), F.sum("tokens").alias("tokens"),
-             F.count(F.lit(1)).alias("parts"))
+             F.count(F.lit(1)).alias("parts"), F.sum("rows").alias("rows"))
         .collect()
     )
-    return {bytes(r["prefix"]): (int(r["leaves"]), int(r["tokens"]), int(r["parts"])) for r in rows}
+    edges = {bytes(r["prefix"]): (int(r["leaves"]), int(r["tokens"]), int(r["parts"])) for r in rows}
+    return edges, sum(int(r["rows"]) for r in rows)
 
 
 def prefix_rows(
@@ -470,6 +479,7 @@ def prefix_rows(
     partitions: int,
     cached: list[DataFrame] | None = None,
     compress: bool = True,
+    observed: dict[str, int] | None = None,
 ) -> DataFrame:
     """Token rows -> tree rows (schema ``ROWS``), one per stored prefix.
 
@@ -478,14 +488,17 @@ def prefix_rows(
     given, for the caller to unpersist once the rows are written. ``compress``: zlib each row
     that gains from it; off when the rows go through ``with_dictionary`` next, which would
     inflate them again before compressing them against the dictionary (the same bytes come
-    out either way: it compresses the raw body).
+    out either way: it compresses the raw body). ``observed``, when given, gets
+    ``valid_facts``: the facts that passed ``reject_reason``, duplicates included.
     """
     if threshold < 1:
         raise ConfigError(f"tree.subtree_threshold must be at least 1, got {threshold}")
     if max_subtree_tokens < 1:
         raise ConfigError(f"tree.max_subtree_tokens must be at least 1, got {max_subtree_tokens}")
     facts = sorted_facts(tokens, max(1, partitions)).persist(StorageLevel.MEMORY_AND_DISK)
-    edges = edge_counts(facts)
+    edges, valid_facts = edge_counts(facts)
+    if observed is not None:
+        observed["valid_facts"] = valid_facts
     shares = facts.mapInArrow(_row_shares_fn(threshold, max_subtree_tokens, edges, compress), ROW_SHARES).persist(
         StorageLevel.MEMORY_AND_DISK
     )
@@ -524,7 +537,7 @@ def partitions_for(facts: int, facts_per_partition: int, parallelism: int) -> in
 
 
 def input_counts(tokens: DataFrame) -> dict[str, Any]:
-    """Facts in, and rejects by reason (one pass)."""
+    """Facts in, and rejects by reason (one pass over the token arrays)."""
     reasons = tokens.select(reject_reason().alias("reason")).groupBy("reason").count().collect()
     rejected = {r["reason"]: int(r["count"]) for r in reasons if r["reason"] is not None}
     total = sum(int(r["count"]) for r in reasons)
@@ -558,18 +571,24 @@ def run(ctx: StageContext) -> StageCounts:
         src = stage_input(cfg, STAGE, "tokenize", vocab.name, "tokens")
         out = cfg.stage_dir(STAGE) / vocab.name / "rows"
         tokens = spark.read.parquet(str(src))
-        counts = input_counts(tokens)
-        partitions = partitions_for(counts["facts"] - counts["rejected"], tree.facts_per_partition,
-                                    spark.sparkContext.defaultParallelism)
+        # the facts in from the Parquet footers (no token array read); the valid ones are counted
+        # as they are sorted, and only a difference (rejects) costs a pass for their reasons
+        facts_in = tokens.count()
+        partitions = partitions_for(facts_in, tree.facts_per_partition, spark.sparkContext.defaultParallelism)
         cached: list[DataFrame] = []
+        observed: dict[str, int] = {}
         # rows are encoded first, then compressed against the dictionary made from them
         plain = prefix_rows(tokens, tree.subtree_threshold, tree.max_subtree_tokens, partitions,
-                            cached, compress=False).persist(StorageLevel.MEMORY_AND_DISK)
+                            cached, compress=False, observed=observed).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(plain)
         dictionary = build_dictionary(plain)
         with_dictionary(plain, dictionary).write.mode("overwrite").parquet(str(out))
         for frame in cached:
             frame.unpersist()
+        if observed["valid_facts"] == facts_in:
+            counts: dict[str, Any] = {"facts": facts_in, "rejected": 0, "rejected_by_reason": {}}
+        else:
+            counts = input_counts(tokens)
         counts.update(write_dictionary(out.parent / DICTIONARY_FILE, dictionary))
         counts["format_version"] = fmt.FORMAT_VERSION
         counts.update(output_counts(spark.read.parquet(str(out))))
