@@ -23,9 +23,12 @@ it (an accumulator, added once per task); the one write splits the rows by
 (vocabulary, outcome), and a vocabulary's stored rows are then its ``tokens``
 directory, moved into place, not rewritten; only the few rejects are read back. The
 workers run with jemalloc preloaded where the machine has it (the Rust encoder
-spends about half its time in glibc's malloc), and vocabularies whose normalizer
+spends about half its time in glibc's malloc), vocabularies whose normalizer
 leaves ASCII text unchanged (Qwen2.5's NFC) skip it for ASCII facts
-(``refactx_index.vocab.tokenizer_for_ascii``); neither changes an id.
+(``refactx_index.vocab.tokenizer_for_ascii``), and byte-level BPE vocabularies whose
+pre-tokenizer starts a pre-token at every " <" (Qwen2.5, Llama 3, GPT-2) encode each
+distinct piece of a batch once (``refactx_index.vocab.facts_encode_by_pieces``: a
+subject's facts are neighbours, properties recur); none of them changes an id.
 """
 
 from __future__ import annotations
