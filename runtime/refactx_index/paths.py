@@ -37,10 +37,10 @@ import numpy as np
 
 from .errors import ConfigError
 from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtree_runs
-from .vocab import PROBE_LABELS, has_space, spaces_start_pretokens
 from .index import IndexInfo, TreeIndex, vocabulary_size
 from .memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD, MemoryTreeIndex, deepest_row
 from .prompt import UNKNOWN, Prompt
+from .vocab import PROBE_LABELS, has_space, spaces_start_pretokens
 
 TRIGGER = "Path:"
 SEPARATOR = " -> "
