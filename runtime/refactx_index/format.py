@@ -104,9 +104,10 @@ DICTIONARY_PIECE_BYTES = 8192
 # writer's choice, the reader is the same for every level. Measured on the realistic 1M-fact
 # build (bench/bench_row_codecs.py; docs/tree.md, "Row format"): level 13 stores 22.1 B per
 # fact of rows at ~9 MB/s, 9 stores 22.5 at ~22 MB/s; version 3's deflate level 9 stored 22.8
-# at 1.6 MB/s. 9 since session 19: 0.35 B/fact more for half the prefix rows stage's
-# compression time (a second of wall per 1M facts on 2 cores), the index still under 30 B/fact
-DICTIONARY_LEVEL = 9
+# at 1.6 MB/s. Level 9 would halve the prefix rows stage's compression time (about a second
+# of wall per 1M facts on 2 cores) for 0.35 B/fact; kept at 13 so that faster builds write
+# the same rows byte for byte (issue 25; docs/scale.md, "Session 19")
+DICTIONARY_LEVEL = 13
 _ZSTD_FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
 # a trained dictionary starts with zstd's dictionary magic; raw content that would too is
 # stored behind a zero byte, so a dictionary's bytes always say which kind they are
