@@ -40,7 +40,7 @@ from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtr
 from .index import IndexInfo, TreeIndex, vocabulary_size
 from .memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD, MemoryTreeIndex, deepest_row
 from .prompt import UNKNOWN, Prompt
-from .vocab import PROBE_LABELS, has_space, spaces_start_pretokens
+from .vocab import PROBE_LABELS, encode_flat, gather_pieces, has_space, spaces_start_pretokens
 
 TRIGGER = "Path:"
 SEPARATOR = " -> "
@@ -330,11 +330,8 @@ class _SegmentIds:
         self.lengths = np.zeros(0, dtype=np.int64)
 
     def _add(self, pieces: list[str]) -> None:
-        encoded = self.tokenizer.encode_batch_fast([" " + piece for piece in pieces], add_special_tokens=False)
-        id_lists = [e.ids for e in encoded]
-        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        lengths, values = encode_flat(self.tokenizer, None, [" " + piece for piece in pieces])
         starts = len(self.values) + np.cumsum(lengths) - lengths
-        values = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
         first = len(self.row)
         self.row.update(zip(pieces, range(first, first + len(pieces))))
         self.values = np.concatenate([self.values, values])
@@ -376,10 +373,7 @@ class _SegmentIds:
         if tail:
             pieces[first_piece + counts - 1] = self.row[tail]
         lengths = self.lengths[pieces]
-        # every piece's ids copied to its place in one flat array: source index = the piece's
-        # start in the store + the position within the piece
-        out_starts = np.cumsum(lengths) - lengths
-        flat_ids = self.values[np.repeat(self.starts[pieces] - out_starts, lengths) + np.arange(int(lengths.sum()))]
+        flat_ids = gather_pieces(self.values, self.starts, self.lengths, pieces)
         path_lengths = np.add.reduceat(lengths, first_piece) if len(parts) else lengths[:0]
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum(path_lengths, out=offsets[1:])

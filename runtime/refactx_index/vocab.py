@@ -437,7 +437,7 @@ def encode_facts(
     n = len(texts)
     lead = f"{CONTEXT}{fact_prefix}"
     strings = [f"{lead}{text}{fact_suffix}" for text in texts]
-    encode = _encode_by_pieces if facts_encode_by_pieces(tokenizer) else _encode_whole
+    encode = _encode_by_pieces if facts_encode_by_pieces(tokenizer) else encode_flat
     lengths, full = encode(tokenizer, ascii_tokenizer, strings)
     full_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=full_offsets[1:])
@@ -465,9 +465,10 @@ def encode_facts(
     return EncodedFacts(offsets=offsets, values=values, status=status)
 
 
-def _encode_whole(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None",
-                  strings: list[str]) -> tuple[Any, Any]:
-    """Each string's ids, as (lengths, the ids of all strings in one flat int32 array)."""
+def encode_flat(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None",
+                strings: list[str]) -> tuple[Any, Any]:
+    """Each string's ids without special tokens, as (lengths, the ids of all strings in one
+    flat int32 array); the ASCII strings through ``ascii_tokenizer`` when given."""
     import numpy as np
 
     id_lists = [e.ids for e in _encode_batch(tokenizer, ascii_tokenizer, strings)]
@@ -476,13 +477,24 @@ def _encode_whole(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None",
     return lengths, values
 
 
+def gather_pieces(values: Any, starts: Any, lengths: Any, rows: Any) -> Any:
+    """The ids of the pieces ``rows`` (indexes into a store whose piece ``r`` holds
+    ``values[starts[r]:starts[r] + lengths[r]]``), put together in one flat array."""
+    import numpy as np
+
+    taken = lengths[rows]
+    # every piece's ids copied to its place: source = its row's start + the position within it
+    out_starts = np.cumsum(taken) - taken
+    return values[np.repeat(starts[rows] - out_starts, taken) + np.arange(int(taken.sum()))]
+
+
 # where a fact's text is cut into pieces: before the " <" of each of its parts
 FACT_PIECE_CUT = re.compile(r"(?= <)")
 
 
 def _encode_by_pieces(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None",
                       strings: list[str]) -> tuple[Any, Any]:
-    """``_encode_whole``'s result, from the strings' pieces (cut by ``FACT_PIECE_CUT``), each
+    """``encode_flat``'s result, from the strings' pieces (cut by ``FACT_PIECE_CUT``), each
     distinct piece encoded once; valid where ``spaces_start_pretokens(tokenizer)``."""
     import numpy as np
 
@@ -494,13 +506,10 @@ def _encode_by_pieces(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None
     rows: dict[str, int] = {}
     piece_row = np.fromiter((rows.setdefault(p, len(rows)) for p in flat), dtype=np.int64, count=len(flat))
     del flat
-    distinct_lengths, distinct_values = _encode_whole(tokenizer, ascii_tokenizer, list(rows))
+    distinct_lengths, distinct_values = encode_flat(tokenizer, ascii_tokenizer, list(rows))
     distinct_starts = np.cumsum(distinct_lengths) - distinct_lengths
+    values = gather_pieces(distinct_values, distinct_starts, distinct_lengths, piece_row)
     lengths = distinct_lengths[piece_row]
-    # every piece's ids copied to its place: source = its row's start + the position within it
-    out_starts = np.cumsum(lengths) - lengths
-    values = distinct_values[np.repeat(distinct_starts[piece_row] - out_starts, lengths)
-                             + np.arange(int(lengths.sum()))]
     first_piece = np.cumsum(counts) - counts
     text_lengths = np.add.reduceat(lengths, first_piece) if len(strings) else lengths[:0]
     return text_lengths, values
@@ -527,7 +536,7 @@ def facts_encode_by_pieces(tokenizer: "Tokenizer") -> bool:
     allowed = spaces_start_pretokens(tokenizer)
     if allowed:
         probes = [f"{CONTEXT} {text}" for text in _FACT_PROBES]
-        whole, pieces = _encode_whole(tokenizer, None, probes), _encode_by_pieces(tokenizer, None, probes)
+        whole, pieces = encode_flat(tokenizer, None, probes), _encode_by_pieces(tokenizer, None, probes)
         allowed = all(len(a) == len(b) and bool((a == b).all()) for a, b in zip(whole, pieces))
         if not allowed:
             log.warning("facts cannot be tokenized by their pieces for this tokenizer (probe facts differ): "
