@@ -9,7 +9,7 @@ on one core, by each codec:
 
 * ``v3 deflate 9``: version 3 as it was written (its dictionary made here as version 3's
   ``make_dictionary`` made it: the first 1,024 bytes of each sampled body up to 32 KiB);
-* ``deflate 6``: the same with deflate level 6 (the cheap alternative session 11 weighed);
+* ``deflate 6``: the same with deflate level 6 (deflate's cheaper level);
 * ``v4 zstd 13``: version 4 exactly as the build writes it (``format.make_dictionary`` and
   ``format.with_dictionary``);
 * ``zstd N``: the same trained dictionary at other levels (``--zstd-levels``).

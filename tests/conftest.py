@@ -19,7 +19,7 @@ TOKENIZERS = SHARED / "tokenizers"
 VOCABULARIES = ["qwen2.5", "llama3", "mistral-7b-v0.1", "phi-3-mini", "gpt2"]
 
 # A server for tests: REFACTX_TEST_PG (a DSN to an admin database), else the local
-# PostgreSQL of DEVELOPERS.md, else an embedded one started for the session.
+# PostgreSQL at 127.0.0.1:5432 (README.md, "Try it"), else an embedded one started for the session.
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 

@@ -398,7 +398,7 @@ class SparkConfig(Section):
     # under spark-submit, whose JVM already runs). ParallelGC: the JDK's default G1 runs
     # concurrent threads that take CPU from the Python workers; on 2 cores the realistic
     # 1M-fact build was 5-9% faster with ParallelGC in paired runs, about the spread between
-    # runs (docs/scale.md, "Session 15"). A spark.driver.extraJavaOptions or
+    # runs (docs/scale.md, "Where the time goes"). A spark.driver.extraJavaOptions or
     # spark.executor.extraJavaOptions in conf replaces it.
     java_options: str = "-XX:+UseParallelGC"
     # Spark's own log level; WARN shows codegen fallbacks (harmless, very long)

@@ -105,8 +105,8 @@ DICTIONARY_PIECE_BYTES = 8192
 # build (bench/bench_row_codecs.py; docs/tree.md, "Row format"): level 13 stores 22.1 B per
 # fact of rows at ~9 MB/s, 9 stores 22.5 at ~22 MB/s; version 3's deflate level 9 stored 22.8
 # at 1.6 MB/s. Level 9 would halve the prefix rows stage's compression time (about a second
-# of wall per 1M facts on 2 cores) for 0.35 B/fact; kept at 13 so that faster builds write
-# the same rows byte for byte (issue 25; docs/scale.md, "Session 19")
+# of wall per 1M facts on 2 cores) for 0.35 B/fact, but the level fixes every stored row's
+# bytes, and a build made faster must write the same rows (docs/tree.md, "Row format")
 DICTIONARY_LEVEL = 13
 _ZSTD_FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
 # a trained dictionary starts with zstd's dictionary magic; raw content that would too is
@@ -584,9 +584,9 @@ class Fragment:
     """A decoded row. Arrays are indexed by node (0 = the row's own prefix)."""
 
     tokens: np.ndarray  # int64[n]; tokens[0] is unused (-1)
-    # int32: at most MAX_FRAGMENT_NODES. 26 bytes a node instead of 34, so a cache of a given
-    # size holds about 30% more rows, and a row decoded for the first time touches (page
-    # faults in) a quarter less fresh memory (docs/runtime.md, "Session 16")
+    # int32: at most MAX_FRAGMENT_NODES. 26 bytes a node where int64 would take 34, so a cache
+    # of a given size holds about 30% more rows, and a row decoded for the first time touches
+    # (page faults in) a quarter less fresh memory (docs/runtime.md, "A decoded row's memory")
     child_start: np.ndarray  # int32[n]
     child_count: np.ndarray  # int32[n]
     ends: np.ndarray  # bool[n]

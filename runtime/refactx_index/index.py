@@ -141,8 +141,8 @@ _TOKEN = struct.Struct(">I")
 # Above it, only the row itself (the subtree may be huge). With a background fetcher, the
 # step waits for its own row only and the rows below come on another connection.
 # Off (0) by default: inline, the step that triggers it waits for the whole subtree, and on a
-# database next to the walk (loopback) that made the cold walk's p99 step slower in every run
-# but one since session 12 at about the same mean (docs/runtime.md, "Session 15"); every step
+# database next to the walk (loopback) that made the cold walk's p99 step slower in almost
+# every run at about the same mean (docs/runtime.md, "Why cursors do not prefetch by default"); every step
 # then pays at most its own row's round trip. A far database (round trips much dearer than a
 # decode) is where 2048 pays off: 17% fewer round trips on the realistic walks.
 PREFETCH_LEAVES = 0

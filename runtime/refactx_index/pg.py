@@ -304,7 +304,7 @@ class PgTreeIndex(RowTreeIndex):
         rows_query = statement("SELECT prefix, node FROM {}.{} WHERE prefix = ANY(%s)", table)
         # One key or one range is the usual fetch (a walk's first touch of a row, a cursor's
         # prefetch of one subtree). Its own statement, with no array parameter, is ~60-70 µs
-        # shorter per round trip on loopback (docs/runtime.md, "Session 15"): psycopg adapts a
+        # shorter per round trip on loopback (docs/runtime.md, "A round trip"): psycopg adapts a
         # list to bytea[] and the server unpacks it, both per call.
         row_query = statement("SELECT prefix, node FROM {}.{} WHERE prefix = %s", table)
         range_query = statement("SELECT prefix, node FROM {}.{} WHERE prefix >= %s AND prefix < %s", table)
