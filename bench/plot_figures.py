@@ -51,7 +51,8 @@ def plot_stages(builds, out: Path) -> None:
         bars = ax.bar(xs, values, width, label=f"{label}: {run['total_s_per_1m_facts']:.1f} s per 1M in all "
                       f"({doc['measured']['date']}, {doc['measured']['commit'][:7]})")
         ax.bar_label(bars, fmt="%.1f", fontsize=7)
-    ax.set_xticks([j + width * (len(builds) - 1) / 2 for j in range(len(STAGES))], [s.replace("_", " ") for s in STAGES])
+    centres = [j + width * (len(builds) - 1) / 2 for j in range(len(STAGES))]
+    ax.set_xticks(centres, [s.replace("_", " ") for s in STAGES])
     ax.set_ylabel("seconds per 1M facts")
     ax.set_title("dump → active index, realistic preset, Qwen2.5, local[2], 2 cores")
     ax.legend(fontsize=8)
