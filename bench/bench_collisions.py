@@ -9,7 +9,7 @@ facts whose subject label several entities share (facts a model cannot tell whos
 The difference in facts against ``disambiguate`` is what the policy merges (``keep``:
 identical texts of different entities become one fact) or loses (``drop``).
 
-    .venv/bin/python bench/bench_collisions.py --lines 300000 --out docs/figures/collisions.json
+    .venv/bin/python bench/bench_collisions.py --lines 200000 --out docs/figures/collisions.json
 """
 
 from __future__ import annotations

@@ -30,6 +30,11 @@ Run it alone on a quiet machine (2 cores: anything else running distorts every f
 
     .venv/bin/python bench/bench_e2e.py --lines 13500000 --cores 1,2 --skew 1000000 \\
         --dsn postgresql://postgres@127.0.0.1:5432/postgres --out bench/out/e2e.json
+
+The committed figures (docs/benchmarks.md) are named for the build they measure, e.g.
+``--lines 3000000 --cores 2 --skew 0 --out docs/figures/build-1m-realistic.json`` (its plot
+beside it as ``build-1m-realistic.png``); ``bench/plot_figures.py`` redraws the plots that
+compare builds.
 """
 
 from __future__ import annotations
