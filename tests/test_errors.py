@@ -53,7 +53,7 @@ def test_a_database_stage_without_its_input_is_one_line_naming_the_stage_to_run_
     rows = cfg.stage_dir("prefix_rows") / "toy" / "rows"
     assert describe_failure(caught.value) == (
         f"stage load reads {rows}, which is not there: run stage prefix_rows first "
-        "(refactx-index build --stages prefix_rows,load)")
+        "(refactx-pipeline build --stages prefix_rows,load)")
     rows.mkdir(parents=True)  # rows without the counts their stage writes last
     (rows / "part-0.parquet").write_bytes(b"PAR1")
     with pytest.raises(StageInputMissing, match="counts.json, which is not there: run stage prefix_rows"):

@@ -392,7 +392,7 @@ def test_the_shrink_guard_refuses_a_much_smaller_build(pg_dsn):
         # the refusal says what to do, and releases the name (issue 27, item 4)
         assert str(refusal.value).endswith(
             "the name is free for the next build. To activate build "
-            f"{refused} later: refactx-index build --stages activate --build-id {refused} --set pg.max_shrink=1")
+            f"{refused} later: refactx-pipeline build --stages activate --build-id {refused} --set pg.max_shrink=1")
         assert pgcatalog.name_holder(conn, "refactx", "kg") is None
         # forced: the same build activates
         activate_build(conn, "refactx", refused, max_shrink=1.0)

@@ -1,4 +1,4 @@
-"""The question generator (``refactx-index questions``) and ``refactx eval`` end to end.
+"""The question generator (``refactx-pipeline questions``) and ``refactx eval`` end to end.
 
 The generator runs on the shared sample's build (the session's verbalized sample) and must
 give back, with the same seed and count, the committed ``bench/questions/wikidata-sample500.jsonl``;

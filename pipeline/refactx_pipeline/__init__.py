@@ -13,7 +13,7 @@ that no module imports a higher layer and that no import circle exists):
 - ``orchestration/``: the stage table and how stages run (``pipeline``), the work-directory
   claim (``workdir``);
 - ``scheduling/``: what the Airflow DAGs need (dump and export finding, run history, task bodies);
-- ``cli/``: the ``refactx-index`` command;
+- ``cli/``: the ``refactx-pipeline`` command;
 - ``testing/``: test data made by code (dump generator, finance example), beside the layers.
 
 ``submit.py`` is the file spark-submit runs for a stage. The row format comes from the

@@ -43,7 +43,7 @@ class StageInputMissing(PipelineError, FileNotFoundError):
 
     def __init__(self, stage: str, needs: str, path: object) -> None:
         super().__init__(f"stage {stage} reads {path}, which is not there: run stage {needs} first "
-                         f"(refactx-index build --stages {needs},{stage})")
+                         f"(refactx-pipeline build --stages {needs},{stage})")
         self.stage, self.needs, self.path = stage, needs, path
 
 

@@ -47,7 +47,7 @@ path index, after ``Path:``::
     refactx paths --facts facts.txt --seed Germany --hops 2
     refactx ask --index-file sample.rfx --paths Germany "What is the capital of Germany?"
 
-Building indexes is the pipeline's (``refactx-index build``; ``refactx-index paths``).
+Building indexes is the pipeline's (``refactx-pipeline build``; ``refactx-pipeline path-index``).
 """
 
 from __future__ import annotations
@@ -476,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and decoding, in batches; score A and P by exact match after normalization "
                                     "(docs/evaluation.md); write OUT.json, OUT.md and OUT.png (the eval extra) "
                                     "and print the table.")
-    ev.add_argument("questions", help="the question file (JSONL; refactx-index questions writes them)")
+    ev.add_argument("questions", help="the question file (JSONL; refactx-pipeline questions writes them)")
     _index_arguments(ev)
     ev.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
     ev.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")

@@ -228,7 +228,7 @@ def ensure_name_free(conn: psycopg.Connection, schema: str, name: str, build_id:
         raise LoadError(
             f"index {name!r}: build {holder['build_id']} ({holder['status']}, since "
             f"{holder['since']:%Y-%m-%d %H:%M:%S %Z}) is being built; one build per index name at a "
-            f"time. Let it finish, or if its run died, release it: refactx-index builds --release {name}"
+            f"time. Let it finish, or if its run died, release it: refactx-pipeline builds --release {name}"
         )
 
 
@@ -259,7 +259,7 @@ def release_claim(conn: psycopg.Connection, schema: str, name: str) -> int | Non
         conn.execute(sql.SQL("DELETE FROM {}.building WHERE name = %s").format(sql.Identifier(schema)), (name,))
         return None
     build_id = int(holder["build_id"])
-    set_status(conn, schema, build_id, "failed", message="released by an operator (refactx-index builds --release)")
+    set_status(conn, schema, build_id, "failed", message="released by an operator (refactx-pipeline builds --release)")
     release_name(conn, schema, build_id)
     drop_build_table(conn, schema, build_id)
     return build_id
