@@ -13,9 +13,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from refactx_index import open_index
-from refactx_index.errors import BuildRetired, ConfigError, LoadError, PermissionDenied, RefactxError
+from refactx_index.errors import BuildRetired, ConfigError, PermissionDenied, RefactxError
 from refactx_pipeline.catalog import pgcatalog
-from refactx_pipeline.errors import ActivationRefused
+from refactx_pipeline.errors import ActivationRefused, LoadError
 from refactx_pipeline.stages.activate import activate_build, apply_retention
 
 from .pgtree import expected_next, load_tree, random_sequences

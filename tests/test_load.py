@@ -24,7 +24,8 @@ from refactx_index import format as fmt
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import DICTIONARY_FILE
 from refactx_pipeline.config import VocabularyConfig
-from refactx_index.errors import FormatError, LoadError, ValidationFailed
+from refactx_index.errors import FormatError
+from refactx_pipeline.errors import LoadError, ValidationFailed
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg]
 

@@ -214,7 +214,7 @@ def test_graph_build_provenance_gives_the_input_rows_ids(spark, tmp_path):
 
     from refactx_pipeline.config import Config
     from refactx_pipeline.orchestration.pipeline import build
-    from refactx_pipeline.testing.finance_example import write_example
+    from refactx_testing.finance_example import write_example
 
     cfg = Config.load(write_example(tmp_path, companies=40, people=30), env={}).updated({
         "spark.master": "local[2]", "spark.shuffle_partitions": 4})

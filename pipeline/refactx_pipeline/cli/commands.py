@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from refactx_index.cli import print_answer, quoted_head, show_completions  # the serving command's: one way to show them
+from refactx_index.display import format_answer, format_completions
 from refactx_index.errors import RefactxError
 from refactx_index.vocab import open_tokenizer
 
@@ -196,7 +196,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         tokenizer = open_tokenizer(vocab.path)
         print(f"\nreading back index {name!r} from PostgreSQL through refactx_index.open_index:")
         with open_index(dsn, name, schema=cfg.pg.schema, statement_timeout_ms=cfg.pg.statement_timeout_ms) as index:
-            if show_completions(index, tokenizer, prefix_text, args.limit) == 0:
+            completions, shown = format_completions(index, tokenizer, prefix_text, args.limit)
+            print(completions, end="")
+            if shown == 0:
                 # the prefix is not in this graph: show the first subject's facts instead
                 from refactx_index.explore import enumerate_facts
 
@@ -204,7 +206,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 if first is not None:
                     text = first[0]
                     alt = " " + text[: text.index("> <") + 3] if "> <" in text else text
-                    show_completions(index, tokenizer, alt, args.limit)
+                    print(format_completions(index, tokenizer, alt, args.limit)[0], end="")
         print(f"\nstage JSON files: {cfg.build_dir()}/<stage>/counts.json")
         validate = read_counts(cfg, "validate")
         if validate:
@@ -217,7 +219,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             with open_index(dsn, ask_name, schema=cfg.pg.schema,
                             statement_timeout_ms=cfg.pg.statement_timeout_ms) as index:
                 for answer in _answer(index, [args.question], args.beams, 128):
-                    print_answer(answer)
+                    print(format_answer(answer), end="")
     return 0
 
 
