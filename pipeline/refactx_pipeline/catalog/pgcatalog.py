@@ -377,6 +377,33 @@ def relation_bytes(conn: psycopg.Connection, schema: str, table: str) -> tuple[i
     return int(row[0]), int(row[1])
 
 
+BUILD_PARTS = ("tree", "provenance")
+
+
+def build_bytes(conn: psycopg.Connection, schema: str) -> dict[int, dict[str, tuple[int, int]]]:
+    """Each build's bytes on disk now: ``{build_id: {"tree": (table, index), "provenance":
+    (table, index)}}``, read from its partitions (table bytes include TOAST; index bytes are
+    the partition's indexes). A part whose partition does not exist (a dropped build, a build
+    loaded without provenance) is absent.
+
+    The partitioned parents ``tree`` and ``provenance`` hold no rows of their own: their
+    ``pg_total_relation_size`` is 0, so a build's size is its partitions' (docs/tree.md)."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT b.build_id, p.part, pg_table_size(c.oid), pg_indexes_size(c.oid) "
+            "FROM {}.builds b "
+            "CROSS JOIN LATERAL (VALUES ('tree', b.table_name), "
+            "                           ('provenance', 'provenance_b' || b.build_id)) AS p(part, relname) "
+            "JOIN pg_class c ON c.relname = p.relname AND c.relnamespace = %s::regnamespace"
+        ).format(sql.Identifier(schema)),
+        (sql.Identifier(schema).as_string(conn),),
+    ).fetchall()
+    sizes: dict[int, dict[str, tuple[int, int]]] = {}
+    for build_id, part, table, index in rows:
+        sizes.setdefault(int(build_id), {})[part] = (int(table), int(index))
+    return sizes
+
+
 def clean_leftovers(conn: psycopg.Connection, schema: str) -> dict[str, list[int]]:
     """Fail and drop builds left in ``loading`` by a dead process; drop orphaned tables.
 

@@ -4,7 +4,7 @@ Commands:
   demo         build an index from a real Wikidata extract, print facts read back from
                PostgreSQL and answer a question constrained to the index
   build        run the pipeline (all stages, or --stages) for a config
-  builds       list the builds in the catalog, their bytes, and which one serves each index name
+  builds       list the builds in the catalog, their bytes on disk, and which one serves each name
   path-index   build a reasoning-path index (GCR's KG-Trie) from a built graph
   graph-index  build an in-memory index file of a team's own graph ([graph] config), no Spark
   questions    template questions with gold answers from a build's facts (for refactx eval)
@@ -240,7 +240,30 @@ def _answer(index, questions: list[str], beams: int, max_new_tokens: int) -> lis
     return answers
 
 
+def human_bytes(n: int) -> str:
+    """``n`` bytes in decimal units (kB, MB, GB), as sizes are quoted in the docs."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def build_disk(parts: dict[str, tuple[int, int]], facts: int | None) -> dict[str, Any]:
+    """One build's bytes per part (tree, provenance) and in total: table, index, their sum,
+    and bytes per fact of each (None without a fact count)."""
+    from refactx_pipeline.catalog.pgcatalog import BUILD_PARTS
+
+    disk: dict[str, Any] = {}
+    for part in (*BUILD_PARTS, "total"):
+        table, index = ((sum(parts[p][0] for p in parts), sum(parts[p][1] for p in parts)) if part == "total"
+                        else parts.get(part, (0, 0)))
+        disk[part] = {"table": table, "index": index, "bytes": table + index,
+                      "bytes_per_fact": round((table + index) / facts, 1) if facts else None}
+    return disk
+
+
 def cmd_builds(args: argparse.Namespace) -> int:
+    from refactx_pipeline.catalog.pgcatalog import BUILD_PARTS, build_bytes
     from refactx_pipeline.db import connect
     from refactx_pipeline.scheduling.history import describe_run, recent_runs
 
@@ -255,15 +278,38 @@ def cmd_builds(args: argparse.Namespace) -> int:
                 f"build {released} marked failed and dropped; the name is free\n" if released is not None
                 else "no build in flight; the name is free\n"))
         rows = conn.execute(
-            f"SELECT b.build_id, b.name, b.tokenizer, b.status, b.facts, b.rows, "
-            f"coalesce(b.table_bytes, 0) + coalesce(b.index_bytes, 0), b.created_at, "
+            f"SELECT b.build_id, b.name, b.tokenizer, b.status, b.facts, b.rows, b.created_at, "
             f"a.build_id IS NOT NULL FROM {schema}.builds b "
             f"LEFT JOIN {schema}.active a ON a.build_id = b.build_id ORDER BY b.build_id"
         ).fetchall()
+        sizes = build_bytes(conn, schema)
         runs = recent_runs(conn, schema)
-    print(f"{'id':>5} {'name':<28} {'tokenizer':<16} {'status':<10} {'facts':>10} {'rows':>10} {'bytes':>12}  active")
-    for bid, name, tok, status, facts, nrows, nbytes, created, active in rows:
-        print(f"{bid:>5} {name:<28} {tok:<16} {status:<10} {facts or 0:>10} {nrows or 0:>10} {nbytes:>12}  {'*' if active else ''}")
+    builds = [{"build_id": bid, "name": name, "tokenizer": tok, "status": status, "facts": facts,
+               "rows": nrows, "created_at": created.isoformat(), "active": active,
+               "disk": build_disk(sizes[bid], facts) if bid in sizes else None}
+              for bid, name, tok, status, facts, nrows, created, active in rows]
+    if args.json:  # stdout holds this one document and nothing else
+        json.dump({"builds": builds}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{'id':>5} {'name':<28} {'tokenizer':<16} {'status':<10} {'facts':>10} {'rows':>10} {'on disk':>10}  active")
+    for b in builds:
+        on_disk = human_bytes(b["disk"]["total"]["bytes"]) if b["disk"] else "dropped"
+        print(f"{b['build_id']:>5} {b['name']:<28} {b['tokenizer']:<16} {b['status']:<10} {b['facts'] or 0:>10} "
+              f"{b['rows'] or 0:>10} {on_disk:>10}  {'*' if b['active'] else ''}")
+    on_disk = [b for b in builds if b["disk"]]
+    if on_disk:
+        print("\nbytes on disk per build (its partitions; table includes TOAST; B/fact over the build's facts):")
+        print(f"{'id':>5} {'part':<11} {'table':>10} {'index':>10} {'total':>10} {'B/fact':>8}")
+        for b in on_disk:
+            for i, part in enumerate((*BUILD_PARTS, "total")):
+                d = b["disk"][part]
+                per_fact = f"{d['bytes_per_fact']:.1f}" if d["bytes_per_fact"] is not None else "-"
+                print(f"{b['build_id'] if i == 0 else '':>5} {part:<11} {human_bytes(d['table']):>10} "
+                      f"{human_bytes(d['index']):>10} {human_bytes(d['bytes']):>10} {per_fact:>8}")
+        totals = {part: sum(b["disk"][part]["bytes"] for b in on_disk) for part in (*BUILD_PARTS, "total")}
+        print("all builds: " + " + ".join(f"{part} {human_bytes(totals[part])}" for part in BUILD_PARTS)
+              + f" = {human_bytes(totals['total'])}")
     if runs:
         print(f"\nruns (newest first; the Airflow DAG records one per run):\n{'id':>5} {'finished':<19}  "
               f"{'dump':<8}  {'status':<8} vocabularies")
@@ -380,10 +426,15 @@ def build_parser() -> argparse.ArgumentParser:
     paths.add_argument("--json", action="store_true", help="print all stage counts as JSON on stdout")
     paths.set_defaults(func=cmd_path_index)
 
-    builds = sub.add_parser("builds", help="list builds in the catalog", description="List every build in the "
-                            "catalog with its status, counts and bytes; '*' marks the active build of its name. Then the "
-                            "recent pipeline runs the Airflow DAG recorded (dump date, outcome per vocabulary).")
+    builds = sub.add_parser("builds", help="list builds in the catalog, with their bytes on disk",
+                            description="List every build in the catalog with its status, counts and bytes on "
+                            "disk; '*' marks the active build of its name. Per build still on disk: its tree's and "
+                            "its provenance's table bytes (TOAST included) and index bytes, read now from its "
+                            "partitions, their total, and bytes per fact of each (docs/tree.md). Then the recent "
+                            "pipeline runs the Airflow DAG recorded (dump date, outcome per vocabulary).")
     _add_common(builds)
+    builds.add_argument("--json", action="store_true",
+                        help="print the builds (with their bytes, exact) as one JSON document on stdout")
     builds.add_argument("--release", metavar="NAME",
                         help="free an index name whose build run died between load and activation "
                         "(one build per name at a time): its build is marked failed and dropped")
