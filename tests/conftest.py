@@ -32,6 +32,7 @@ LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 FILE_SECONDS_KEY = "refactx/file_seconds"
 _file_seconds: dict[str, float] = {}  # this run's seconds per file (setup, call and teardown)
 _partial_files: set[str] = set()  # files this run did not run whole
+PARTIAL_FILES_OUTPUT = "refactx_partial_files"  # a worker's _partial_files, sent to the controller
 
 
 def _file_of(nodeid: str) -> str:
@@ -66,11 +67,19 @@ def pytest_runtest_logreport(report):
     _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    # under xdist the workers collect (and deselect): each tells the controller what it ran in part
+    _partial_files.update(getattr(node, "workeroutput", {}).get(PARTIAL_FILES_OUTPUT, []))
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    if (hasattr(config, "workerinput") or config.cache is None or session.shouldstop or session.shouldfail
-            or exitstatus == pytest.ExitCode.INTERRUPTED):
-        return  # a worker (the controller records), or a run cut short: its files' times are partial
+    if hasattr(config, "workerinput"):  # a worker: the controller records
+        config.workeroutput[PARTIAL_FILES_OUTPUT] = sorted(_partial_files)
+        return
+    if config.cache is None or session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
+        return  # a run cut short: its files' times are partial
     measured = {path: round(s, 2) for path, s in _file_seconds.items() if path not in _partial_files}
     if measured:
         config.cache.set(FILE_SECONDS_KEY, {**config.cache.get(FILE_SECONDS_KEY, {}), **measured})
