@@ -1,13 +1,15 @@
-"""CLI start-up benchmark: how long a user waits for `refactx-index complete` and `builds`,
-beside `refactx-index --help` (interpreter start and the CLI's imports) run the same way.
+"""CLI start-up benchmark: how long a user waits for `refactx complete` and
+`refactx-pipeline builds`, beside `refactx --help` (interpreter start and the CLI's imports)
+run the same way.
 
     .venv/bin/python bench/bench_cli.py --dsn postgresql://postgres@127.0.0.1/scratch \
         --index wikidata-qwen2.5 --tokenizer ../shared/tokenizers/qwen2.5 [--rounds 5]
 
-Without --dsn the commands use the configured database (an embedded one in .pgdata when
-pg.dsn is empty), which adds its start to every call. Needs an active index under --index
-(``./dev demo`` builds ``wikidata-qwen2.5``). Each command runs --rounds times as its own
-process; the median wall time is printed with its ratio to --help's.
+`refactx complete` reads --dsn (default: $REFACTX_DSN). Without --dsn, `refactx-pipeline
+builds` uses the configured database (an embedded one in .pgdata when pg.dsn is empty), which
+adds its start to every call. Needs an active index under --index (``./dev demo`` builds
+``wikidata-qwen2.5``). Each command runs --rounds times as its own process; the median wall
+time is printed with its ratio to --help's.
 """
 
 from __future__ import annotations
@@ -42,22 +44,24 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    cli = shutil.which("refactx-index", path=str(Path(sys.executable).parent)) or "refactx-index"
+    runtime, pipeline = (shutil.which(name, path=str(Path(sys.executable).parent)) or name
+                         for name in ("refactx", "refactx-pipeline"))
     dsn = ["--dsn", args.dsn] if args.dsn else []
     cases = {
-        "--help (baseline)": [cli, "--help"],
-        "complete": [cli, "complete", *dsn, "--index", args.index, "--tokenizer", args.tokenizer, args.text],
-        "complete, wrong vocabulary": [cli, "complete", *dsn, "--index", args.index,
+        "refactx --help (baseline)": [runtime, "--help"],
+        "complete": [runtime, "complete", *dsn, "--index", args.index, "--tokenizer", args.tokenizer, args.text],
+        "complete, wrong vocabulary": [runtime, "complete", *dsn, "--index", args.index,
                                        "--tokenizer", args.wrong_tokenizer, args.text],
-        "builds": [cli, "builds", *dsn],
+        "refactx-pipeline --help": [pipeline, "--help"],
+        "builds": [pipeline, "builds", *dsn],
     }
     baseline = None
-    print(f"{'command':<28} {'median s':>9} {'min s':>7} {'x --help':>9}  exit")
+    print(f"{'command':<30} {'median s':>9} {'min s':>7} {'x --help':>9}  exit")
     for name, cmd in cases.items():
         times, code = wall_times(cmd, args.rounds)
         median = statistics.median(times)
         baseline = baseline or median
-        print(f"{name:<28} {median:9.2f} {min(times):7.2f} {median / baseline:9.1f}  {code}")
+        print(f"{name:<30} {median:9.2f} {min(times):7.2f} {median / baseline:9.1f}  {code}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """What each label collision policy does to the facts of a generated dump (docs/ingestion.md).
 
-A realistic generated dump (``refactx_pipeline.testing.dumpgen``, with its enwiki page and
+A realistic generated dump (``refactx_testing.dumpgen``, with its enwiki page and
 page_props dumps) is parsed once (parse, sitelinks); then, for each policy of
 ``labels.collision_policy``, the labels and verbalize stages run on those outputs, and this
 prints, per policy: the colliding labels and entities, what the policy did with them
@@ -53,7 +53,7 @@ def main() -> None:
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.config import Config
     from refactx_pipeline.stages import labels, parse, sitelinks, verbalize
-    from refactx_pipeline.testing import dumpgen
+    from refactx_testing import dumpgen
     from refactx_pipeline.stages.contract import StageContext
 
     work = Path(args.work)

@@ -1,4 +1,4 @@
-"""The dump generator's speed (``refactx_pipeline.testing.dumpgen``, docs/scale.md "The dump generator").
+"""The dump generator's speed (``refactx_testing.dumpgen``, docs/scale.md "The dump generator").
 
 Generates a dump of ``--lines`` lines (default 1,000,000) into a temporary folder (or
 ``--keep DIR``) with ``--workers`` processes and prints: wall seconds, the workers' CPU
@@ -7,7 +7,7 @@ MB/s, the bz2 size, items and the upper bound of the facts the pipeline's defaul
 configuration keeps. CPU seconds do not depend on how busy the machine is; on a quiet
 machine the wall time is about (render + bz2) / workers plus a second or two of start-up.
 ``--rounds`` repeats the run and keeps the fastest wall time. ``--measure`` also prints the
-generated dump's measured shape (the same measures as ``python -m refactx_pipeline.testing.dumpgen
+generated dump's measured shape (the same measures as ``python -m refactx_testing.dumpgen
 --measure`` on the real extracts).
 
     .venv/bin/python bench/bench_dumpgen.py [--lines 1000000] [--workers 2] [--skew-facts 0] \\
@@ -28,7 +28,7 @@ from pathlib import Path
 
 
 def run_once(out: Path, args: argparse.Namespace) -> dict:
-    from refactx_pipeline.testing import dumpgen
+    from refactx_testing import dumpgen
 
     if out.exists():
         shutil.rmtree(out)
@@ -79,7 +79,7 @@ def main() -> None:
         result = {"args": vars(args), "best": best, "runs": runs, "cpu_count": os.cpu_count(),
                   "load_avg": os.getloadavg()}
         if args.measure:
-            from refactx_pipeline.testing import dumpgen
+            from refactx_testing import dumpgen
 
             result["shape"] = dumpgen.measure_dump(out)
     b = best

@@ -1,6 +1,6 @@
 """Dump -> active index, end to end, measured per stage; with the baselines in the same run.
 
-Input: a generated dump (``refactx_pipeline.testing.dumpgen``, ``--preset realistic`` by
+Input: a generated dump (``refactx_testing.dumpgen``, ``--preset realistic`` by
 default: truthy N-Triples plus the enwiki page/page_props SQL dumps, distributions from
 ../shared's extracts, large label vocabularies; docs/scale.md), written once into ``--work``
 and reused when it is already there. Then, for each ``--cores`` value, the whole pipeline
@@ -127,7 +127,7 @@ class ProcessTreeSampler:
 
 def generate_dump(work: Path, lines: int, seed: int, skew: int, preset: str = "realistic") -> Path:
     """The generated dump's folder (reused when its manifest says the same arguments)."""
-    from refactx_pipeline.testing import dumpgen
+    from refactx_testing import dumpgen
 
     out = work / f"dump-{preset}-{lines}-{seed}-{skew}"
     manifest = out / "manifest.json"
@@ -252,7 +252,7 @@ def zstd_floor(cfg, vocab: str) -> dict[str, Any]:
     import numpy as np
     import pyarrow.dataset as ds
 
-    from refactx_pipeline.testing.dumpgen.floor import ZSTD_LEVEL, token_ids_floor
+    from refactx_testing.dumpgen.floor import ZSTD_LEVEL, token_ids_floor
 
     table = ds.dataset(str(cfg.stage_dir("tokenize") / vocab / "tokens"), format="parquet").to_table(
         columns=["token_ids"])

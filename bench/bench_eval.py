@@ -38,7 +38,7 @@ SETS = {"finance": ROOT / "bench" / "questions" / "finance.jsonl",
 def finance_index(tokenizer_dir: Path, work: Path):
     from refactx_pipeline.config import Config, VocabularyConfig
     from refactx_pipeline.graph.index import build_graph_index
-    from refactx_pipeline.testing.finance_example import write_example
+    from refactx_testing.finance_example import write_example
 
     cfg = Config.load(str(write_example(work / "finance")), env={})
     return build_graph_index(cfg, VocabularyConfig.parse(f"model={tokenizer_dir}")).index

@@ -3,7 +3,7 @@ in-memory index file, and the Spark build of the same graph, in one run.
 
     .venv/bin/python bench/bench_graph.py [--vocab DIR] [--cores 2] [--dsn postgresql://...]
 
-1. the example is generated (``refactx_pipeline.testing.finance_example``) into a temporary folder;
+1. the example is generated (``refactx_testing.finance_example``) into a temporary folder;
 2. in process (``graph_index.build_graph_index`` + ``save``): timed whole, and per phase
    (read + rules, verbalize, tokenize, tree), best of three (the first also loads the
    tokenizer; it is printed too);
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from refactx_pipeline.config import Config
-    from refactx_pipeline.testing.finance_example import TURTLE_NAMESPACE, write_example, write_turtle
+    from refactx_testing.finance_example import TURTLE_NAMESPACE, write_example, write_turtle
     from refactx_pipeline.graph.rules import load_graph
     from refactx_pipeline.graph.index import build_graph_index
 

@@ -1,7 +1,7 @@
 """Reasoning paths (docs/paths.md): the Spark ``paths`` stage on a generated dump, and the
 runtime's per-question path trie.
 
-Spark: a generated dump (``refactx_pipeline.testing.dumpgen``) through parse, sitelinks,
+Spark: a generated dump (``refactx_testing.dumpgen``) through parse, sitelinks,
 labels and verbalize (not timed), then the ``paths`` stage alone with seeds by degree
 (``--min-facts``): paths per second, bytes per path of its Parquet output, and its largest
 task (the most records a task read and its peak execution memory, from Spark's own REST

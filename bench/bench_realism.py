@@ -4,7 +4,7 @@ Verbalizes the real extract (../shared/data/wikidata/truthy-2018-sample500-en.nt
 enwiki page + page_props heads) and generated dumps of each ``--presets`` preset (seeds
 ``--seeds``) with the pipeline's own stages (parse, sitelinks, labels, verbalize: one local
 Spark application), then measures every fact set with
-``refactx_pipeline.testing.dumpgen.floor.compression_floor`` at the SAME fact count: the real
+``refactx_testing.dumpgen.floor.compression_floor`` at the SAME fact count: the real
 sample's facts, and whole subjects drawn from each generated fact set until that count
 (``--subsets`` draws per dump). Per-fact compressed size falls as a corpus grows, so only
 floors at one count compare. Where a dump has 4x, 16x ... as many facts, the floor is
@@ -77,8 +77,8 @@ def main() -> int:
     from tokenizers import Tokenizer
 
     from refactx_pipeline.common import spark_session
-    from refactx_pipeline.testing import dumpgen
-    from refactx_pipeline.testing.dumpgen.floor import compression_floor, split_fact, whole_subjects
+    from refactx_testing import dumpgen
+    from refactx_testing.dumpgen.floor import compression_floor, split_fact, whole_subjects
 
     work = Path(args.work)
     tokenizer = Tokenizer.from_file(str(SHARED / "tokenizers" / "qwen2.5" / "tokenizer.json"))

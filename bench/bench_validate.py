@@ -10,7 +10,7 @@ Two inputs, one Spark session (``--master``, default ``local[*]``), one PostgreS
   is an upper bound of validation's share of a build.
 * the whole pipeline (parse ... activate, Qwen2.5 from ../shared), every stage timed: on the
   shared extract (``truthy-2018-sample500-en.nt``; ``--no-sample`` skips it), and on a
-  generated dump (``--dump DIR``: a folder written by ``python -m refactx_pipeline.testing.dumpgen``,
+  generated dump (``--dump DIR``: a folder written by ``python -m refactx_testing.dumpgen``,
   its ``*truthy*.nt.bz2`` and enwiki ``page``/``page_props`` SQL dumps).
 
     .venv/bin/python bench/bench_validate.py [--facts 1000000] [--dump DIR] [--dsn postgresql://...] [--no-sample]
@@ -102,7 +102,7 @@ def main() -> int:
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--no-sample", dest="sample", action="store_false", help="skip the shared sample")
-    parser.add_argument("--dump", help="a generated dump's folder (refactx_pipeline.testing.dumpgen): the whole pipeline on it")
+    parser.add_argument("--dump", help="a generated dump's folder (refactx_testing.dumpgen): the whole pipeline on it")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench_validate_") as work, fresh_database(args.dsn, "bench_validate") as dsn:
         cfg = Config().updated({

@@ -26,7 +26,7 @@ history: ``scheduling/history.py``)::
   writes (``refactx_pipeline/orchestration/workdir.py``); ``record_run`` releases it.
 - The load task returns the build it made (XCom); the branch's validate and activate are
   handed it (``--build-id <vocabulary>=<id>``), so they work on that build and no other.
-- ``record_run``: the run's counts into the catalog's ``runs`` table (``refactx-index builds``);
+- ``record_run``: the run's counts into the catalog's ``runs`` table (``refactx-pipeline builds``);
   it fails the run when a vocabulary was not activated.
 
 Nothing is read from the config when this file is parsed: ``find_dump`` resolves the config

@@ -21,7 +21,7 @@ functions the Wikidata DAG calls: ``branches``, ``run_stage``, ``record_run``)::
   ``graph.export_dir`` (its folder: the config's relative input paths are under it), and the
   DAG run's id, as the Wikidata DAG's stages do; a branch its vocabulary, validate and
   activate the build the branch's load made.
-- ``record_run``: the run's counts into the catalog's ``runs`` table (``refactx-index
+- ``record_run``: the run's counts into the catalog's ``runs`` table (``refactx-pipeline
   builds``); it fails the run when any task failed.
 
 Nothing is read from the config when this file is parsed.

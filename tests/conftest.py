@@ -4,6 +4,7 @@ a clear message when it is absent."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,18 +24,65 @@ VOCABULARIES = ["qwen2.5", "llama3", "mistral-7b-v0.1", "phi-3-mini", "gpt2"]
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
-# The suite's longest files, longest first (the --durations of a whole run). Under
-# pytest-xdist's --dist loadfile (pytest.ini) files are handed to the workers in collection
-# order: starting these first keeps a long file from being the last one left running.
-LONGEST_FILES = ["test_dag_run", "test_spark_cluster", "test_graph_dag", "test_engine_vllm", "test_paths",
-                 "test_questions", "test_generation_model", "test_server", "test_wheels", "test_tree_property",
-                 "test_server_vllm", "test_demo", "test_verbalize", "test_end_to_end", "test_graph",
-                 "test_runtime_wheel", "test_dumpgen"]
+# Longest files first. Under pytest-xdist's --dist loadfile (pytest.ini) files are handed to
+# the workers in collection order: starting the long ones first keeps a long file from being
+# the last one left running. How long a file takes is what it took when it last ran whole
+# (recorded in pytest's cache, .pytest_cache, under FILE_SECONDS_KEY); a file with no record
+# yet goes first if it has a test marked slow, else last.
+FILE_SECONDS_KEY = "refactx/file_seconds"
+_file_seconds: dict[str, float] = {}  # this run's seconds per file (setup, call and teardown)
+_partial_files: set[str] = set()  # files this run did not run whole
+PARTIAL_FILES_OUTPUT = "refactx_partial_files"  # a worker's _partial_files, sent to the controller
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.partition("::")[0]
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {name: n for n, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each file keeps its order
+    for arg in config.args:  # a test named by its node id runs alone: its file runs in part
+        if "::" in arg:
+            with contextlib.suppress(ValueError):
+                _partial_files.add(Path(arg.partition("::")[0]).resolve().relative_to(config.rootpath).as_posix())
+    recorded = config.cache.get(FILE_SECONDS_KEY, {}) if config.cache else {}
+    slow = {_file_of(item.nodeid) for item in items if item.get_closest_marker("slow")}
+
+    def order(item) -> float:
+        path = _file_of(item.nodeid)
+        if path in recorded:
+            return -float(recorded[path])
+        return -float("inf") if path in slow else 0.0
+
+    items.sort(key=order)  # stable: each file keeps its own order
+
+
+def pytest_deselected(items):
+    """A file run in part (-k, a node id) does not record its time: it would read as short."""
+    _partial_files.update(_file_of(item.nodeid) for item in items)
+
+
+def pytest_runtest_logreport(report):
+    # under xdist the controller gets every worker's reports: each file's time is summed there
+    path = _file_of(report.nodeid)
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    # under xdist the workers collect (and deselect): each tells the controller what it ran in part
+    _partial_files.update(getattr(node, "workeroutput", {}).get(PARTIAL_FILES_OUTPUT, []))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if hasattr(config, "workerinput"):  # a worker: the controller records
+        config.workeroutput[PARTIAL_FILES_OUTPUT] = sorted(_partial_files)
+        return
+    if config.cache is None or session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
+        return  # a run cut short: its files' times are partial
+    measured = {path: round(s, 2) for path, s in _file_seconds.items() if path not in _partial_files}
+    if measured:
+        config.cache.set(FILE_SECONDS_KEY, {**config.cache.get(FILE_SECONDS_KEY, {}), **measured})
 
 
 def shared_path(*parts: str) -> Path:

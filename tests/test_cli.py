@@ -9,7 +9,9 @@ import pytest
 
 from refactx_pipeline.cli.commands import build_parser
 
-COMMANDS = ["demo", "build", "complete", "builds", "ask"]
+COMMANDS = ["demo", "build", "builds", "path-index", "graph-index", "questions"]
+# what the runtime's command, refactx, does over a built index: no pipeline subcommand repeats it
+RUNTIME_COMMANDS = ["ask", "complete", "explore", "facts", "eval", "serve", "paths"]
 
 
 def test_top_level_help_lists_every_command(capsys):
@@ -19,6 +21,18 @@ def test_top_level_help_lists_every_command(capsys):
     out = capsys.readouterr().out
     for command in COMMANDS:
         assert command in out
+
+
+def test_the_two_commands_share_no_subcommand():
+    from refactx_index.cli import build_parser as runtime_parser
+
+    def subcommands(parser) -> set[str]:
+        (action,) = [a for a in parser._actions if a.choices and a.dest == "command"]
+        return set(action.choices)
+
+    pipeline, runtime = subcommands(build_parser()), subcommands(runtime_parser())
+    assert pipeline == set(COMMANDS) and runtime == set(RUNTIME_COMMANDS)
+    assert not pipeline & runtime
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -25,7 +25,7 @@ def refactx(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedPr
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("refactx-index: error:")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("refactx-pipeline: error:")]
     assert len(lines) == 1, proc.stderr[-3000:]
     return lines[0]
 
@@ -84,7 +84,10 @@ def test_a_missing_enwiki_sql_dump_is_one_line_naming_it(tmp_path):
 
 
 def test_a_missing_index_file_for_ask_is_one_line_naming_it(tmp_path):
-    proc = refactx("ask", "--index-file", str(tmp_path / "absent.rfx"), "What is the capital of Germany?",
-                   cwd=tmp_path)
-    line = one_error_line(proc)
-    assert "cannot read" in line and "absent.rfx" in line
+    """``refactx ask``, the runtime's command (the pipeline's has no ask)."""
+    proc = subprocess.run([sys.executable, "-m", "refactx_index.cli", "ask", "--index-file",
+                           str(tmp_path / "absent.rfx"), "What is the capital of Germany?"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("refactx: ")]
+    assert "absent.rfx" in line

@@ -157,7 +157,7 @@ def test_dump_sensor_and_one_branch_per_vocabulary(pg_dsn, tmp_path, migrated_ai
     assert "activate" in second["vocabularies"]["qwen2.5"]
 
     history = subprocess.run(
-        [str(Path(sys.executable).with_name("refactx-index")), "builds", "--config", str(config)],
+        [str(Path(sys.executable).with_name("refactx-pipeline")), "builds", "--config", str(config)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert history.returncode == 0, history.stderr[-3000:]

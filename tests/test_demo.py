@@ -1,4 +1,4 @@
-"""The README's first command, as a user runs it: `refactx-index demo`.
+"""The README's first command, as a user runs it: `refactx-pipeline demo`.
 
 Runs in a subprocess (its own Spark application, which it stops) against a fresh
 database, without ../shared: the example graph and a vocabulary trained on it.

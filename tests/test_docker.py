@@ -53,7 +53,7 @@ def test_compose_file_is_valid_and_wires_the_stack(compose):
         if name == "postgres":
             continue
         # one image for Airflow and Spark, built from docker/Dockerfile with the project as context
-        assert service["image"] == "refactx-index:dev", name
+        assert service["image"] == "refactx-pipeline:dev", name
         assert Path(service["build"]["context"]).resolve() == ROOT, name
         assert service["build"]["dockerfile"] == "docker/Dockerfile", name
     for name in ("airflow-scheduler", "airflow-dag-processor", "spark-worker"):

@@ -1,4 +1,4 @@
-"""The dump generator (``refactx_pipeline.testing.dumpgen``): same seed, same bytes; the measured
+"""The dump generator (``refactx_testing.dumpgen``): same seed, same bytes; the measured
 shape at a small size; hostile lines; and the ingestion stages (parse -> sitelinks ->
 labels -> verbalize) on a generated dump, against what its manifest says they should find."""
 
@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from refactx_pipeline.testing import dumpgen
+from refactx_testing import dumpgen
 
 SMALL = dict(lines=40_000, seed=7, skew_facts=3_000, chunk_lines=10_000)
 FILES = (dumpgen.TRUTHY_FILE, dumpgen.PAGE_FILE, dumpgen.PAGE_PROPS_FILE, dumpgen.MANIFEST_FILE)
@@ -109,7 +109,7 @@ def _english_labels(out) -> list[str]:
 def test_the_realistic_preset_is_seeded_and_larger_in_vocabulary(tmp_path):
     """Same plan as dense (items, lines), other texts, the same bytes again from the same seed;
     its English labels use many more distinct words and compress worse (zstd, sorted)."""
-    from refactx_pipeline.testing.dumpgen.floor import compression_floor
+    from refactx_testing.dumpgen.floor import compression_floor
 
     args = dict(lines=20_000, seed=5, chunk_lines=10_000)
     dense = dumpgen.generate(tmp_path / "dense", workers=1, **args)
@@ -134,7 +134,7 @@ def test_the_realistic_preset_is_seeded_and_larger_in_vocabulary(tmp_path):
 
 
 def test_compression_floor_and_whole_subjects():
-    from refactx_pipeline.testing.dumpgen.floor import compression_floor, split_fact, whole_subjects
+    from refactx_testing.dumpgen.floor import compression_floor, split_fact, whole_subjects
 
     assert split_fact("<Danny Boyle> <date of birth> <1956-10-20> .") == ("Danny Boyle", "date of birth", "1956-10-20")
     assert split_fact(" <a> <b> <c> .") == ("a", "b", "c")

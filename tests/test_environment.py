@@ -7,7 +7,9 @@
    check the installed result and run real Arrow UDFs.
 2. The runtime package must stay slim and on its side of the border: ``import refactx_index``
    and its submodules must not pull in Spark, torch, transformers, the pipeline package or
-   any other pipeline dependency, and no runtime source file imports the pipeline.
+   any other pipeline dependency, and no runtime source file imports the pipeline. The
+   pipeline uses only the runtime's public API (``RUNTIME_PUBLIC_MODULES``), and the tests of
+   runtime-only modules import nothing of pyspark.
 """
 
 import base64
@@ -191,6 +193,106 @@ def test_imports_cross_the_border_in_one_direction_only():
     assert "prefix_rows.py" in uses_runtime  # the row format comes from the runtime
 
 
+# The runtime's public API: the names ``refactx_index`` exports (its ``__all__``) and the public
+# names (no leading underscore) of these modules. Its CLI (``cli``), the fact server
+# (``server``) and the generation internals (``matcher``, ``masking``, ``batch``, ``generation``,
+# ``engines.core``) are not part of it: the pipeline reaches none of them.
+RUNTIME_PUBLIC_MODULES = {
+    "errors", "format", "index", "memory", "pg", "cache", "vocab", "explore", "display", "ask",
+    "prompt", "models", "paths", "provenance", "evaluation", "engines.transformers",
+}
+
+
+def _runtime_uses(path: Path) -> list[tuple[str, str | None]]:
+    """(runtime module, name imported from it or None) for each import of refactx_index in ``path``
+    (lazy imports included); ``from refactx_index import format`` reads as the module."""
+    import ast
+
+    uses: list[tuple[str, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            uses += [(a.name, None) for a in node.names if a.name.partition(".")[0] == "refactx_index"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").partition(".")[0] == "refactx_index":
+            for alias in node.names:
+                if node.module == "refactx_index" and alias.name in RUNTIME_PUBLIC_MODULES:
+                    uses.append((f"refactx_index.{alias.name}", None))
+                else:
+                    uses.append((node.module, alias.name))
+    return uses
+
+
+def test_the_pipeline_uses_only_the_runtime_public_api():
+    """Every import of refactx_index in the pipeline's sources and the DAG files names
+    the package's exports or a public name of a public module: the runtime's internals (its
+    CLI included) can change without the pipeline noticing."""
+    import importlib.util
+
+    import refactx_index
+    import refactx_pipeline
+
+    files = [*Path(refactx_pipeline.__path__[0]).rglob("*.py"), *(ROOT / "dags").glob("*.py")]
+    public = {f"refactx_index.{m}" for m in RUNTIME_PUBLIC_MODULES}
+    used, outside = set(), []
+    for path in files:
+        for module, name in _runtime_uses(path):
+            used.add(module)
+            if module == "refactx_index":
+                ok = name in refactx_index.__all__ or name == "__version__"
+            else:
+                ok = module in public and (name is None or not name.startswith("_"))
+            if not ok:
+                outside.append(f"{path.name}: {module}" + (f".{name}" if name else ""))
+    assert outside == [], "the pipeline reaches past the runtime's public API:\n" + "\n".join(sorted(outside))
+    assert {"refactx_index.format", "refactx_index.vocab", "refactx_index.display"} <= used
+    missing = [m for m in sorted(public) if importlib.util.find_spec(m) is None]
+    assert missing == [], f"RUNTIME_PUBLIC_MODULES names modules that do not exist: {missing}"
+
+
+def _test_imports(path: Path) -> set[str]:
+    """The modules a test file imports, lazy imports included, with those of the tests/ helpers
+    it imports (``from .pgtree import ...``; from conftest.py, the imports of the functions it
+    names, not of every fixture there)."""
+    import ast
+
+    helpers = {p.stem: p for p in (ROOT / "tests").glob("*.py") if p.stem != "conftest"}
+    conftest = {node.name: node for node in ast.parse((ROOT / "tests" / "conftest.py").read_text()).body
+                if isinstance(node, ast.FunctionDef)}
+    modules = _imported_modules(path)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not (isinstance(node, ast.ImportFrom) and node.level == 1):
+            continue
+        if node.module in helpers:
+            modules |= _imported_modules(helpers[node.module])
+        elif node.module == "conftest":
+            for alias in node.names:
+                body = conftest.get(alias.name)
+                modules |= {n.module if isinstance(n, ast.ImportFrom) else a.name
+                            for n in ast.walk(body) if isinstance(n, (ast.Import, ast.ImportFrom))
+                            for a in n.names if not isinstance(n, ast.ImportFrom) or n.module} if body else set()
+    return modules
+
+
+def _tests_of_runtime_only_modules() -> list[Path]:
+    """The test files that import the runtime and nothing of the pipeline (helpers included):
+    derived from their imports, not kept by hand."""
+    chosen = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        tops = {m.partition(".")[0] for m in _test_imports(path)}
+        if "refactx_index" in tops and "refactx_pipeline" not in tops:
+            chosen.append(path)
+    return chosen
+
+
+def test_the_runtime_tests_import_nothing_of_pyspark():
+    """A test of runtime-only modules imports nothing of pyspark (or py4j), itself or through a
+    tests/ helper: the runtime's tests run where only the runtime wheel is installed."""
+    chosen = _tests_of_runtime_only_modules()
+    assert {"test_format.py", "test_cache.py", "test_explore.py"} <= {p.name for p in chosen}, chosen
+    pulled = {path.name: sorted(m for m in _test_imports(path) if m.partition(".")[0] in ("pyspark", "py4j"))
+              for path in chosen}
+    assert {name: m for name, m in pulled.items() if m} == {}, "tests of runtime-only modules importing Spark"
+
+
 # The pipeline's layers, lowest first (docs/architecture.md): a module may import its own layer
 # and the layers below it, never one above. Top-level modules not listed are the foundation.
 PIPELINE_LAYERS = {
@@ -202,7 +304,6 @@ PIPELINE_LAYERS = {
     "scheduling": 5,
     "cli": 6,
     "submit": 7,  # the file spark-submit runs: an entry point, imported by nothing
-    "testing": 7,  # test data made by code, beside the layers: imported by nothing of the package
 }
 
 
@@ -252,13 +353,26 @@ def test_pipeline_layers_import_downwards_only():
     the CLI...), checked on the installed sources, lazy imports included."""
     graph = _pipeline_import_graph()
     assert {"refactx_pipeline.stages.parse", "refactx_pipeline.orchestration.pipeline",
-            "refactx_pipeline.cli.commands", "refactx_pipeline.testing.dumpgen"} <= set(graph)
+            "refactx_pipeline.cli.commands"} <= set(graph)
     # the orchestrator imports its stages (not looked up by name), so the check sees those edges
     assert {"refactx_pipeline.stages.parse", "refactx_pipeline.graph.stage"} <= graph["refactx_pipeline.orchestration.pipeline"]
-    upward = sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
-                    if _layer(b) > _layer(a) or (b.startswith("refactx_pipeline.testing")
-                                                 and not a.startswith("refactx_pipeline.testing")))
+    upward = sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps if _layer(b) > _layer(a))
     assert upward == [], "imports from a lower layer to a higher one (docs/architecture.md):\n" + "\n".join(upward)
+
+
+def test_test_data_generators_are_in_neither_wheel():
+    """The dump generator and the finance example are devtools/refactx_testing: not shipped in
+    the pipeline wheel, and importing neither package (so neither can come to depend on them)."""
+    import importlib.util
+
+    import refactx_testing
+
+    assert importlib.util.find_spec("refactx_pipeline.testing") is None
+    files = sorted(Path(refactx_testing.__path__[0]).rglob("*.py"))
+    assert len(files) > 5
+    for path in files:
+        used = {m for m in _imported_modules(path) if m.partition(".")[0] in ("refactx_index", "refactx_pipeline")}
+        assert used == set(), (path.name, used)
 
 
 def test_pipeline_has_no_import_circle():

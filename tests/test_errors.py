@@ -9,17 +9,20 @@ import time
 import psycopg
 import pytest
 
-from refactx_index.errors import LoadError as RuntimeLoadError
-from refactx_index.errors import RefactxError, ValidationFailed as RuntimeValidationFailed
+from refactx_index.errors import RefactxError
 
 
 def test_every_pipeline_error_is_a_refactx_error():
+    import refactx_index
+    from refactx_index import errors as runtime_errors
     from refactx_pipeline import errors
 
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), RefactxError), name
-    # the runtime's names keep catching what the pipeline raises
-    assert errors.LoadError is RuntimeLoadError and errors.ValidationFailed is RuntimeValidationFailed
+    # what only the pipeline raises is the pipeline's: the runtime's module does not name it
+    for name in ("LoadError", "ValidationFailed", "ActivationRefused", "StageInputMissing", "RunConflict"):
+        assert issubclass(getattr(errors, name), errors.PipelineError), name
+        assert not hasattr(runtime_errors, name) and name not in refactx_index.__all__, name
 
 
 def test_a_missing_stage_output_names_the_stage_to_run_first(cfg):
@@ -29,7 +32,7 @@ def test_a_missing_stage_output_names_the_stage_to_run_first(cfg):
     with pytest.raises(StageInputMissing, match="run stage verbalize first") as caught:
         stage_input(cfg, "tokenize", "verbalize", "facts")
     assert caught.value.needs == "verbalize" and caught.value.stage == "tokenize"
-    assert isinstance(caught.value, FileNotFoundError)  # what a missing input raised before
+    assert isinstance(caught.value, FileNotFoundError)
     with pytest.raises(StageInputMissing, match="run stage graph first"):
         stage_input(cfg, "verbalize", "parse", "statements", written_by="graph")
     (cfg.stage_dir("verbalize") / "facts").mkdir(parents=True)
@@ -53,7 +56,7 @@ def test_a_database_stage_without_its_input_is_one_line_naming_the_stage_to_run_
     rows = cfg.stage_dir("prefix_rows") / "toy" / "rows"
     assert describe_failure(caught.value) == (
         f"stage load reads {rows}, which is not there: run stage prefix_rows first "
-        "(refactx-index build --stages prefix_rows,load)")
+        "(refactx-pipeline build --stages prefix_rows,load)")
     rows.mkdir(parents=True)  # rows without the counts their stage writes last
     (rows / "part-0.parquet").write_bytes(b"PAR1")
     with pytest.raises(StageInputMissing, match="counts.json, which is not there: run stage prefix_rows"):

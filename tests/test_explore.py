@@ -53,16 +53,14 @@ def test_completions_and_facts_by_text(vocab_and_index):
 def test_a_long_text_that_matches_nothing_is_answered_in_a_few_lookups_and_quoted_short():
     """20,000 characters of an unmatched text: the walk stops where the text leaves the tree
     (it decoded every prefix before), and the command quotes only the text's head."""
-    import io
-
-    from refactx_index.cli import show_completions
+    from refactx_index.display import format_completions
 
     path = str(tokenizer_dir("gpt2"))
     index = MemoryTreeIndex.from_facts(FACTS, path)
     tok = open_vocabulary("gpt2", path).tokenizer()
     text = "<Northern Ireland> <" + "zq " * 6700
     before = index.stats.lookups
-    out = io.StringIO()
-    assert show_completions(index, tok, text, 10, out=out) == 0
+    shown, facts = format_completions(index, tok, text, 10)
+    assert facts == 0
     assert index.stats.lookups - before < 40
-    assert len(out.getvalue()) < 300 and "20,120 characters" in out.getvalue()
+    assert len(shown) < 300 and "20,120 characters" in shown

@@ -120,7 +120,7 @@ def _ask_cli(*args: str, cwd) -> "subprocess.CompletedProcess[str]":
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFACTX__")}
-    return subprocess.run([sys.executable, "-m", "refactx_pipeline.cli", "ask", *args],
+    return subprocess.run([sys.executable, "-m", "refactx_index.cli", "ask", *args],
                           capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
 
 
@@ -129,7 +129,7 @@ def test_ask_command_answers_from_an_index_file_as_one_json_document(index, tmp_
 
     path = tmp_path / "sample.rfx"
     index.save(path)
-    proc = _ask_cli("--index-file", str(path), "--greedy", "--max-new-tokens", "40", "--json",
+    proc = _ask_cli("--index-file", str(path), "--beams", "1", "--max-new-tokens", "40", "--json",
                     "What is the capital of Germany?", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     answer = json.loads(proc.stdout)  # stdout is exactly one JSON document

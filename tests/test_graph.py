@@ -217,7 +217,7 @@ def test_spark_stage_reads_each_format_as_the_in_process_build_does(spark, tmp_p
 
 def _csv_twin_of_turtle(tmp_path, extra_ttl: str = "") -> tuple[Config, Config]:
     """The financial example as CSV, and the same graph written as Turtle."""
-    from refactx_pipeline.testing.finance_example import write_example, write_turtle
+    from refactx_testing.finance_example import write_example, write_turtle
 
     config = write_example(tmp_path / "csv", companies=40, people=30)
     csv_cfg = Config.load(config, env={})
@@ -406,7 +406,7 @@ def test_stage_selection_runs_graph_instead_of_parse_and_labels(tmp_path):
 
 def _example_config(tmp_path) -> Config:
     """A small financial graph with literal edge cases appended (unparseable, exponent, point)."""
-    from refactx_pipeline.testing.finance_example import write_example
+    from refactx_testing.finance_example import write_example
 
     path = write_example(tmp_path / "finance", companies=60, people=40)
     with open(tmp_path / "finance" / "triples.csv", "a", encoding="utf-8", newline="") as fh:
@@ -471,7 +471,7 @@ def test_spark_and_in_process_builds_give_the_same_index(spark, pg_dsn, tmp_path
 
 
 def test_finance_example_is_deterministic_and_about_ten_thousand_triples(tmp_path):
-    from refactx_pipeline.testing.finance_example import generate
+    from refactx_testing.finance_example import generate
 
     triples, labels = generate()
     assert triples == generate()[0]

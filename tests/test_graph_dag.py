@@ -48,7 +48,7 @@ def parse_dag(monkeypatch: pytest.MonkeyPatch, **env: str):
 def graph_config(path: Path, exports_root: Path, vocabularies: dict[str, Path], build_root: Path,
                  marker: str = "_EXPORTED") -> Path:
     """A graph DAG config: the financial example's file names under each export."""
-    from refactx_pipeline.testing.finance_example import INVERSE_LABELS
+    from refactx_testing.finance_example import INVERSE_LABELS
 
     vocab = ", ".join(f'{{ name = "{n}", path = "{p}" }}' for n, p in vocabularies.items())
     inverse = ", ".join(f'{k} = "{v}"' for k, v in INVERSE_LABELS.items())
@@ -161,7 +161,7 @@ def test_stage_arguments_parse_into_the_export_s_config(monkeypatch, tmp_path):
 def test_the_sensor_takes_the_newest_complete_export_newer_than_every_built_one(tmp_path):
     from refactx_index.errors import ConfigError
     from refactx_pipeline.scheduling.exports import choose_export, complete_exports
-    from refactx_pipeline.testing.finance_example import write_example
+    from refactx_testing.finance_example import write_example
 
     root = tmp_path / "exports"
     for date in ("20260101", "20260102", "20260103"):
@@ -210,7 +210,7 @@ def test_a_new_export_is_built_and_served_end_to_end(pg_dsn, tmp_path, migrated_
     Python tasks; the index serves the export's facts and the run is recorded."""
     import psycopg
 
-    from refactx_pipeline.testing.finance_example import write_example
+    from refactx_testing.finance_example import write_example
 
     root = tmp_path / "exports"
     write_example(root / "20260105", companies=30, people=30)

@@ -13,9 +13,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from refactx_index import open_index
-from refactx_index.errors import BuildRetired, ConfigError, LoadError, PermissionDenied, RefactxError
+from refactx_index.errors import BuildRetired, ConfigError, PermissionDenied, RefactxError
 from refactx_pipeline.catalog import pgcatalog
-from refactx_pipeline.errors import ActivationRefused
+from refactx_pipeline.errors import ActivationRefused, LoadError
 from refactx_pipeline.stages.activate import activate_build, apply_retention
 
 from .pgtree import expected_next, load_tree, random_sequences
@@ -392,7 +392,7 @@ def test_the_shrink_guard_refuses_a_much_smaller_build(pg_dsn):
         # the refusal says what to do, and releases the name (issue 27, item 4)
         assert str(refusal.value).endswith(
             "the name is free for the next build. To activate build "
-            f"{refused} later: refactx-index build --stages activate --build-id {refused} --set pg.max_shrink=1")
+            f"{refused} later: refactx-pipeline build --stages activate --build-id {refused} --set pg.max_shrink=1")
         assert pgcatalog.name_holder(conn, "refactx", "kg") is None
         # forced: the same build activates
         activate_build(conn, "refactx", refused, max_shrink=1.0)

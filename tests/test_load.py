@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -10,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,9 +26,12 @@ from refactx_index import format as fmt
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import DICTIONARY_FILE
 from refactx_pipeline.config import VocabularyConfig
-from refactx_index.errors import FormatError, LoadError, ValidationFailed
+from refactx_index.errors import FormatError
+from refactx_pipeline.errors import LoadError, ValidationFailed
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg]
+
+POLL_PAUSE_S = 0.05  # between two looks at the server's state: the look decides, not the pause
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REFACTX_SHARED", ROOT.parent / "shared"))
@@ -267,21 +272,25 @@ def test_killed_load_leaves_active_build_serving_and_rerun_completes(spark, cfg,
     dbname = params["dbname"]
     deadline = time.monotonic() + 120
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        while True:  # poll the server's COPY progress (no sleeping)
-            copied = conn.execute(
-                "SELECT coalesce(max(p.tuples_processed), 0) FROM pg_stat_progress_copy p "
-                "JOIN pg_database d ON d.oid = p.datid WHERE d.datname = %s", (dbname,)
-            ).fetchone()[0]
-            if copied > 0:
-                break
-            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        # the server's COPY progress decides; between two looks, the wait is on the loader
+        # itself (it returns at once if the loader exits before its COPY starts)
+        while not conn.execute(
+            "SELECT coalesce(max(p.tuples_processed), 0) > 0 FROM pg_stat_progress_copy p "
+            "JOIN pg_database d ON d.oid = p.datid WHERE d.datname = %s", (dbname,)
+        ).fetchone()[0]:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=POLL_PAUSE_S)
+                pytest.fail("the loader exited before its COPY started: " + proc.stdout.read().decode()[-3000:])
             assert time.monotonic() < deadline, "the loader's COPY never started"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        while conn.execute(  # the server notices the dead client's connections
+        # the server notices the dead client's connections (pg_stat_activity decides)
+        paused = threading.Event()  # never set: its wait is a bounded pause between two looks
+        while conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'refactx_killed_loader'"
         ).fetchone()[0]:
             assert time.monotonic() < deadline, "the killed loader's sessions did not go away"
+            paused.wait(POLL_PAUSE_S)
 
     b = builds(pg_dsn, schema)
     killed = max(b)

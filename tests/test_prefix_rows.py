@@ -247,3 +247,14 @@ def test_partition_reads_sliced_batches_by_absolute_offsets():
     assert part.size == 2  # the duplicate collapsed
     assert [part.values[a:b].tolist() for a, b in zip(part.start, part.stop)] == [[1, 2, 3], [1, 4]]
     assert part.lcp.tolist() == [0, 1]
+
+
+def test_spark_sql_expression_matches_the_encoder(spark):
+    """The prefix key's Spark SQL expression (fmt.prefix_key_sql) gives the encoder's bytes."""
+    from pyspark.sql import functions as F
+
+    rows = [([5, 151643, 2**31 - 1, 0, 42],), ([7],), ([],)]
+    df = spark.createDataFrame(rows, "token_ids array<int>")
+    for depth in (1, 3, 8):
+        got = [bytes(r.key) for r in df.select(F.expr(fmt.prefix_key_sql("token_ids", depth)).alias("key")).collect()]
+        assert got == [fmt.encode_prefix(r[0][:depth]) for r in rows]

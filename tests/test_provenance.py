@@ -179,6 +179,44 @@ def test_the_servers_facts_carry_the_provenance_of_each_stored_fact(spark, built
         assert got == sources[fact["text"]], fact["text"]
 
 
+def test_builds_shows_the_trees_and_the_provenances_bytes_and_their_total(built, module_db, capsys):
+    """``refactx-pipeline builds``: a build's bytes are its two partitions' (found here through
+    the rows they hold), table and index per part and in total, with bytes per fact; the
+    partitioned parents themselves read 0."""
+    import psycopg
+
+    from refactx_pipeline.cli.commands import main
+
+    cfg, load = built
+    schema, build_id, facts = cfg.pg.schema, load["build_id"], load["facts"]
+    common = ["--dsn", module_db, "--set", f"pg.schema={schema}"]
+    assert main(["builds", *common, "--json"]) == 0
+    (shown,) = [b for b in json.loads(capsys.readouterr().out)["builds"] if b["build_id"] == build_id]
+    with psycopg.connect(module_db) as conn:
+        on_disk = {}
+        for part in ("tree", "provenance"):
+            (partition,) = conn.execute(f"SELECT DISTINCT tableoid::regclass::text FROM {schema}.{part} "
+                                        "WHERE build_id = %s", (build_id,)).fetchone()
+            on_disk[part] = conn.execute(
+                "SELECT pg_table_size(r), pg_indexes_size(r), pg_total_relation_size(r) FROM (SELECT %s::regclass AS r) p",
+                (partition,)).fetchone()
+            assert conn.execute("SELECT pg_total_relation_size(%s::regclass)", (f"{schema}.{part}",)).fetchone() == (0,)
+    disk = shown["disk"]
+    for part, (table, index, total) in on_disk.items():
+        assert (disk[part]["table"], disk[part]["index"], disk[part]["bytes"]) == (table, index, total), part
+        assert table > 0 and index > 0 and disk[part]["bytes_per_fact"] == round(total / facts, 1)
+    both = sum(t for _, _, t in on_disk.values())
+    assert disk["total"]["bytes"] == both and disk["total"]["bytes_per_fact"] == round(both / facts, 1)
+    assert disk["total"]["table"] + disk["total"]["index"] == both
+
+    assert main(["builds", *common]) == 0
+    text = capsys.readouterr().out
+    lines = text.split("bytes on disk per build")[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == [str(build_id), "tree"])
+    assert [line.split()[0] for line in lines[start + 1:start + 3]] == ["provenance", "total"]
+    assert lines[start + 2].split()[-1] == f"{both / facts:.1f}"
+
+
 def test_a_build_without_provenance_serves_and_says_provenance_is_unavailable(pg_dsn, capsys):
     from refactx_index.cli import main
     from refactx_index.pg import open_index
@@ -214,7 +252,7 @@ def test_graph_build_provenance_gives_the_input_rows_ids(spark, tmp_path):
 
     from refactx_pipeline.config import Config
     from refactx_pipeline.orchestration.pipeline import build
-    from refactx_pipeline.testing.finance_example import write_example
+    from refactx_testing.finance_example import write_example
 
     cfg = Config.load(write_example(tmp_path, companies=40, people=30), env={}).updated({
         "spark.master": "local[2]", "spark.shuffle_partitions": 4})

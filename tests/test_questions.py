@@ -1,4 +1,4 @@
-"""The question generator (``refactx-index questions``) and ``refactx eval`` end to end.
+"""The question generator (``refactx-pipeline questions``) and ``refactx eval`` end to end.
 
 The generator runs on the shared sample's build (the session's verbalized sample) and must
 give back, with the same seed and count, the committed ``bench/questions/wikidata-sample500.jsonl``;
@@ -73,7 +73,7 @@ def finance(tmp_path_factory):
     from refactx_index.models import model_directory
     from refactx_pipeline.config import Config, VocabularyConfig
     from refactx_pipeline.graph.index import build_graph_index
-    from refactx_pipeline.testing.finance_example import write_example
+    from refactx_testing.finance_example import write_example
 
     out = tmp_path_factory.mktemp("finance")
     cfg = Config.load(str(write_example(out)))

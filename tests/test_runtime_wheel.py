@@ -65,7 +65,8 @@ def test_the_runtime_wheel_alone_asks_and_serves(runtime_venv, sample_fact_texts
                   "    except ImportError:\n        pass"], tmp_path, env)
     assert probe.returncode == 0, probe.stderr
     assert Path(probe.stdout.split()[0]).is_relative_to(runtime_venv) and "importable" not in probe.stdout
-    assert not (runtime_venv / "bin" / "refactx-index").exists()  # the pipeline's command is not there
+    for pipeline_script in ("refactx-pipeline", "refactx-index"):  # the pipeline wheel's, not there
+        assert not (runtime_venv / "bin" / pipeline_script).exists()
 
     tokenizer = str(model_directory("smollm2"))
     completed = _run([refactx, "complete", "--index-file", str(index_file), "--tokenizer", tokenizer,

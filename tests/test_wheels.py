@@ -4,9 +4,11 @@ into a fresh virtual environment outside it, run from a directory that knows not
 The fresh environment gets the two wheels only; their dependencies (pyspark, numpy, ...) come
 from the project's .venv through a .pth file, because tests have no network. Its own
 site-packages comes first on sys.path, so the freshly installed packages are the ones imported
-(checked). Covers the frictions a new user met: `build --json` prints exactly one JSON document
-on stdout, a build's progress in a log is plain lines (no redrawn bar), and `complete` checks
-the vocabulary and fails with a clear message instead of showing nothing.
+(checked). Each wheel installs one command named after it: the pipeline's `refactx-pipeline`
+builds, the runtime's `refactx` reads what was built, and `refactx-index` (the runtime's
+distribution name) only says where the commands are. `build --json` prints exactly one JSON
+document on stdout, a build's progress in a log is plain lines (no redrawn bar), and `complete`
+checks the vocabulary and fails with a clear message instead of showing nothing.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ def test_wheels_install_outside_the_checkout_build_and_serve(fresh_venv, vocabul
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REFACTX", "PYTHONPATH"))}
     env.update(REFACTX__SPARK__MASTER="local[2]", REFACTX__SPARK__DRIVER_MEMORY="1g")
-    python, cli = str(fresh_venv / "bin" / "python"), str(fresh_venv / "bin" / "refactx-index")
+    python = str(fresh_venv / "bin" / "python")
+    cli, refactx = str(fresh_venv / "bin" / "refactx-pipeline"), str(fresh_venv / "bin" / "refactx")
 
     where = _run([python, "-c", "import refactx_index, refactx_pipeline.jvm as j; "
                   "print(refactx_index.__file__); print(j.jar_path())"], cwd=work, env=env)
@@ -83,7 +86,14 @@ def test_wheels_install_outside_the_checkout_build_and_serve(fresh_venv, vocabul
         assert Path(line).is_relative_to(fresh_venv), line  # the wheel's files, jar included
 
     helped = _run([cli, "--help"], cwd=work, env=env)
-    assert helped.returncode == 0 and "build" in helped.stdout and "complete" in helped.stdout
+    assert helped.returncode == 0 and "path-index" in helped.stdout and "builds" in helped.stdout
+    assert "complete" not in helped.stdout.split("positional arguments:")[1].split("options:")[0]
+    served = _run([refactx, "--help"], cwd=work, env=env)
+    assert served.returncode == 0 and "complete" in served.stdout and "serve" in served.stdout
+    moved = _run([str(fresh_venv / "bin" / "refactx-index"), "build"], cwd=work, env=env)
+    assert moved.returncode == 2 and moved.stdout == "", moved
+    (line,) = moved.stderr.splitlines()
+    assert line.startswith("refactx-index is now refactx-pipeline") and "refactx's" in line
 
     example_vocab, other_vocab = vocabularies
     built = _run([cli, "build", "--json", "--dsn", pg_dsn,
@@ -103,17 +113,17 @@ def test_wheels_install_outside_the_checkout_build_and_serve(fresh_venv, vocabul
     assert "NativeCodeLoader" not in built.stderr and "log4j" not in built.stderr, built.stderr
 
     text = " <Northern Ireland (part of the United Kingdom)> <"
-    looked = _run([cli, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",
+    looked = _run([refactx, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",
                    "--tokenizer", str(example_vocab), text], cwd=work, env=env)
     assert looked.returncode == 0, looked.stderr[-3000:]
     assert "<Northern Ireland (part of the United Kingdom)> <population> <1810863> ." in looked.stdout
 
-    wrong = _run([cli, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",
+    wrong = _run([refactx, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",
                   "--tokenizer", str(other_vocab), text], cwd=work, env=env)
     assert wrong.returncode == 1
     assert "was built for vocabulary" in wrong.stderr and "Traceback" not in wrong.stderr
 
-    absent = _run([cli, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",
+    absent = _run([refactx, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",
                    "--tokenizer", str(example_vocab), " <No such entity at all> <"], cwd=work, env=env)
     assert absent.returncode == 3
     assert "no fact of index 'wikidata-example' starts with" in absent.stderr

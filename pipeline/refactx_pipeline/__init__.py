@@ -13,8 +13,10 @@ that no module imports a higher layer and that no import circle exists):
 - ``orchestration/``: the stage table and how stages run (``pipeline``), the work-directory
   claim (``workdir``);
 - ``scheduling/``: what the Airflow DAGs need (dump and export finding, run history, task bodies);
-- ``cli/``: the ``refactx-index`` command;
-- ``testing/``: test data made by code (dump generator, finance example), beside the layers.
+- ``cli/``: the ``refactx-pipeline`` command.
+
+Test data made by code (the dump generator, the finance example) is not in the wheel: it is the
+repository's ``devtools/refactx_testing``, for the tests and the benchmarks.
 
 ``submit.py`` is the file spark-submit runs for a stage. The row format comes from the
 runtime package (``refactx_index.format``); the runtime never imports this package.

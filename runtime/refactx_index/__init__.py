@@ -20,10 +20,8 @@ from .errors import (
     FormatError,
     IndexNotFound,
     InputRefused,
-    LoadError,
     QueryTimeout,
     RefactxError,
-    ValidationFailed,
     VocabularyMismatch,
 )
 
@@ -67,7 +65,6 @@ __all__ = [
     "IndexInfo",
     "IndexNotFound",
     "InputRefused",
-    "LoadError",
     "MemoryTreeIndex",
     "NextTokens",
     "PgTreeIndex",
@@ -75,7 +72,6 @@ __all__ = [
     "RefactxError",
     "RefactxLogitsProcessor",
     "TreeIndex",
-    "ValidationFailed",
     "VocabularyMismatch",
     "build_rows",
     "open_index",

@@ -47,7 +47,7 @@ path index, after ``Path:``::
     refactx paths --facts facts.txt --seed Germany --hops 2
     refactx ask --index-file sample.rfx --paths Germany "What is the capital of Germany?"
 
-Building indexes is the pipeline's (``refactx-index build``; ``refactx-index paths``).
+Building indexes is the pipeline's (``refactx-pipeline build``; ``refactx-pipeline path-index``).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ import os
 import sys
 from typing import Sequence
 
+from .display import format_answer, format_completions, quoted_head
 from .errors import RefactxError
 
 log = logging.getLogger(__name__)
@@ -106,34 +107,6 @@ def cmd_explore(args: argparse.Namespace) -> int:
     return 0 if rows else NOTHING
 
 
-def quoted_head(text: str, limit: int = 80) -> str:
-    """``text`` quoted for a message: at most its first ``limit`` characters."""
-    if len(text) <= limit:
-        return repr(text)
-    return f"{text[:limit]!r}... ({len(text):,} characters)"
-
-
-def show_completions(index, tokenizer, text: str, limit: int, out=None) -> int:
-    """Print the continuations of ``text`` with their leaf counts, and whole facts below it.
-
-    Returns the number of facts below ``text`` (0 when it is not in the index).
-    """
-    from .explore import complete, enumerate_facts
-
-    out = out or sys.stdout
-    continuations = complete(index, tokenizer, text, limit)
-    total = sum(n for _, n in continuations)
-    print(f"completions of {quoted_head(text)} ({len(continuations)} shown, most facts first):", file=out)
-    for continuation, leaves in continuations:
-        print(f"  {leaves:>8}  {continuation!r}", file=out)
-    facts = list(enumerate_facts(index, tokenizer, text, limit))
-    if facts:
-        print("facts:", file=out)
-        for fact_text, _ in facts:
-            print(f"  {fact_text}", file=out)
-    return total
-
-
 def cmd_complete(args: argparse.Namespace) -> int:
     from .vocab import open_tokenizer
 
@@ -141,7 +114,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     # wrong one would tokenize the text into ids the tree does not hold and show nothing
     tokenizer = open_tokenizer(args.tokenizer)
     with _open(args) as index:
-        shown = show_completions(index, tokenizer, args.text, args.limit)
+        completions, shown = format_completions(index, tokenizer, args.text, args.limit)
+    sys.stdout.write(completions)
     if shown == 0:
         where = args.index_file or args.index
         sys.stderr.write(f"refactx: no fact of index {where!r} starts with {quoted_head(args.text)}\n")
@@ -175,30 +149,6 @@ def cmd_facts(args: argparse.Namespace) -> int:
     else:
         sys.stderr.write(f"refactx: {text!r} is not a stored fact of index {name!r}\n")
     return 0 if provenance.sources else NOTHING
-
-
-def print_answer(answer, out=None) -> None:
-    """The reply with its facts marked (checked against the index), and the final answer."""
-    out = out or sys.stdout
-    print(f"question: {answer.question}", file=out)
-    print("reply:", file=out)
-    facts = list(answer.facts)
-    for line in answer.reply.splitlines() or [""]:
-        mark = ""
-        fact = next((f for f in facts if f.text and f.text in line), None)
-        if fact is not None:
-            facts.remove(fact)
-            mark = "   [stored]" if fact.stored else (
-                "   [incomplete]" if not fact.complete else "   [NOT STORED]")
-        print(f"  {line}{mark}", file=out)
-    stored = sum(f.stored for f in answer.facts)
-    print(f"facts: {stored} of {len(answer.facts)} stored in the index", file=out)
-    print(f"answer: {answer.answer or '(no Answer: line)'}", file=out)
-    t = answer.timings
-    steps = max(int(t.get("steps", 0)), 1)
-    print(f"({answer.prompt_tokens} prompt tokens, {answer.generated_tokens} generated; model load "
-          f"{t.get('load_s', 0):.1f} s, generation {t['generate_s']:.1f} s, {t['ms_per_step']:.0f} ms/step, "
-          f"of which the fact constraint {1000 * t['processor_s'] / steps:.1f} ms/step)", file=out)
 
 
 def _path_graph(args: argparse.Namespace, tokenizer: object | None):
@@ -284,7 +234,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(json.dumps(docs if len(docs) > 1 else docs[0], indent=2, ensure_ascii=False))
     else:
         for answer in answers:
-            print_answer(answer)
+            sys.stdout.write(format_answer(answer))
     return 0
 
 
@@ -476,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and decoding, in batches; score A and P by exact match after normalization "
                                     "(docs/evaluation.md); write OUT.json, OUT.md and OUT.png (the eval extra) "
                                     "and print the table.")
-    ev.add_argument("questions", help="the question file (JSONL; refactx-index questions writes them)")
+    ev.add_argument("questions", help="the question file (JSONL; refactx-pipeline questions writes them)")
     _index_arguments(ev)
     ev.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
     ev.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")

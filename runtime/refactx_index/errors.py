@@ -64,10 +64,3 @@ class DatabaseError(RefactxError):
         super().__init__(message)
         self.sqlstate = sqlstate
 
-
-class LoadError(RefactxError):
-    """Loading a build into PostgreSQL failed; the served index is untouched."""
-
-
-class ValidationFailed(LoadError):
-    """A loaded build failed validation and was not activated."""

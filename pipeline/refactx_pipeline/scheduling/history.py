@@ -1,7 +1,7 @@
 """Run history: one row per pipeline run in ``{schema}.runs`` (``sql/runs.sql``).
 
 The Airflow DAG's last task gathers the counts every stage wrote for the run's dump date
-(:func:`run_counts`) and records them (:func:`record_run`); ``refactx-index builds`` prints
+(:func:`run_counts`) and records them (:func:`record_run`); ``refactx-pipeline builds`` prints
 the recent runs (:func:`recent_runs`), and the DAG's sensor asks which dump dates were
 already built (:func:`built_dump_dates`). Who may write a dump date's work directory is
 ``refactx_pipeline.orchestration.workdir``.

@@ -77,7 +77,7 @@ def _not_activated(served: dict[str, Any] | None, build_id: int) -> str:
     """What a refusal leaves, and the command that activates the refused build later."""
     serving = f"build {served['build_id']} still serves" if served else "nothing serves the name yet"
     return (f"Not activated: {serving} and the name is free for the next build. "
-            f"To activate build {build_id} later: refactx-index build --stages activate --build-id {build_id}")
+            f"To activate build {build_id} later: refactx-pipeline build --stages activate --build-id {build_id}")
 
 
 def check_shrink(served: dict[str, Any] | None, new: dict[str, Any], max_shrink: float) -> None:

@@ -4,7 +4,7 @@ For a team that has its facts as text already (from another verbalizer, a curate
 export of another index): ``input.facts`` names text files (one fact a line; ``.gz`` and
 ``.bz2`` are read as such) or Parquet files (the string column ``input.facts_column``), and
 this stage replaces parse, sitelinks, labels and verbalize; tokenize and every later stage run
-unchanged (``refactx-index build --set input.facts=my-facts.txt``, docs/ingestion.md).
+unchanged (``refactx-pipeline build --set input.facts=my-facts.txt``, docs/ingestion.md).
 
 Each text is made one line the way verbalize makes its own (whitespace runs, newlines
 included, become one space; trimmed). A text that is then empty, or longer than

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refactx_pipeline.testing.dumpgen.basics import _zipf_cdf
-from refactx_pipeline.testing.dumpgen.shape import FAMILY, GIVEN, SCIENCE
+from refactx_testing.dumpgen.basics import _zipf_cdf
+from refactx_testing.dumpgen.shape import FAMILY, GIVEN, SCIENCE
 
 # onsets, nuclei and codas of plain syllables (repeats are weights): the words look like
 # words and, like real rare words and names, take 2-3 Qwen2.5 tokens each (clusters such as

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from refactx_pipeline.testing.dumpgen.shape import (
+from refactx_testing.dumpgen.shape import (
     ALL_CLASSES,
     CITES_MAX,
     CITES_PARETO_ALPHA,
@@ -30,8 +30,8 @@ from refactx_pipeline.testing.dumpgen.shape import (
     SKEW_FACTS_PER_ITEM,
     tail_properties,
 )
-from refactx_pipeline.testing.dumpgen.basics import Plan, _line_mix, _preset, _weighted
-from refactx_pipeline.testing.dumpgen.render import _prelude_lines
+from refactx_testing.dumpgen.basics import Plan, _line_mix, _preset, _weighted
+from refactx_testing.dumpgen.render import _prelude_lines
 
 
 def _draw_items(rng: np.random.Generator, n: int, cls: np.ndarray, line_mix: str) -> dict[str, np.ndarray]:

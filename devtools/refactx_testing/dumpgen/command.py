@@ -1,4 +1,4 @@
-"""``python -m refactx_pipeline.testing.dumpgen``: generate a dump, or measure one."""
+"""``python -m refactx_testing.dumpgen``: generate a dump, or measure one."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from refactx_pipeline.testing.dumpgen.shape import DEFAULT_CHUNK_LINES, HOT_LABEL, LINE_MIXES, PRESETS
-from refactx_pipeline.testing.dumpgen.measure import measure, measure_dump
-from refactx_pipeline.testing.dumpgen.generate import COMPRESSORS, generate
+from refactx_testing.dumpgen.shape import DEFAULT_CHUNK_LINES, HOT_LABEL, LINE_MIXES, PRESETS
+from refactx_testing.dumpgen.measure import measure, measure_dump
+from refactx_testing.dumpgen.generate import COMPRESSORS, generate
 
 
 # ====================================================================== CLI
@@ -19,16 +19,16 @@ from refactx_pipeline.testing.dumpgen.generate import COMPRESSORS, generate
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m refactx_pipeline.testing.dumpgen",
+        prog="python -m refactx_testing.dumpgen",
         description="Write a realistic, seeded Wikidata truthy dump (.nt.bz2) with matching enwiki "
                     "page/page_props SQL dumps (.sql.gz) into OUT, for benchmarks and tests; or, "
                     "with --measure, print the distributions it is modelled on.",
         epilog="Examples:\n"
-               "  python -m refactx_pipeline.testing.dumpgen build/dump-1m --lines 1000000\n"
-               "  python -m refactx_pipeline.testing.dumpgen build/dump-skew --lines 12000000 --skew-facts 1000000\n"
-               "  python -m refactx_pipeline.testing.dumpgen build/dump-real --lines 3000000 --preset realistic\n"
-               "  python -m refactx_pipeline.testing.dumpgen --measure --shared ../shared/data\n"
-               "  python -m refactx_pipeline.testing.dumpgen --measure --dump build/dump-1m\n"
+               "  python -m refactx_testing.dumpgen build/dump-1m --lines 1000000\n"
+               "  python -m refactx_testing.dumpgen build/dump-skew --lines 12000000 --skew-facts 1000000\n"
+               "  python -m refactx_testing.dumpgen build/dump-real --lines 3000000 --preset realistic\n"
+               "  python -m refactx_testing.dumpgen --measure --shared ../shared/data\n"
+               "  python -m refactx_testing.dumpgen --measure --dump build/dump-1m\n"
                "Same seed, lines, skew, line mix, preset, chunk size and compressor: identical bytes (any --workers).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", nargs="?", help="output folder (created; files in it are replaced)")

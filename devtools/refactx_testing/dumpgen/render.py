@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from refactx_pipeline.testing.dumpgen.shape import (
+from refactx_testing.dumpgen.shape import (
     ALL_CLASSES,
     ALT_LABEL,
     CATALOGS,
@@ -57,8 +57,8 @@ from refactx_pipeline.testing.dumpgen.shape import (
     XSD,
     tail_properties,
 )
-from refactx_pipeline.testing.dumpgen.lexicon import lexicon
-from refactx_pipeline.testing.dumpgen.basics import (
+from refactx_testing.dumpgen.lexicon import lexicon
+from refactx_testing.dumpgen.basics import (
     Plan,
     _iri,
     _join,

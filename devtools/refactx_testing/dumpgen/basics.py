@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from refactx_pipeline.testing.dumpgen.shape import CLASS_INDEX, ENTITY, LINE_MIXES, PRESETS
+from refactx_testing.dumpgen.shape import CLASS_INDEX, ENTITY, LINE_MIXES, PRESETS
 
 
 # ====================================================================== small helpers

@@ -14,7 +14,7 @@ Writes, into one folder:
   datatype, sitelinks, the hostile lines by reason), what the pipeline's default
   configuration should make of it (``expected``) and, with ``skew_facts``, the hot label.
 
-Distributions (docs/scale.md, "The dump generator"; ``python -m refactx_pipeline.testing.dumpgen
+Distributions (docs/scale.md, "The dump generator"; ``python -m refactx_testing.dumpgen
 --measure`` prints them from ../shared's real extracts, and from a generated dump with
 ``--measure --dump DIR``): a mix of item classes (scholarly articles, humans, taxa, ...)
 each with its statements per item (a lognormal body and, for articles, a Pareto tail of
@@ -45,15 +45,15 @@ shares, properties, core items, classes, word lists, hostile lines), ``basics`` 
 literals, the ``Plan`` type), ``plan`` (the plan drawn from the seed), ``render`` (a chunk's
 N-Triples), ``sqldumps`` (the enwiki SQL dumps), ``generate`` (worker processes, files,
 manifest), ``measure`` (the distributions of a real or generated dump) and ``command``
-(``python -m refactx_pipeline.testing.dumpgen``). This package exports what tests and
+(``python -m refactx_testing.dumpgen``). This package exports what tests and
 benchmarks use.
 """
 
-from refactx_pipeline.testing.dumpgen.command import main
-from refactx_pipeline.testing.dumpgen.floor import compression_floor, whole_subjects
-from refactx_pipeline.testing.dumpgen.generate import generate, last_run
-from refactx_pipeline.testing.dumpgen.measure import measure, measure_dump, measure_nt, measure_sql
-from refactx_pipeline.testing.dumpgen.shape import (
+from refactx_testing.dumpgen.command import main
+from refactx_testing.dumpgen.floor import compression_floor, whole_subjects
+from refactx_testing.dumpgen.generate import generate, last_run
+from refactx_testing.dumpgen.measure import measure, measure_dump, measure_nt, measure_sql
+from refactx_testing.dumpgen.shape import (
     HOSTILE_LINES,
     HOT_LABEL,
     INVALID_UTF8_BYTES,

@@ -9,9 +9,9 @@ over 50 %), ``subsidiary_of`` (the controlled company's side), ``director_of``,
 with the inverse labels (``owned by``, ``controlled by``, ``has subsidiary``,
 ``has director``...). A few company and person names repeat on purpose: the label rule
 qualifies them with their description. The word lists are package data
-(``examples/financial-words.json``).
+(``financial-words.json``, beside this module).
 
-    python -m refactx_pipeline.testing.finance_example OUT_DIR [--seed 7] [--turtle]
+    python -m refactx_testing.finance_example OUT_DIR [--seed 7] [--turtle]
 
 ``--turtle`` also writes the same graph as Turtle (``graph.ttl``, ``graph-turtle.toml``).
 """
@@ -53,7 +53,7 @@ REPEATED_NAMES = 12  # company and person names given twice, to exercise the lab
 
 
 def _words() -> dict[str, list[str]]:
-    return json.loads((files("refactx_pipeline") / "examples" / "financial-words.json").read_text("utf-8"))
+    return json.loads((files("refactx_testing") / "financial-words.json").read_text("utf-8"))
 
 
 def _date(rng: random.Random, first: int, last: int) -> str:
@@ -142,7 +142,7 @@ def write_example(out_dir: str | Path, seed: int = 7, companies: int = COMPANIES
     inverse = ", ".join(f"{k} = {json.dumps(v)}" for k, v in INVERSE_LABELS.items())
     config = out / "graph.toml"
     config.write_text(
-        "# the made-up financial graph of refactx_pipeline.testing.finance_example\n"
+        "# the made-up financial graph of refactx_testing.finance_example\n"
         "[paths]\n"
         f"build_root = {json.dumps(str(out / 'build'))}\n"
         'source = "finance"\n'
@@ -199,7 +199,7 @@ def write_turtle(path: str | Path, seed: int = 7, companies: int = COMPANIES, pe
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m refactx_pipeline.testing.finance_example", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m refactx_testing.finance_example", description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", help="where triples.csv, labels.csv, predicate_labels.csv and graph.toml go")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--turtle", action="store_true",

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from refactx_pipeline.testing.dumpgen.shape import (
+from refactx_testing.dumpgen.shape import (
     CLASS_INDEX,
     CORE_ITEMS,
     DEFAULT_CHUNK_LINES,
@@ -33,11 +33,11 @@ from refactx_pipeline.testing.dumpgen.shape import (
     TRUTHY_FILE,
     tail_properties,
 )
-from refactx_pipeline.testing.dumpgen.basics import Plan
-from refactx_pipeline.testing.dumpgen.render import ChunkRenderer, PRELUDE_STATEMENTS, _prelude_text, _vocab
-from refactx_pipeline.testing.dumpgen.plan import make_plan
-from refactx_pipeline.testing.dumpgen.sqldumps import write_sql_dumps
-from refactx_pipeline.testing.dumpgen.measure import _quantiles
+from refactx_testing.dumpgen.basics import Plan
+from refactx_testing.dumpgen.render import ChunkRenderer, PRELUDE_STATEMENTS, _prelude_text, _vocab
+from refactx_testing.dumpgen.plan import make_plan
+from refactx_testing.dumpgen.sqldumps import write_sql_dumps
+from refactx_testing.dumpgen.measure import _quantiles
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def generate(out_dir: str | os.PathLike, lines: int, seed: int = 0, skew_facts: 
     skew_items = int((plan.cls == SKEW).sum())
     prop_types = len(vocab.props)
     manifest = {
-        "generator": "refactx_pipeline.testing.dumpgen",
+        "generator": "refactx_testing.dumpgen",
         "version": GENERATOR_VERSION,
         "seed": seed,
         "lines_requested": lines,

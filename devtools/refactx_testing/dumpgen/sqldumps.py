@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from refactx_pipeline.testing.dumpgen.shape import (
+from refactx_testing.dumpgen.shape import (
     ALL_CLASSES,
     CLASS_INDEX,
     CORE_ITEMS,
@@ -25,8 +25,8 @@ from refactx_pipeline.testing.dumpgen.shape import (
     TALK_PAGES_PER_ARTICLE,
     UNCONNECTED_ARTICLE_SHARE,
 )
-from refactx_pipeline.testing.dumpgen.basics import Plan, _join, sql_quote
-from refactx_pipeline.testing.dumpgen.render import Vocabulary, _ranks
+from refactx_testing.dumpgen.basics import Plan, _join, sql_quote
+from refactx_testing.dumpgen.render import Vocabulary, _ranks
 
 
 # ====================================================================== SQL dumps

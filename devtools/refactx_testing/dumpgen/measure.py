@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from refactx_pipeline.testing.dumpgen.shape import DIRECT, MANIFEST_FILE, NORMALIZED, WIKIBASE, XSD
+from refactx_testing.dumpgen.shape import DIRECT, MANIFEST_FILE, NORMALIZED, WIKIBASE, XSD
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float]:
