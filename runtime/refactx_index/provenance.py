@@ -1,9 +1,10 @@
 """Where a stored fact comes from: its fact id and the sources it was verbalized from.
 
-The pipeline's verbalize stage writes one provenance row per (fact, source) and the load
-stage stores them beside the tree, in the build's partition ``provenance_b<build_id>``
-(docs/provenance.md). A fact is found there by its ``fact_id``, which verbalize computes as
-Spark's ``xxhash64(text)``. The runtime computes the same id from the text with
+The pipeline's verbalize stage packs the sources of a build's facts into blocks, one per
+fact-id range (:func:`encode_block`), and the load stage stores them beside the tree, in the
+build's partition ``provenance_b<build_id>`` (docs/provenance.md); builds stored as one text
+row per source (layout ``rows``) are read as well. A fact is found by its ``fact_id``, which
+verbalize computes as Spark's ``xxhash64(text)``. The runtime computes the same id from the text with
 :func:`fact_id` (XXH64, seed 42, over the text's UTF-8 bytes, as Spark's ``XXH64`` does),
 so the table needs no copy of the text (8 bytes a row instead of ~60) and its key is the
 id the rest of the pipeline already uses. ``tests/test_provenance.py`` checks it against
@@ -15,8 +16,17 @@ fact's, so a stored text's id names that fact alone.
 
 from __future__ import annotations
 
+import re
+import struct
+import threading
+import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import zstandard
+
+from .errors import FormatError
 
 # the kinds of source a fact has (verbalize/provenance ``kind``)
 KINDS = ("statement", "inverse", "description", "short_description")
@@ -128,3 +138,244 @@ def group_sources(ids: Sequence[int], rows: Iterable[Sequence[Any]]) -> list[Pro
                                                                      s.value or ""))))
         for i in ids
     ]
+
+
+# ---------------------------------------------------------------- the block layout
+#
+# A build's provenance in layout ``blocks`` (docs/provenance.md, "Stored per build"): the
+# sources of the facts whose ids share their top ``bits`` bits are one block, keyed by those
+# bits as a signed integer (``fact_id >> (64 - bits)``), so the blocks of a reply's facts are
+# one ``block = ANY(...)`` query. A block is a 20-byte header and one zstd frame of columns:
+# the sorted fact ids as deltas, then per source its kind, three ids (subject, property,
+# object) as a code and a number, and its value. Every column is stored at the narrowest of
+# 1, 2, 4 or 8 bytes that holds it, its bytes transposed (all first bytes, then all second
+# bytes ...) so that zstd sees the mostly-zero high bytes of small numbers as long runs.
+
+# how a build stores its provenance (builds.provenance_layout): one text row per source, or
+# packed blocks by fact-id range
+LAYOUT_ROWS = "rows"
+LAYOUT_BLOCKS = "blocks"
+
+# the facts a block holds on average: a reply's 5 facts read 5 blocks of ~2-3 KB, and the
+# block's fixed costs (a tuple, a key, a header) are under 0.5 byte a fact
+FACTS_PER_BLOCK = 256
+MAX_BLOCK_BITS = 48
+BLOCK_MAGIC = b"RXPB"
+BLOCK_VERSION = 1
+_BLOCK_HEAD = struct.Struct("<4sBBHIII")  # magic, version, bits, reserved, facts, sources, crc32
+# zstd's level for blocks: their ids are near-random bits, which higher levels do not shrink
+BLOCK_ZSTD_LEVEL = 9
+
+# An id is a code and a number: a Wikidata id (``Q42``, ``P31``: one capital letter, then a
+# number without leading zero) is the letter's code 1-26 (A=1 ... Z=26) and its number; any
+# other id (a graph's own ``acme``) is CODE_STRING with its text in the block's strings.
+CODE_NULL = 0
+CODE_STRING = 27
+# what matches is a Wikidata id; Spark tests the same pattern (``\z``: the end of the text,
+# where Java's ``$`` would also match before a final newline)
+WIKIDATA_ID_PATTERN = r"^[A-Z][1-9][0-9]{0,17}\z"
+_WIKIDATA_ID = re.compile(r"[A-Z][1-9][0-9]{0,17}")
+# A value is null, VALUE_IN_TEXT (the fact's text ends with ``<value> .``: stored as its length
+# in code points, rebuilt from the text) or VALUE_STRING (its text in the block's strings).
+VALUE_NULL = 0
+VALUE_IN_TEXT = 1
+VALUE_STRING = 2
+_ID_FIELDS = ("subject", "property", "object")
+
+
+def block_bits(facts: int) -> int:
+    """The top fact-id bits that key a block, for a build of ``facts`` facts: blocks of about
+    FACTS_PER_BLOCK facts (fact ids are hashes, so the ranges fill evenly)."""
+    if facts <= FACTS_PER_BLOCK:
+        return 0
+    return min(MAX_BLOCK_BITS, max(0, round(np.log2(facts / FACTS_PER_BLOCK))))
+
+
+def block_of(fact_id_: int, bits: int) -> int:
+    """The key of the block that holds ``fact_id_`` (a signed 64-bit id)."""
+    return fact_id_ >> (64 - bits) if bits else 0
+
+
+def block_keys(bits: int) -> range:
+    """Every block key of a build with ``bits`` (the loader stores a block for each, empty ones
+    too, so that a block that is not found is damage, never an empty range)."""
+    return range(-(1 << (bits - 1)), 1 << (bits - 1)) if bits else range(1)
+
+
+def split_id(value: str | None) -> tuple[int, int, str | None]:
+    """``(code, number, text)`` of an id as a block stores it (``Q42`` -> ``(17, 42, None)``)."""
+    if value is None:
+        return CODE_NULL, 0, None
+    if _WIKIDATA_ID.fullmatch(value):
+        return ord(value[0]) - 64, int(value[1:]), None
+    return CODE_STRING, 0, value
+
+
+def _column(values: np.ndarray) -> bytes:
+    """A column: its width (1, 2, 4 or 8 bytes) and its bytes transposed."""
+    values = np.asarray(values, dtype=np.uint64)
+    top = int(values.max()) if len(values) else 0
+    width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4 if top < 1 << 32 else 8
+    planes = values.astype(f"<u{width}").view(np.uint8).reshape(-1, width).T
+    return bytes([width]) + planes.tobytes()
+
+
+class _Reader:
+    """Reads a block's columns back; any read past its end is a FormatError."""
+
+    def __init__(self, body: bytes, where: str) -> None:
+        self.body, self.pos, self.where = body, 0, where
+
+    def take(self, n: int) -> memoryview:
+        if self.pos + n > len(self.body):
+            raise FormatError(f"{self.where}: truncated (a column runs past the block's end)")
+        view = memoryview(self.body)[self.pos:self.pos + n]
+        self.pos += n
+        return view
+
+    def column(self, n: int) -> np.ndarray:
+        width = self.take(1)[0]
+        if width not in (1, 2, 4, 8):
+            raise FormatError(f"{self.where}: a column of width {width}")
+        planes = np.frombuffer(self.take(n * width), dtype=np.uint8).reshape(width, n)
+        return np.ascontiguousarray(planes.T).view(f"<u{width}").reshape(n).astype(np.uint64)
+
+
+_local = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    if not hasattr(_local, "cctx"):  # zstd contexts are not thread-safe: one per thread
+        _local.cctx = zstandard.ZstdCompressor(level=BLOCK_ZSTD_LEVEL, write_checksum=False,
+                                               write_content_size=True)
+    return _local.cctx
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    if not hasattr(_local, "dctx"):
+        _local.dctx = zstandard.ZstdDecompressor()
+    return _local.dctx
+
+
+def _unsigned(ids: np.ndarray) -> np.ndarray:
+    """Signed fact ids as unsigned integers in the same order (the sign bit flipped)."""
+    return np.asarray(ids, dtype=np.int64).view(np.uint64) ^ np.uint64(1 << 63)
+
+
+def encode_block(block: int, bits: int, fact_ids: np.ndarray, kinds: np.ndarray, id_codes: np.ndarray,
+                 id_numbers: np.ndarray, value_codes: np.ndarray, value_lengths: np.ndarray,
+                 strings: Sequence[str]) -> bytes:
+    """One block of sources, each array one entry per source, sorted by fact id (a fact's
+    sources together): ``kinds`` (index in KINDS), ``id_codes``/``id_numbers`` (3 rows:
+    subject, property, object; :func:`split_id`), ``value_codes``/``value_lengths`` (the
+    length in code points of a VALUE_IN_TEXT value), and ``strings``: the texts of the
+    CODE_STRING ids, subject's column first, then property's and object's, then the
+    VALUE_STRING values, each column in source order."""
+    fact_ids = np.asarray(fact_ids, dtype=np.int64)
+    n_sources = len(fact_ids)
+    unsigned = _unsigned(fact_ids)
+    if np.any(unsigned[1:] < unsigned[:-1]):
+        raise ValueError("a block's sources must be sorted by fact id")
+    if np.any((fact_ids >> (64 - bits) if bits else np.zeros_like(fact_ids)) != block):
+        raise ValueError(f"a fact id outside block {block} ({bits} bits)")
+    firsts = np.flatnonzero(np.r_[True, unsigned[1:] != unsigned[:-1]]) if n_sources else np.zeros(0, np.int64)
+    facts = unsigned[firsts]
+    counts = np.diff(np.r_[firsts, n_sources])
+    low = np.uint64((1 << (64 - bits)) - 1) if bits else np.uint64((1 << 64) - 1)
+    deltas = np.diff(facts, prepend=np.uint64(0)) if len(facts) else facts
+    if len(facts):
+        deltas[0] = facts[0] & low
+    encoded = [s.encode("utf-8") for s in strings]
+    body = b"".join([
+        _column(deltas), _column(counts), _column(kinds),
+        *(part for c in range(3) for part in (_column(id_codes[c]), _column(id_numbers[c]))),
+        _column(value_codes), _column(value_lengths),
+        _column(np.array([len(s) for s in encoded], dtype=np.uint64)), *encoded,
+    ])
+    crc = zlib.crc32(body, zlib.crc32(struct.pack("<q", block)))
+    head = _BLOCK_HEAD.pack(BLOCK_MAGIC, BLOCK_VERSION, bits, 0, len(facts), n_sources, crc)
+    return head + _compressor().compress(body)
+
+
+def decode_block(data: bytes, block: int, bits: int, texts: Mapping[int, str]) -> list[tuple]:
+    """The provenance rows ``(fact_id, kind, subject, property, object, value)`` of the ids
+    of ``texts`` (fact id -> its text) that block ``block`` holds. A block that is not one
+    (its header, its checksum, its columns, a value its fact's text cannot hold) is a
+    FormatError: never a wrong source."""
+    where = f"provenance block {block}"
+    if len(data) < _BLOCK_HEAD.size:
+        raise FormatError(f"{where}: {len(data)} bytes, shorter than its header")
+    magic, version, stored_bits, _, n_facts, n_sources, crc = _BLOCK_HEAD.unpack_from(data)
+    if magic != BLOCK_MAGIC or version != BLOCK_VERSION:
+        raise FormatError(f"{where}: not a provenance block of version {BLOCK_VERSION} "
+                          f"(magic {magic!r}, version {version})")
+    if stored_bits != bits:
+        raise FormatError(f"{where}: keyed by {stored_bits} bits, the build's blocks by {bits}")
+    try:
+        body = _decompressor().decompress(data[_BLOCK_HEAD.size:])
+    except zstandard.ZstdError as exc:
+        raise FormatError(f"{where}: its zstd frame does not decompress: {exc}") from exc
+    if zlib.crc32(body, zlib.crc32(struct.pack("<q", block))) != crc:
+        raise FormatError(f"{where}: checksum mismatch (damaged, or stored under another key)")
+    read = _Reader(body, where)
+    deltas, counts = read.column(n_facts), read.column(n_facts)
+    if int(counts.sum()) != n_sources or (n_facts and int(counts.min()) < 1):
+        raise FormatError(f"{where}: its facts' source counts do not add up to {n_sources}")
+    base = np.uint64(((block + (1 << (bits - 1))) << (64 - bits)) & ((1 << 64) - 1)) if bits else np.uint64(0)
+    with np.errstate(over="ignore"):
+        unsigned = np.cumsum(deltas, dtype=np.uint64) + base
+    facts = (unsigned ^ np.uint64(1 << 63)).view(np.int64)
+    kinds = read.column(n_sources)
+    ids = [(read.column(n_sources), read.column(n_sources)) for _ in _ID_FIELDS]
+    value_codes, value_lengths = read.column(n_sources), read.column(n_sources)
+    string_codes = [codes == CODE_STRING for codes, _ in ids] + [value_codes == VALUE_STRING]
+    n_strings = int(sum(int(m.sum()) for m in string_codes))
+    string_lengths = read.column(n_strings)
+    string_bytes = bytes(read.take(int(string_lengths.sum())))
+    if read.pos != len(body):
+        raise FormatError(f"{where}: {len(body) - read.pos} bytes after its last column")
+    # strictly increasing (a sum that wrapped past 2^64 is not) and within the block's range
+    if n_facts and (np.any(unsigned[1:] <= unsigned[:-1])
+                    or bool(bits) and int(facts[-1]) >> (64 - bits) != block):
+        raise FormatError(f"{where}: its fact ids are not sorted within the block's range")
+    if np.any(kinds >= len(KINDS)) or any(np.any(c > CODE_STRING) for c, _ in ids) or np.any(value_codes > 2):
+        raise FormatError(f"{where}: an unknown kind or code")
+    wanted = np.array(sorted(texts), dtype=np.int64)
+    at = np.searchsorted(facts, wanted)
+    found = [(int(f), int(i)) for f, i in zip(wanted, at) if i < n_facts and facts[i] == f]
+    if not found:
+        return []
+    string_ends = np.cumsum(string_lengths)
+    # the index of each source's string in its column's run of strings
+    string_base = np.cumsum([0] + [int(m.sum()) for m in string_codes])
+    string_at = [np.cumsum(m) - 1 + string_base[c] for c, m in enumerate(string_codes)]
+    first_source = np.r_[0, np.cumsum(counts)]
+
+    def string(k: int) -> str:
+        start = int(string_ends[k - 1]) if k else 0
+        try:
+            return string_bytes[start:int(string_ends[k])].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"{where}: a string is not UTF-8") from exc
+
+    rows = []
+    for fid, i in found:
+        text = texts[fid]
+        for s in range(int(first_source[i]), int(first_source[i + 1])):
+            parts: list[str | None] = []
+            for c, (codes, numbers) in enumerate(ids):
+                code = int(codes[s])
+                parts.append(None if code == CODE_NULL else string(int(string_at[c][s])) if code == CODE_STRING
+                             else f"{chr(64 + code)}{int(numbers[s])}")
+            code = int(value_codes[s])
+            if code == VALUE_IN_TEXT:
+                n = int(value_lengths[s])
+                if not (text.endswith("> .") and len(text) >= n + 4 and text[-n - 4] == "<"):
+                    raise FormatError(f"{where}: fact {fid}'s value of {n} characters is not in its text")
+                value = text[-n - 3:-3]
+            else:
+                value = string(int(string_at[3][s])) if code == VALUE_STRING else None
+            if parts[0] is None:
+                raise FormatError(f"{where}: a source without a subject")
+            rows.append((fid, KINDS[int(kinds[s])], parts[0], parts[1], parts[2], value))
+    return rows
