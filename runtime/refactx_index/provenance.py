@@ -21,7 +21,7 @@ import struct
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import zstandard
@@ -378,4 +378,30 @@ def decode_block(data: bytes, block: int, bits: int, texts: Mapping[int, str]) -
             if parts[0] is None:
                 raise FormatError(f"{where}: a source without a subject")
             rows.append((fid, KINDS[int(kinds[s])], parts[0], parts[1], parts[2], value))
+    return rows
+
+
+def sources_from_blocks(texts: Mapping[int, str], bits: int,
+                        fetch: Callable[[list[int]], Iterable[Sequence[Any]]], where: str) -> list[tuple]:
+    """The provenance rows of the fact ids of ``texts`` (id -> text) from a build's blocks:
+    ``fetch(keys)`` reads the ``(block, data)`` rows of all their blocks at once (one round
+    trip). Every key has a block (the loader stores empty ones too): one that is not found,
+    or does not decode, is a FormatError naming ``where``."""
+    wanted: dict[int, dict[int, str]] = {}
+    for fid, text in texts.items():
+        wanted.setdefault(block_of(fid, bits), {})[fid] = text
+    if not wanted:
+        return []
+    found = {int(key): bytes(data) for key, data in fetch(sorted(wanted))}
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        raise FormatError(f"{where}: provenance block{'s' if len(missing) > 1 else ''} "
+                          f"{', '.join(map(str, missing[:5]))} missing (every key of the build has one): "
+                          "its provenance is damaged")
+    rows: list[tuple] = []
+    for key, ids in wanted.items():
+        try:
+            rows += decode_block(found[key], key, bits, ids)
+        except FormatError as exc:
+            raise FormatError(f"{where}: {exc}") from exc
     return rows
