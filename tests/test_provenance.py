@@ -148,7 +148,8 @@ def test_a_rows_layout_build_gives_every_fact_the_sources_the_blocks_give(spark,
 
 
 def _copy_of_the_blocks(conn, load: dict, name: str) -> int:
-    """A build of ``name`` that serves a copy of the sample build's provenance blocks."""
+    """A build of ``name`` that serves a copy of the sample build's provenance blocks (its
+    provenance table, made unattached with the build, filled and attached)."""
     from refactx_pipeline.catalog import pgcatalog
 
     from .pgtree import load_tree
@@ -156,7 +157,6 @@ def _copy_of_the_blocks(conn, load: dict, name: str) -> int:
     dsn = conn.info.dsn
     build_id = load_tree(dsn, name, [(1, 2, 3)])
     table = pgcatalog.provenance_table_name(build_id)
-    conn.execute(f"ALTER TABLE refactx.provenance_blocks DETACH PARTITION refactx.{table}")
     conn.execute(f"INSERT INTO refactx.{table} SELECT %s, block, data FROM refactx.provenance_blocks "
                  "WHERE build_id = %s", (build_id, load["build_id"]))
     conn.execute(f"ALTER TABLE refactx.provenance_blocks ATTACH PARTITION refactx.{table} FOR VALUES IN ({build_id})")
