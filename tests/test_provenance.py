@@ -340,7 +340,9 @@ EDGE_SOURCES = [  # (text, kind, subject, property, object, value): every code o
     ("<x> <y> <1952-03-11> .", "statement", "Q007", "P569", None, "+1952-03-11T00:00:00Z"),  # "Q007": a string
     ("<acme> <owns> <beta> .", "statement", "acme", "owns", "beta", None),
     ("<acme> <owns> <beta> .", "statement", "Q42\n", "p31", "", None),  # a newline, a lower-case letter, empty
-    ("<q> <r> <s> .", "statement", "L1", "P5", "Z26", "> ."),  # a value that its text ends with, oddly
+    ("<q> <r> <s> .", "statement", "L1", "P5", "Z26", "> ."),  # ends its text, but not after "> <"
+    ("<k> <l> <a> <b> .", "statement", "Q9", "Q9", None, "a> <b"),  # in its text, holding "> <"
+    ("<k> <l> <a> <b> .", "description", "P9", None, None, "b"),  # after the text's last "> <"
 ]
 
 

@@ -142,29 +142,29 @@ def group_sources(ids: Sequence[int], rows: Iterable[Sequence[Any]]) -> list[Pro
 
 # ---------------------------------------------------------------- the block layout
 #
-# A build's provenance in layout ``blocks`` (docs/provenance.md, "Stored per build"): the
+# A build's provenance in layout ``blocks`` (docs/provenance.md, "Packed by verbalize"): the
 # sources of the facts whose ids share their top ``bits`` bits are one block, keyed by those
 # bits as a signed integer (``fact_id >> (64 - bits)``), so the blocks of a reply's facts are
-# one ``block = ANY(...)`` query. A block is a 20-byte header and one zstd frame of columns:
-# the sorted fact ids as deltas, then per source its kind, three ids (subject, property,
-# object) as a code and a number, and its value. Every column is stored at the narrowest of
-# 1, 2, 4 or 8 bytes that holds it, its bytes transposed (all first bytes, then all second
-# bytes ...) so that zstd sees the mostly-zero high bytes of small numbers as long runs.
+# one ``block = ANY(...)`` query. A block is a 20-byte header and one zstd frame of columns.
+# Every column is stored at the narrowest of 1, 2, 4 or 8 bytes that holds it, its bytes
+# transposed (all first bytes, then all second bytes ...) so that zstd sees the mostly-zero
+# high bytes of small numbers as long runs.
 
 # how a build stores its provenance (builds.provenance_layout): one text row per source, or
 # packed blocks by fact-id range
 LAYOUT_ROWS = "rows"
 LAYOUT_BLOCKS = "blocks"
 
-# the facts a block holds on average: a reply's 5 facts read 5 blocks of ~2-3 KB, and the
-# block's fixed costs (a tuple, a key, a header) are under 0.5 byte a fact
-FACTS_PER_BLOCK = 256
+# the fewest facts a block holds on average (fewer than twice as many): columns that long
+# compress to near their information, and a block's fixed costs (a tuple, a key, a header,
+# its TOAST chunks' headers) are well under a byte a fact
+FACTS_PER_BLOCK = 512
 MAX_BLOCK_BITS = 48
 BLOCK_MAGIC = b"RXPB"
 BLOCK_VERSION = 1
 _BLOCK_HEAD = struct.Struct("<4sBBHIII")  # magic, version, bits, reserved, facts, sources, crc32
-# zstd's level for blocks: their ids are near-random bits, which higher levels do not shrink
-BLOCK_ZSTD_LEVEL = 9
+# zstd's level for blocks (docs/provenance.md, "What it costs": level 15 against 9)
+BLOCK_ZSTD_LEVEL = 15
 
 # An id is a code and a number: a Wikidata id (``Q42``, ``P31``: one capital letter, then a
 # number without leading zero) is the letter's code 1-26 (A=1 ... Z=26) and its number; any
@@ -175,20 +175,29 @@ CODE_STRING = 27
 # where Java's ``$`` would also match before a final newline)
 WIKIDATA_ID_PATTERN = r"^[A-Z][1-9][0-9]{0,17}\z"
 _WIKIDATA_ID = re.compile(r"[A-Z][1-9][0-9]{0,17}")
-# A value is null, VALUE_IN_TEXT (the fact's text ends with ``<value> .``: stored as its length
-# in code points, rebuilt from the text) or VALUE_STRING (its text in the block's strings).
+# A value is null; VALUE_IN_TEXT: the fact's text ends with ``> <value> .`` and the value holds
+# no ``> <``, so it is what follows the text's last ``> <`` (stored as nothing); VALUE_STRING:
+# its text in the block's strings; VALUE_IN_TEXT_SIZED: the text ends with ``<value> .`` (the
+# value holds a ``> <``), stored as its length in code points.
 VALUE_NULL = 0
 VALUE_IN_TEXT = 1
 VALUE_STRING = 2
-_ID_FIELDS = ("subject", "property", "object")
+VALUE_IN_TEXT_SIZED = 3
+SEPARATOR = "> <"  # between a fact's parts (``<s> <p> <o> .``)
+END = "> ."
+# per id field, the letter most of its ids have: their code is not stored
+_USUAL_LETTER = (ord("Q") - 64, ord("P") - 64, ord("Q") - 64)
+# an id's class in the block's shape column
+_NULL, _USUAL, _LETTER, _STRING = 0, 1, 2, 3
 
 
 def block_bits(facts: int) -> int:
-    """The top fact-id bits that key a block, for a build of ``facts`` facts: blocks of about
-    FACTS_PER_BLOCK facts (fact ids are hashes, so the ranges fill evenly)."""
-    if facts <= FACTS_PER_BLOCK:
+    """The top fact-id bits that key a block, for a build of ``facts`` facts: blocks of
+    FACTS_PER_BLOCK to twice as many facts on average (fact ids are hashes, so the ranges fill
+    evenly)."""
+    if facts < 2 * FACTS_PER_BLOCK:
         return 0
-    return min(MAX_BLOCK_BITS, max(0, round(np.log2(facts / FACTS_PER_BLOCK))))
+    return min(MAX_BLOCK_BITS, int(facts // FACTS_PER_BLOCK).bit_length() - 1)
 
 
 def block_of(fact_id_: int, bits: int) -> int:
@@ -220,25 +229,40 @@ def _column(values: np.ndarray) -> bytes:
     return bytes([width]) + planes.tobytes()
 
 
-class _Reader:
-    """Reads a block's columns back; any read past its end is a FormatError."""
+class _Columns:
+    """A block's columns, read in order; a read past the block's end is a FormatError."""
 
     def __init__(self, body: bytes, where: str) -> None:
-        self.body, self.pos, self.where = body, 0, where
+        self.body, self.raw, self.pos, self.where = body, np.frombuffer(body, dtype=np.uint8), 0, where
 
-    def take(self, n: int) -> memoryview:
-        if self.pos + n > len(self.body):
+    def _start(self, n: int) -> tuple[int, int]:
+        """(width, where its bytes start) of the next column of ``n`` values; skips it."""
+        if self.pos >= len(self.body):
             raise FormatError(f"{self.where}: truncated (a column runs past the block's end)")
-        view = memoryview(self.body)[self.pos:self.pos + n]
-        self.pos += n
-        return view
-
-    def column(self, n: int) -> np.ndarray:
-        width = self.take(1)[0]
+        width = self.body[self.pos]
         if width not in (1, 2, 4, 8):
             raise FormatError(f"{self.where}: a column of width {width}")
-        planes = np.frombuffer(self.take(n * width), dtype=np.uint8).reshape(width, n)
+        start, self.pos = self.pos + 1, self.pos + 1 + n * width
+        if self.pos > len(self.body):
+            raise FormatError(f"{self.where}: truncated (a column runs past the block's end)")
+        return width, start
+
+    def whole(self, n: int) -> np.ndarray:
+        """The next column, all ``n`` values (uint64)."""
+        width, start = self._start(n)
+        planes = self.raw[start:start + n * width].reshape(width, n)
+        if width == 1:
+            return planes[0].astype(np.uint64)
         return np.ascontiguousarray(planes.T).view(f"<u{width}").reshape(n).astype(np.uint64)
+
+    def picker(self, n: int) -> Callable[[int], int]:
+        """The next column, read a value at a time (the few sources a lookup wants)."""
+        width, start = self._start(n)
+        body = self.body
+        return lambda i: int.from_bytes(bytes(body[start + p * n + i] for p in range(width)), "little")
+
+    def rest(self) -> bytes:
+        return self.body[self.pos:]
 
 
 _local = threading.local()
@@ -268,9 +292,15 @@ def encode_block(block: int, bits: int, fact_ids: np.ndarray, kinds: np.ndarray,
     """One block of sources, each array one entry per source, sorted by fact id (a fact's
     sources together): ``kinds`` (index in KINDS), ``id_codes``/``id_numbers`` (3 rows:
     subject, property, object; :func:`split_id`), ``value_codes``/``value_lengths`` (the
-    length in code points of a VALUE_IN_TEXT value), and ``strings``: the texts of the
+    length in code points of a VALUE_IN_TEXT_SIZED value), and ``strings``: the texts of the
     CODE_STRING ids, subject's column first, then property's and object's, then the
-    VALUE_STRING values, each column in source order."""
+    VALUE_STRING values, each column in source order.
+
+    The columns: the sorted fact ids as unsigned deltas (the first from the block's start);
+    each fact's source count; per source a shape (kind, value code and each id's class: null,
+    the field's usual letter Q/P/Q, another letter, a string); the other letters' codes; the
+    numbers of the lettered ids, field by field; the lengths of the sized values; the
+    strings' lengths, then their UTF-8 bytes."""
     fact_ids = np.asarray(fact_ids, dtype=np.int64)
     n_sources = len(fact_ids)
     unsigned = _unsigned(fact_ids)
@@ -278,18 +308,27 @@ def encode_block(block: int, bits: int, fact_ids: np.ndarray, kinds: np.ndarray,
         raise ValueError("a block's sources must be sorted by fact id")
     if np.any((fact_ids >> (64 - bits) if bits else np.zeros_like(fact_ids)) != block):
         raise ValueError(f"a fact id outside block {block} ({bits} bits)")
-    firsts = np.flatnonzero(np.r_[True, unsigned[1:] != unsigned[:-1]]) if n_sources else np.zeros(0, np.int64)
+    firsts = np.flatnonzero(np.concatenate([[True], unsigned[1:] != unsigned[:-1]])) if n_sources \
+        else np.zeros(0, np.int64)
     facts = unsigned[firsts]
-    counts = np.diff(np.r_[firsts, n_sources])
+    counts = np.diff(np.append(firsts, n_sources))
     low = np.uint64((1 << (64 - bits)) - 1) if bits else np.uint64((1 << 64) - 1)
     deltas = np.diff(facts, prepend=np.uint64(0)) if len(facts) else facts
     if len(facts):
         deltas[0] = facts[0] & low
+    id_codes = np.asarray(id_codes, dtype=np.uint64).reshape(3, n_sources)
+    id_numbers = np.asarray(id_numbers, dtype=np.uint64).reshape(3, n_sources)
+    value_codes = np.asarray(value_codes, dtype=np.uint64)
+    classes = [np.select([codes == CODE_NULL, codes == usual, codes == CODE_STRING], [_NULL, _USUAL, _STRING],
+                         _LETTER).astype(np.uint64) for codes, usual in zip(id_codes, _USUAL_LETTER)]
+    shape = (np.asarray(kinds, dtype=np.uint64) | value_codes << np.uint64(2) | classes[0] << np.uint64(4)
+             | classes[1] << np.uint64(6) | classes[2] << np.uint64(8))
+    letters = np.concatenate([codes[c == _LETTER] for codes, c in zip(id_codes, classes)])
+    numbers = [_column(nums[(c == _USUAL) | (c == _LETTER)]) for nums, c in zip(id_numbers, classes)]
+    sized = np.asarray(value_lengths, dtype=np.uint64)[value_codes == VALUE_IN_TEXT_SIZED]
     encoded = [s.encode("utf-8") for s in strings]
     body = b"".join([
-        _column(deltas), _column(counts), _column(kinds),
-        *(part for c in range(3) for part in (_column(id_codes[c]), _column(id_numbers[c]))),
-        _column(value_codes), _column(value_lengths),
+        _column(deltas), _column(counts), _column(shape), _column(letters), *numbers, _column(sized),
         _column(np.array([len(s) for s in encoded], dtype=np.uint64)), *encoded,
     ])
     crc = zlib.crc32(body, zlib.crc32(struct.pack("<q", block)))
@@ -317,41 +356,52 @@ def decode_block(data: bytes, block: int, bits: int, texts: Mapping[int, str]) -
         raise FormatError(f"{where}: its zstd frame does not decompress: {exc}") from exc
     if zlib.crc32(body, zlib.crc32(struct.pack("<q", block))) != crc:
         raise FormatError(f"{where}: checksum mismatch (damaged, or stored under another key)")
-    read = _Reader(body, where)
-    deltas, counts = read.column(n_facts), read.column(n_facts)
+    columns = _Columns(body, where)
+    deltas, counts = columns.whole(n_facts), columns.whole(n_facts)
     if int(counts.sum()) != n_sources or (n_facts and int(counts.min()) < 1):
         raise FormatError(f"{where}: its facts' source counts do not add up to {n_sources}")
-    base = np.uint64(((block + (1 << (bits - 1))) << (64 - bits)) & ((1 << 64) - 1)) if bits else np.uint64(0)
+    base = ((block + (1 << (bits - 1))) << (64 - bits)) & ((1 << 64) - 1) if bits else 0
     with np.errstate(over="ignore"):
-        unsigned = np.cumsum(deltas, dtype=np.uint64) + base
-    facts = (unsigned ^ np.uint64(1 << 63)).view(np.int64)
-    kinds = read.column(n_sources)
-    ids = [(read.column(n_sources), read.column(n_sources)) for _ in _ID_FIELDS]
-    value_codes, value_lengths = read.column(n_sources), read.column(n_sources)
-    string_codes = [codes == CODE_STRING for codes, _ in ids] + [value_codes == VALUE_STRING]
-    n_strings = int(sum(int(m.sum()) for m in string_codes))
-    string_lengths = read.column(n_strings)
-    string_bytes = bytes(read.take(int(string_lengths.sum())))
-    if read.pos != len(body):
-        raise FormatError(f"{where}: {len(body) - read.pos} bytes after its last column")
+        unsigned = np.cumsum(deltas, dtype=np.uint64) + np.uint64(base)
     # strictly increasing (a sum that wrapped past 2^64 is not) and within the block's range
-    if n_facts and (np.any(unsigned[1:] <= unsigned[:-1])
-                    or bool(bits) and int(facts[-1]) >> (64 - bits) != block):
+    if n_facts and (np.any(unsigned[1:] <= unsigned[:-1]) or bits and (int(unsigned[-1]) - base) >> (64 - bits)):
         raise FormatError(f"{where}: its fact ids are not sorted within the block's range")
-    if np.any(kinds >= len(KINDS)) or any(np.any(c > CODE_STRING) for c, _ in ids) or np.any(value_codes > 2):
-        raise FormatError(f"{where}: an unknown kind or code")
+    shape = columns.whole(n_sources)
+    kinds, value_codes = shape & np.uint64(3), shape >> np.uint64(2) & np.uint64(3)
+    classes = [shape >> np.uint64(4 + 2 * c) & np.uint64(3) for c in range(3)]
+    if np.any(kinds >= len(KINDS)) or np.any(shape >> np.uint64(10)) or (n_sources and np.any(classes[0] == _NULL)):
+        raise FormatError(f"{where}: an unknown kind, or a source without a subject")
+    lettered = [(c == _USUAL) | (c == _LETTER) for c in classes]
+    letters = columns.whole(int(sum(int(np.count_nonzero(c == _LETTER)) for c in classes)))
+    numbers = [columns.picker(int(np.count_nonzero(m))) for m in lettered]
+    sized = columns.picker(int(np.count_nonzero(value_codes == VALUE_IN_TEXT_SIZED)))
+    in_strings = [c == _STRING for c in classes] + [value_codes == VALUE_STRING]
+    string_lengths = columns.whole(int(sum(int(np.count_nonzero(m)) for m in in_strings)))
+    string_bytes = columns.rest()
+    string_ends = np.cumsum(string_lengths)
+    if (int(string_ends[-1]) if len(string_ends) else 0) != len(string_bytes):
+        raise FormatError(f"{where}: its strings' lengths do not add up to their bytes")
+    if np.any((letters < 1) | (letters > 26)):
+        raise FormatError(f"{where}: a letter code outside A-Z")
+
+    facts = (unsigned ^ np.uint64(1 << 63)).view(np.int64)
     wanted = np.array(sorted(texts), dtype=np.int64)
     at = np.searchsorted(facts, wanted)
     found = [(int(f), int(i)) for f, i in zip(wanted, at) if i < n_facts and facts[i] == f]
     if not found:
         return []
-    string_ends = np.cumsum(string_lengths)
-    # the index of each source's string in its column's run of strings
-    string_base = np.cumsum([0] + [int(m.sum()) for m in string_codes])
-    string_at = [np.cumsum(m) - 1 + string_base[c] for c, m in enumerate(string_codes)]
-    first_source = np.r_[0, np.cumsum(counts)]
+    first_source = np.concatenate([[0], np.cumsum(counts)])
+    # where each source's entry sits in a column that holds some sources only: the rank of
+    # the source among those (cumulative counts), offset by the columns before it
+    letter_rank = np.cumsum([c == _LETTER for c in classes], axis=1) - 1
+    letter_base = np.concatenate([[0], np.cumsum([int(np.count_nonzero(c == _LETTER)) for c in classes])])
+    number_rank = [np.cumsum(m) - 1 for m in lettered]
+    string_rank = np.cumsum(in_strings, axis=1) - 1
+    string_base = np.concatenate([[0], np.cumsum([int(np.count_nonzero(m)) for m in in_strings])])
+    sized_rank = np.cumsum(value_codes == VALUE_IN_TEXT_SIZED) - 1
 
-    def string(k: int) -> str:
+    def string(field: int, s: int) -> str:
+        k = int(string_base[field] + string_rank[field][s])
         start = int(string_ends[k - 1]) if k else 0
         try:
             return string_bytes[start:int(string_ends[k])].decode("utf-8")
@@ -362,22 +412,32 @@ def decode_block(data: bytes, block: int, bits: int, texts: Mapping[int, str]) -
     for fid, i in found:
         text = texts[fid]
         for s in range(int(first_source[i]), int(first_source[i + 1])):
-            parts: list[str | None] = []
-            for c, (codes, numbers) in enumerate(ids):
-                code = int(codes[s])
-                parts.append(None if code == CODE_NULL else string(int(string_at[c][s])) if code == CODE_STRING
-                             else f"{chr(64 + code)}{int(numbers[s])}")
+            ids: list[str | None] = []
+            for field in range(3):
+                cls = int(classes[field][s])
+                if cls == _NULL:
+                    ids.append(None)
+                elif cls == _STRING:
+                    ids.append(string(field, s))
+                else:
+                    code = _USUAL_LETTER[field] if cls == _USUAL else int(
+                        letters[letter_base[field] + letter_rank[field][s]])
+                    ids.append(f"{chr(64 + code)}{numbers[field](int(number_rank[field][s]))}")
             code = int(value_codes[s])
-            if code == VALUE_IN_TEXT:
-                n = int(value_lengths[s])
-                if not (text.endswith("> .") and len(text) >= n + 4 and text[-n - 4] == "<"):
+            value = None
+            if code == VALUE_STRING:
+                value = string(3, s)
+            elif code == VALUE_IN_TEXT:
+                cut = text.rfind(SEPARATOR)
+                if cut < 0 or not text.endswith(END) or cut + len(SEPARATOR) > len(text) - len(END):
+                    raise FormatError(f"{where}: fact {fid}'s value is not in its text")
+                value = text[cut + len(SEPARATOR):-len(END)]
+            elif code == VALUE_IN_TEXT_SIZED:
+                n = sized(int(sized_rank[s]))
+                if not (text.endswith(END) and len(text) >= n + 4 and text[-n - 4] == "<"):
                     raise FormatError(f"{where}: fact {fid}'s value of {n} characters is not in its text")
                 value = text[-n - 3:-3]
-            else:
-                value = string(int(string_at[3][s])) if code == VALUE_STRING else None
-            if parts[0] is None:
-                raise FormatError(f"{where}: a source without a subject")
-            rows.append((fid, KINDS[int(kinds[s])], parts[0], parts[1], parts[2], value))
+            rows.append((fid, KINDS[int(kinds[s])], ids[0], ids[1], ids[2], value))
     return rows
 
 

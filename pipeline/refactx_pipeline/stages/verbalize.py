@@ -427,20 +427,22 @@ def _id_columns(name: str) -> list[Column]:
 
 def block_sources(provenance: DataFrame, facts: DataFrame, bits: int) -> DataFrame:
     """The provenance rows as the integer columns of a block, with each row's block key: a
-    value that the fact's text ends with (``<value> .``: a description, a plain string
-    literal) is kept as its length alone."""
-    value = F.col("value")
-    in_text = value.isNotNull() & F.col("text").endswith(F.concat(F.lit("<"), value, F.lit("> .")))
-    value_code = (F.when(value.isNull(), F.lit(prov.VALUE_NULL)).when(in_text, F.lit(prov.VALUE_IN_TEXT))
-                  .otherwise(F.lit(prov.VALUE_STRING)))
+    value that the fact's text ends with (``> <value> .``: a description, a plain string
+    literal) is not kept (or its length alone, when it holds a ``> <`` itself)."""
+    value, text = F.col("value"), F.col("text")
+    last = (value.isNotNull() & ~value.contains(prov.SEPARATOR)
+            & text.endswith(F.concat(F.lit(prov.SEPARATOR), value, F.lit(prov.END))))
+    sized = value.isNotNull() & text.endswith(F.concat(F.lit("<"), value, F.lit(prov.END)))
+    value_code = (F.when(value.isNull(), F.lit(prov.VALUE_NULL)).when(last, F.lit(prov.VALUE_IN_TEXT))
+                  .when(sized, F.lit(prov.VALUE_IN_TEXT_SIZED)).otherwise(F.lit(prov.VALUE_STRING)))
     kind = F.array_position(F.array(*[F.lit(k) for k in prov.KINDS]), F.col("kind")) - 1
     block = F.shiftright(F.col("fact_id"), 64 - bits) if bits else F.lit(0).cast("long")
     return provenance.join(facts.select("fact_id", "text"), "fact_id").select(
         block.alias("block"), "fact_id", kind.alias("kind_code"),
         *(c for name in ("subject", "property", "object") for c in _id_columns(name)),
         value_code.alias("value_code"),
-        F.when(in_text, F.length(value)).otherwise(F.lit(0)).alias("value_length"),
-        F.when(~in_text, value).alias("value_text"),
+        F.when(sized, F.length(value)).otherwise(F.lit(0)).alias("value_length"),
+        F.when(~sized, value).alias("value_text"),
     )
 
 
