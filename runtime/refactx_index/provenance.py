@@ -189,6 +189,8 @@ END = "> ."
 _USUAL_LETTER = (ord("Q") - 64, ord("P") - 64, ord("Q") - 64)
 # an id's class in the block's shape column
 _NULL, _USUAL, _LETTER, _STRING = 0, 1, 2, 3
+# where the shape keeps a source's kind, value code and its three ids' classes (2 bits each)
+_SHAPE_SHIFTS = np.array([0, 2, 4, 6, 8], dtype=np.int64)
 
 
 def block_bits(facts: int) -> int:
@@ -366,78 +368,76 @@ def decode_block(data: bytes, block: int, bits: int, texts: Mapping[int, str]) -
     # strictly increasing (a sum that wrapped past 2^64 is not) and within the block's range
     if n_facts and (np.any(unsigned[1:] <= unsigned[:-1]) or bits and (int(unsigned[-1]) - base) >> (64 - bits)):
         raise FormatError(f"{where}: its fact ids are not sorted within the block's range")
-    shape = columns.whole(n_sources)
-    kinds, value_codes = shape & np.uint64(3), shape >> np.uint64(2) & np.uint64(3)
-    classes = [shape >> np.uint64(4 + 2 * c) & np.uint64(3) for c in range(3)]
-    if np.any(kinds >= len(KINDS)) or np.any(shape >> np.uint64(10)) or (n_sources and np.any(classes[0] == _NULL)):
-        raise FormatError(f"{where}: an unknown kind, or a source without a subject")
-    lettered = [(c == _USUAL) | (c == _LETTER) for c in classes]
-    letters = columns.whole(int(sum(int(np.count_nonzero(c == _LETTER)) for c in classes)))
-    numbers = [columns.picker(int(np.count_nonzero(m))) for m in lettered]
-    sized = columns.picker(int(np.count_nonzero(value_codes == VALUE_IN_TEXT_SIZED)))
-    in_strings = [c == _STRING for c in classes] + [value_codes == VALUE_STRING]
-    string_lengths = columns.whole(int(sum(int(np.count_nonzero(m)) for m in in_strings)))
+    # the shape's fields, one row each: kind, value code, then each id's class
+    shape = columns.whole(n_sources).astype(np.int64)
+    fields = shape[None, :] >> _SHAPE_SHIFTS[:, None] & 3
+    if n_sources and (int(shape.max()) >> 10 or int(fields[2].min()) == _NULL):
+        raise FormatError(f"{where}: a source of an unknown shape, or without a subject")
+    classes = fields[2:]
+    # which sources have an entry in each column that holds some sources only: the other
+    # letters (3 fields), the numbers (3), the sized values, the strings (3 fields, values)
+    masks = np.concatenate([classes == _LETTER, (classes == _USUAL) | (classes == _LETTER),
+                            fields[1:2] == VALUE_IN_TEXT_SIZED, classes == _STRING, fields[1:2] == VALUE_STRING])
+    totals = masks.sum(axis=1).tolist()
+    letters = columns.whole(sum(totals[0:3]))
+    numbers = [columns.picker(totals[3 + f]) for f in range(3)]
+    sized = columns.picker(totals[6])
+    string_lengths = columns.whole(sum(totals[7:]))
     string_bytes = columns.rest()
-    string_ends = np.cumsum(string_lengths)
-    if (int(string_ends[-1]) if len(string_ends) else 0) != len(string_bytes):
+    string_ends = np.cumsum(string_lengths).tolist()
+    if (string_ends[-1] if string_ends else 0) != len(string_bytes):
         raise FormatError(f"{where}: its strings' lengths do not add up to their bytes")
-    if np.any((letters < 1) | (letters > 26)):
+    if len(letters) and (int(letters.min()) < 1 or int(letters.max()) > 26):
         raise FormatError(f"{where}: a letter code outside A-Z")
 
     facts = (unsigned ^ np.uint64(1 << 63)).view(np.int64)
     wanted = np.array(sorted(texts), dtype=np.int64)
-    at = np.searchsorted(facts, wanted)
-    found = [(int(f), int(i)) for f, i in zip(wanted, at) if i < n_facts and facts[i] == f]
-    if not found:
+    at = np.searchsorted(facts, wanted).tolist()
+    first_source = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
+    sources = [(fid, s) for fid, i in zip(wanted.tolist(), at) if i < n_facts and facts[i] == fid
+               for s in range(first_source[i], first_source[i + 1])]
+    if not sources:
         return []
-    first_source = np.concatenate([[0], np.cumsum(counts)])
-    # where each source's entry sits in a column that holds some sources only: the rank of
-    # the source among those (cumulative counts), offset by the columns before it
-    letter_rank = np.cumsum([c == _LETTER for c in classes], axis=1) - 1
-    letter_base = np.concatenate([[0], np.cumsum([int(np.count_nonzero(c == _LETTER)) for c in classes])])
-    number_rank = [np.cumsum(m) - 1 for m in lettered]
-    string_rank = np.cumsum(in_strings, axis=1) - 1
-    string_base = np.concatenate([[0], np.cumsum([int(np.count_nonzero(m)) for m in in_strings])])
-    sized_rank = np.cumsum(value_codes == VALUE_IN_TEXT_SIZED) - 1
+    picked = np.array([s for _, s in sources])
+    # a source's entry in such a column: its rank among the sources that have one
+    ranks = (np.cumsum(masks[:, :int(picked.max()) + 1], axis=1)[:, picked] - 1).T.tolist()
+    shapes = fields[:, picked].T.tolist()
+    letter_base = [0, totals[0], totals[0] + totals[1]]
+    string_base = np.concatenate([[0], np.cumsum(totals[7:])]).tolist()
+    letter_codes = letters.tolist()
 
-    def string(field: int, s: int) -> str:
-        k = int(string_base[field] + string_rank[field][s])
-        start = int(string_ends[k - 1]) if k else 0
+    def string(k: int) -> str:
         try:
-            return string_bytes[start:int(string_ends[k])].decode("utf-8")
+            return string_bytes[string_ends[k - 1] if k else 0:string_ends[k]].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise FormatError(f"{where}: a string is not UTF-8") from exc
 
     rows = []
-    for fid, i in found:
+    for (fid, _), (kind, value_code, *id_classes), rank in zip(sources, shapes, ranks):
+        ids: list[str | None] = []
+        for field, cls in enumerate(id_classes):
+            if cls == _NULL:
+                ids.append(None)
+            elif cls == _STRING:
+                ids.append(string(string_base[field] + rank[7 + field]))
+            else:
+                code = _USUAL_LETTER[field] if cls == _USUAL else letter_codes[letter_base[field] + rank[field]]
+                ids.append(f"{chr(64 + code)}{numbers[field](rank[3 + field])}")
+        value = None
         text = texts[fid]
-        for s in range(int(first_source[i]), int(first_source[i + 1])):
-            ids: list[str | None] = []
-            for field in range(3):
-                cls = int(classes[field][s])
-                if cls == _NULL:
-                    ids.append(None)
-                elif cls == _STRING:
-                    ids.append(string(field, s))
-                else:
-                    code = _USUAL_LETTER[field] if cls == _USUAL else int(
-                        letters[letter_base[field] + letter_rank[field][s]])
-                    ids.append(f"{chr(64 + code)}{numbers[field](int(number_rank[field][s]))}")
-            code = int(value_codes[s])
-            value = None
-            if code == VALUE_STRING:
-                value = string(3, s)
-            elif code == VALUE_IN_TEXT:
-                cut = text.rfind(SEPARATOR)
-                if cut < 0 or not text.endswith(END) or cut + len(SEPARATOR) > len(text) - len(END):
-                    raise FormatError(f"{where}: fact {fid}'s value is not in its text")
-                value = text[cut + len(SEPARATOR):-len(END)]
-            elif code == VALUE_IN_TEXT_SIZED:
-                n = sized(int(sized_rank[s]))
-                if not (text.endswith(END) and len(text) >= n + 4 and text[-n - 4] == "<"):
-                    raise FormatError(f"{where}: fact {fid}'s value of {n} characters is not in its text")
-                value = text[-n - 3:-3]
-            rows.append((fid, KINDS[int(kinds[s])], ids[0], ids[1], ids[2], value))
+        if value_code == VALUE_STRING:
+            value = string(string_base[3] + rank[10])
+        elif value_code == VALUE_IN_TEXT:
+            cut = text.rfind(SEPARATOR)
+            if cut < 0 or not text.endswith(END) or cut + len(SEPARATOR) > len(text) - len(END):
+                raise FormatError(f"{where}: fact {fid}'s value is not in its text")
+            value = text[cut + len(SEPARATOR):-len(END)]
+        elif value_code == VALUE_IN_TEXT_SIZED:
+            n = sized(rank[6])
+            if not (text.endswith(END) and len(text) >= n + 4 and text[-n - 4] == "<"):
+                raise FormatError(f"{where}: fact {fid}'s value of {n} characters is not in its text")
+            value = text[-n - 3:-3]
+        rows.append((fid, KINDS[kind], ids[0], ids[1], ids[2], value))
     return rows
 
 

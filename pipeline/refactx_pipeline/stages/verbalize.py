@@ -475,8 +475,8 @@ def pack_table(bits: int, table: pa.Table) -> pa.RecordBatch:
 
 def pack_blocks(bits: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function: a partition's block_sources rows (sorted by block, then
-    fact id) in, one PROVENANCE_BLOCKS row per block out. A block that runs on into the next
-    batch is held back until it ends."""
+    fact id; every block whole in one partition) in, one PROVENANCE_BLOCKS row per block out.
+    A block that runs on into the next batch is held back until it ends."""
     carry: pa.Table | None = None
     for batch in batches:
         if not batch.num_rows:
@@ -497,7 +497,9 @@ def provenance_blocks(provenance: DataFrame, facts: DataFrame, bits: int) -> Dat
     """One PROVENANCE_BLOCKS row per block that holds a source: its key, facts, sources and
     bytes (refactx_index.provenance.encode_block), packed on the executors."""
     sources = block_sources(provenance, facts, bits)
-    ordered = sources.repartitionByRange("block").sortWithinPartitions("block", "fact_id")
+    # hashed by block (no sampling job, as a range partitioning would run): a block is whole in
+    # one partition, which the sort streams to pack_blocks block by block
+    ordered = sources.repartition("block").sortWithinPartitions("block", "fact_id")
     return ordered.mapInArrow(functools.partial(pack_blocks, bits), PROVENANCE_BLOCKS)
 
 
