@@ -371,7 +371,8 @@ def test_spark_packs_every_kind_of_source_into_blocks_that_decode_to_it(spark, b
                                          (2 ** 63 - 1, "description", "Q2", None, None, "v")],
                                         "fact_id long, kind string, subject string, property string, "
                                         "object string, value string")
-    blocks = provenance_blocks(provenance.unionByName(end_sources), facts.unionByName(ends), bits).collect()
+    with_text = provenance.unionByName(end_sources).join(facts.unionByName(ends), "fact_id")
+    blocks = provenance_blocks(with_text, bits).collect()
     stored = {r["block"]: bytes(r["data"]) for r in blocks}
     assert len(stored) == len(blocks) and sum(r["sources"] for r in blocks) == len(sources) + 2
     by_id = {r["fact_id"]: r["text"] for r in facts.unionByName(ends).collect()}

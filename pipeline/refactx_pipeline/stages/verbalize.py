@@ -329,12 +329,15 @@ def provenance_candidates(candidates: DataFrame, graph_ids: bool = False) -> Dat
     ).dropDuplicates()
 
 
+def kept_sources(provenance: DataFrame, kept_facts: DataFrame) -> DataFrame:
+    """The provenance candidates (with their ``text``) of the facts kept: a source whose text
+    lost an id collision is dropped with its fact (its id names another text)."""
+    return provenance.join(kept_facts.select("fact_id", "text"), ["fact_id", "text"], "left_semi")
+
+
 def kept_provenance(provenance: DataFrame, kept_facts: DataFrame) -> DataFrame:
-    """The provenance rows (schema PROVENANCE) of the facts kept: a source whose text lost
-    an id collision is dropped with its fact (its id names another text)."""
-    return provenance.join(kept_facts.select("fact_id", "text"), ["fact_id", "text"], "left_semi").select(
-        *PROVENANCE.fieldNames()
-    )
+    """The provenance rows (schema PROVENANCE) of the facts kept (:func:`kept_sources`)."""
+    return kept_sources(provenance, kept_facts).select(*PROVENANCE.fieldNames())
 
 
 def statements_merged(provenance: DataFrame) -> dict[str, int]:
@@ -425,8 +428,9 @@ def _id_columns(name: str) -> list[Column]:
     ]
 
 
-def block_sources(provenance: DataFrame, facts: DataFrame, bits: int) -> DataFrame:
-    """The provenance rows as the integer columns of a block, with each row's block key: a
+def block_sources(sources: DataFrame, bits: int) -> DataFrame:
+    """The provenance candidates (PROVENANCE columns and the fact's ``text``) as the integer
+    columns of a block, with each row's block key: a
     value that the fact's text ends with (``> <value> .``: a description, a plain string
     literal) is not kept (or its length alone, when it holds a ``> <`` itself)."""
     value, text = F.col("value"), F.col("text")
@@ -437,7 +441,7 @@ def block_sources(provenance: DataFrame, facts: DataFrame, bits: int) -> DataFra
                   .when(sized, F.lit(prov.VALUE_IN_TEXT_SIZED)).otherwise(F.lit(prov.VALUE_STRING)))
     kind = F.array_position(F.array(*[F.lit(k) for k in prov.KINDS]), F.col("kind")) - 1
     block = F.shiftright(F.col("fact_id"), 64 - bits) if bits else F.lit(0).cast("long")
-    return provenance.join(facts.select("fact_id", "text"), "fact_id").select(
+    return sources.select(
         block.alias("block"), "fact_id", kind.alias("kind_code"),
         *(c for name in ("subject", "property", "object") for c in _id_columns(name)),
         value_code.alias("value_code"),
@@ -493,10 +497,11 @@ def pack_blocks(bits: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
         yield pack_table(bits, carry)
 
 
-def provenance_blocks(provenance: DataFrame, facts: DataFrame, bits: int) -> DataFrame:
-    """One PROVENANCE_BLOCKS row per block that holds a source: its key, facts, sources and
-    bytes (refactx_index.provenance.encode_block), packed on the executors."""
-    sources = block_sources(provenance, facts, bits)
+def provenance_blocks(sources: DataFrame, bits: int) -> DataFrame:
+    """One PROVENANCE_BLOCKS row per block that holds a source of ``sources`` (PROVENANCE
+    columns and the fact's ``text``): its key, facts, sources and bytes
+    (refactx_index.provenance.encode_block), packed on the executors."""
+    sources = block_sources(sources, bits)
     # hashed by block (no sampling job, as a range partitioning would run): a block is whole in
     # one partition, which the sort streams to pack_blocks block by block
     ordered = sources.repartition("block").sortWithinPartitions("block", "fact_id")
@@ -516,12 +521,12 @@ def _count_map(rows: Sequence[Any]) -> dict[str, int]:
     return {str(key): int(n) for key, n in sorted(rows, key=lambda r: str(r[0])) if key is not None}
 
 
-def write_provenance_blocks(spark: SparkSession, provenance: Path, facts: Path, out: Path,
-                            bits: int) -> dict[str, int]:
-    """Pack the written provenance into blocks keyed by the top ``bits`` bits of the fact id;
-    their counts (``bits``, ``blocks``, ``facts``, ``sources``, ``bytes``)."""
-    provenance_blocks(spark.read.parquet(str(provenance)), spark.read.parquet(str(facts)), bits).write.mode(
-        "overwrite").parquet(str(out))
+def write_provenance_blocks(sources: DataFrame, out: Path, bits: int) -> dict[str, int]:
+    """Pack the provenance candidates of the kept facts (with their ``text``) into blocks keyed
+    by the top ``bits`` bits of the fact id; their counts (``bits``, ``blocks``, ``facts``,
+    ``sources``, ``bytes``)."""
+    spark = sources.sparkSession
+    provenance_blocks(sources, bits).write.mode("overwrite").parquet(str(out))
     row = spark.read.parquet(str(out)).agg(
         F.count("*").alias("blocks"), F.sum("facts").alias("facts"), F.sum("sources").alias("sources"),
         F.sum(F.length("data")).alias("bytes")).first()
@@ -552,6 +557,7 @@ def run(ctx: StageContext) -> StageCounts:
     candidates.persist(StorageLevel.MEMORY_AND_DISK)
     out = cfg.stage_dir(STAGE) / "facts"
     provenance_out = cfg.stage_dir(STAGE) / "provenance"
+    blocks_out = cfg.stage_dir(STAGE) / "provenance_blocks"
     staged = cfg.stage_dir(STAGE) / "_deduped"
     staged_provenance = cfg.stage_dir(STAGE) / "_provenance"
     try:
@@ -572,11 +578,17 @@ def run(ctx: StageContext) -> StageCounts:
             # texts are the facts as they are, and every source is kept
             remove_tree(spark, out)
             move_tree(spark, staged, out)
-            provenance, provenance_counted = observe_outcomes(
-                provenance_candidates(candidates, graph_ids).select(*PROVENANCE.fieldNames()),
-                {"statement": is_statement})
-            provenance.write.mode("overwrite").parquet(str(provenance_out))
-            sources = provenance_counted()
+            # the sources with their texts: written as the provenance, then packed (the texts
+            # say which values need not be stored) from the same cached rows
+            with_text = provenance_candidates(candidates, graph_ids).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                provenance, provenance_counted = observe_outcomes(
+                    with_text.select(*PROVENANCE.fieldNames()), {"statement": is_statement})
+                provenance.write.mode("overwrite").parquet(str(provenance_out))
+                sources = provenance_counted()
+                blocks = write_provenance_blocks(with_text, blocks_out, prov.block_bits(distinct_texts))
+            finally:
+                with_text.unpersist()
             provenance_rows = sources.rows
             # one text, one id: the distinct ids of the statements' sources are their texts
             merged = {"sources": sources.by_outcome["statement"], "texts": distinct.by_outcome["statement"]}
@@ -585,16 +597,15 @@ def run(ctx: StageContext) -> StageCounts:
             merged = statements_merged(spark.read.parquet(str(staged_provenance)))
             kept, _ = drop_id_collisions(spark.read.parquet(str(staged)))
             kept.write.mode("overwrite").parquet(str(out))
-            kept_provenance(spark.read.parquet(str(staged_provenance)), spark.read.parquet(str(out))).write.mode(
-                "overwrite").parquet(str(provenance_out))
+            kept_with_text = kept_sources(spark.read.parquet(str(staged_provenance)), spark.read.parquet(str(out)))
+            kept_with_text.select(*PROVENANCE.fieldNames()).write.mode("overwrite").parquet(str(provenance_out))
             provenance_rows = spark.read.parquet(str(provenance_out)).count()
+            blocks = write_provenance_blocks(kept_with_text, blocks_out, prov.block_bits(distinct_texts))
     finally:
         candidates.unpersist()
         resolved.unpersist()
 
     written = spark.read.parquet(str(out))
-    blocks = write_provenance_blocks(spark, provenance_out, out, cfg.stage_dir(STAGE) / "provenance_blocks",
-                                     prov.block_bits(distinct_texts))
     by_kind_property = written.groupBy("kind", "property").count().collect()
     by_kind: dict[str, int] = {}
     by_property: dict[str, int] = {}
