@@ -298,15 +298,21 @@ def test_retention_drops_a_builds_provenance_with_its_tree(pg_dsn):
         assert not conn.execute(exists, (f"refactx.{table}",)).fetchone()[0]
 
 
-def test_graph_build_provenance_gives_the_input_rows_ids(spark, tmp_path):
+@pytest.mark.parametrize("collision_check", [False, True], ids=["no-collision", "collision-path"])
+def test_graph_build_provenance_gives_the_input_rows_ids(spark, tmp_path, monkeypatch, collision_check):
+    """``collision-path``: verbalize is told an id collides, and takes the path that drops
+    collision losers (none here) before it writes the provenance and its blocks."""
     import csv
 
     from refactx_pipeline.config import Config
     from refactx_pipeline.orchestration.pipeline import build
+    from refactx_pipeline.stages import verbalize
     from refactx_pipeline.testing.finance_example import write_example
 
     cfg = Config.load(write_example(tmp_path, companies=40, people=30), env={}).updated({
         "spark.master": "local[2]", "spark.shuffle_partitions": 4})
+    if collision_check:
+        monkeypatch.setattr(verbalize, "has_id_collision", lambda facts: True)
     build(cfg, ["graph", "verbalize"], spark=spark)
     with open(tmp_path / "triples.csv", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
