@@ -161,6 +161,9 @@ def main() -> None:
                                "facts": facts, "sources": len(rows), "stage_seconds": seconds,
                                "blocks_parquet_bytes": sum(f.stat().st_size for f in
                                                            (out / "provenance_blocks").glob("*.parquet"))}
+    # the blocks themselves, without PostgreSQL's pages (what a tiny build's figure is mostly)
+    block_bytes = json.loads((out / "counts.json").read_text())["provenance_blocks"]["bytes"]
+    figures["block_bytes_per_fact"] = round(block_bytes / facts, 2)
     with fresh_database(args.dsn, "refactx_bench_prov") as dsn:
         layouts: dict[str, Any] = {}
         found = {}
