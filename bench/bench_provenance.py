@@ -13,6 +13,8 @@ the stages'; and whether both layouts give every fact the same sources.
 
     .venv/bin/python bench/bench_provenance.py [--preset realistic] [--lines 300000] [--json out.json]
     .venv/bin/python bench/bench_provenance.py --nt ../shared/data/wikidata/truthy-2018-sample500-en.nt
+    .venv/bin/python bench/bench_provenance.py --nt ../shared/data/wikidata/truthy-2018-head10k.nt \
+        --nt ../shared/data/wikidata/truthy-2018-sample500-en.nt
 
 PostgreSQL: ``--dsn`` (an admin database) or 127.0.0.1:5432; a temporary database is created
 and dropped. ``--work``: where the dump and the stage outputs go (reused when present).
@@ -54,7 +56,7 @@ def input_config(args: argparse.Namespace, work: Path):
              "spark.conf": {"spark.ui.showConsoleProgress": "false"}}
     if args.nt:
         return Config().updated({**spark, "paths.build_root": str(work / "build"), "paths.dump_date": "extract",
-                                 "input.dumps": [str(Path(args.nt).resolve())]})
+                                 "input.dumps": [str(Path(nt).resolve()) for nt in args.nt]})
     from refactx_pipeline.testing import dumpgen
 
     dump = work / f"dump-{args.preset}-{args.lines}"
@@ -141,23 +143,26 @@ def main() -> None:
     parser.add_argument("--preset", default="realistic", choices=["realistic", "dense"],
                         help="the dump generator's preset (ignored with --nt)")
     parser.add_argument("--lines", type=int, default=300_000, help="the generated dump's lines")
-    parser.add_argument("--nt", help="a Wikidata N-Triples extract to run on instead of a generated dump")
+    parser.add_argument("--nt", action="append", help="a Wikidata N-Triples extract to run on instead of a "
+                        "generated dump (again for more: an extract without property labels needs one with them)")
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_provenance"))
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
 
-    work = Path(args.work) / (Path(args.nt).stem if args.nt else f"{args.preset}-{args.lines}")
+    work = Path(args.work) / ("+".join(Path(nt).stem for nt in args.nt) if args.nt else f"{args.preset}-{args.lines}")
     cfg = input_config(args, work)
     seconds = verbalized(cfg)
     out = cfg.stage_dir("verbalize")
     texts = {r["fact_id"]: r["text"] for r in pq.read_table(out / "facts", columns=["fact_id", "text"]).to_pylist()}
     rows = pq.read_table(out / "provenance").to_pylist()
     facts = len(texts)
+    if not facts:
+        raise SystemExit(f"{out}: verbalize wrote no facts (counts.json says why)")
     rng = random.Random(0)
     sample = rng.sample(sorted(texts.values()), min(len(texts), ANSWER_FACTS * ANSWERS))
     answers = [sample[i:i + ANSWER_FACTS] for i in range(0, len(sample), ANSWER_FACTS)]
-    figures: dict[str, Any] = {"input": args.nt or f"dumpgen --preset {args.preset} --lines {args.lines}",
+    figures: dict[str, Any] = {"input": " + ".join(args.nt) if args.nt else f"dumpgen --preset {args.preset} --lines {args.lines}",
                                "facts": facts, "sources": len(rows), "stage_seconds": seconds,
                                "blocks_parquet_bytes": sum(f.stat().st_size for f in
                                                            (out / "provenance_blocks").glob("*.parquet"))}
