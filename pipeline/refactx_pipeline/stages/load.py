@@ -355,8 +355,11 @@ def load_provenance(cfg: Config, dsn: str, conn: psycopg.Connection, build_id: i
                     "answers 'provenance unavailable'; re-run verbalize to add it)",
                     build_id, cfg.stage_dir("verbalize"))
         return {"rows": None}
-    counts = json.loads(stage_input(cfg, STAGE, "verbalize", "counts.json").read_text())
-    bits = int(counts["provenance_blocks"]["bits"])
+    counts_path = stage_input(cfg, STAGE, "verbalize", "counts.json")
+    packed = json.loads(counts_path.read_text()).get("provenance_blocks")
+    if not packed:
+        raise LoadError(f"{counts_path} does not say how verbalize packed its provenance blocks: re-run verbalize")
+    bits = int(packed["bits"])
     written = pa.concat_tables(pq.read_table(f, columns=["block", "sources"]) for f in files)
     sources = int(pc.sum(written.column("sources")).as_py() or 0)
     empty = empty_blocks(bits, written.column("block").to_numpy())

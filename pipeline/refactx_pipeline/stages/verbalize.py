@@ -430,9 +430,9 @@ def _id_columns(name: str) -> list[Column]:
 
 def block_sources(sources: DataFrame, bits: int) -> DataFrame:
     """The provenance candidates (PROVENANCE columns and the fact's ``text``) as the integer
-    columns of a block, with each row's block key: a
-    value that the fact's text ends with (``> <value> .``: a description, a plain string
-    literal) is not kept (or its length alone, when it holds a ``> <`` itself)."""
+    columns of a block, with each row's block key: a value that the fact's text ends with
+    (``> <value> .``: a description, a plain string literal) is not kept (or its length
+    alone, when it holds a ``> <`` itself)."""
     value, text = F.col("value"), F.col("text")
     last = (value.isNotNull() & ~value.contains(prov.SEPARATOR)
             & text.endswith(F.concat(F.lit(prov.SEPARATOR), value, F.lit(prov.END))))
