@@ -121,3 +121,36 @@ def random_sequences(seed: int, n: int = 300, alphabet: int = 6, max_len: int = 
     rng = random.Random(seed)
     return {tuple(rng.randrange(alphabet) * 37 + 1 for _ in range(rng.randint(1, max_len)))
             for _ in range(n)}
+
+
+def store_provenance_rows(dsn: str, build_id: int, rows: Iterable[Sequence], *, schema: str = "refactx",
+                          layout_named: bool = False) -> int:
+    """Give a loaded build its provenance in layout ``rows`` (one text row per source ``(fact_id,
+    kind, subject, property, object, value)`` in a partition of ``provenance``, a B-tree on
+    fact_id): the layout the runtime reads beside ``blocks``. ``layout_named`` False leaves the
+    catalog's ``provenance_layout`` null, as a catalog that names no layout has it. Returns the
+    rows stored."""
+    table = pgcatalog.provenance_table_name(build_id)
+    ident = sql.Identifier(schema, table)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if pgcatalog.is_attached(conn, schema, table, "provenance_blocks"):
+            conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(
+                sql.Identifier(schema, "provenance_blocks"), ident))
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident))
+        conn.execute(sql.SQL("CREATE TABLE {} (LIKE {})").format(ident, sql.Identifier(schema, "provenance")))
+        n = 0
+        with conn.transaction(), conn.cursor().copy(sql.SQL(
+                "COPY {} (build_id, fact_id, kind, subject, property, object, value) FROM STDIN").format(ident)) as copy:
+            for row in rows:
+                copy.write_row((build_id, *row))
+                n += 1
+        conn.execute(sql.SQL("CREATE INDEX {} ON {} (fact_id)").format(sql.Identifier(f"{table}_fact_id_idx"), ident))
+        conn.execute(sql.SQL("ANALYZE {}").format(ident))
+        conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK (build_id = {})").format(
+            ident, sql.Identifier(f"{table}_build_id_check"), sql.Literal(int(build_id))))
+        conn.execute(sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
+            sql.Identifier(schema, "provenance"), ident, sql.Literal(int(build_id))))
+        conn.execute(sql.SQL("UPDATE {} SET provenance_rows = %s, provenance_layout = %s, provenance_block_bits = NULL "
+                             "WHERE build_id = %s").format(sql.Identifier(schema, "builds")),
+                     (n, "rows" if layout_named else None, build_id))
+    return n

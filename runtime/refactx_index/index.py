@@ -217,9 +217,10 @@ class ServedBuild:
     fetch_rows: Callable[[list[bytes]], Mapping[bytes, bytes]]
     # every row whose prefix starts with one of the keys, in one round trip (None: not offered)
     fetch_below: Callable[[list[bytes]], Mapping[bytes, bytes]] | None = None
-    # the provenance rows (fact_id, kind, subject, property, object, value) of fact ids, in
-    # one round trip (None: the build has no provenance)
-    fetch_provenance: Callable[[list[int]], Sequence[tuple]] | None = None
+    # the provenance rows (fact_id, kind, subject, property, object, value) of fact ids (id ->
+    # the fact's text, which a packed value is rebuilt from), in one round trip (None: the
+    # build has no provenance)
+    fetch_provenance: Callable[[Mapping[int, str]], Sequence[tuple]] | None = None
     # rows fetched ahead by fetch_below, kept as stored bytes until a walk reaches them
     ahead: "ByteLRUCache[bytes, bytes]" = field(default_factory=lambda: _ahead_cache(AHEAD_CACHE_BYTES))
 
@@ -295,7 +296,7 @@ class RowTreeIndex:
         if not ids:
             return []
         self.stats.round_trips += 1
-        return group_sources(ids, build.fetch_provenance(sorted(set(ids))))
+        return group_sources(ids, build.fetch_provenance(dict(zip(ids, texts))))
 
     def _fetch(self, build: ServedBuild, keys: list[bytes]) -> Mapping[bytes, bytes]:
         self.stats.round_trips += 1

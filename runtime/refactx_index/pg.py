@@ -29,7 +29,7 @@ import logging
 import random
 import re
 import threading
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .cache import ByteLRUCache
 from .errors import (
@@ -54,7 +54,7 @@ from .index import (
     fragment_nbytes,
     key_successor,
 )
-from .provenance import Provenance
+from .provenance import LAYOUT_BLOCKS, LAYOUT_ROWS, Provenance, sources_from_blocks
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ _CATALOG_COLUMNS = (
     # read through to_jsonb: a catalog that no loader with provenance has upgraded yet lacks
     # the column, and its builds still serve (without provenance)
     "(to_jsonb(b) ->> 'provenance_rows')::bigint, "
+    "to_jsonb(b) ->> 'provenance_layout', (to_jsonb(b) ->> 'provenance_block_bits')::integer, "
     # the same for index_kind: a catalog from before path indexes holds facts only
     "coalesce(to_jsonb(b) ->> 'index_kind', 'facts')"
 )
@@ -279,7 +280,8 @@ class PgTreeIndex(RowTreeIndex):
                 f"no active build serves index {self._name!r} in schema {self._schema!r}"
             )
         (build_id, name, table, vocab, digest, vocab_size, depth, threshold, version,
-         fact_prefix, fact_suffix, facts, rows, provenance_rows, index_kind) = found[0]
+         fact_prefix, fact_suffix, facts, rows, provenance_rows, provenance_layout, provenance_block_bits,
+         index_kind) = found[0]
         if version not in READABLE_VERSIONS:
             raise FormatError(
                 f"index {name!r} (build {build_id}) is in format version {version}; "
@@ -329,13 +331,27 @@ class PgTreeIndex(RowTreeIndex):
             return {bytes(k): bytes(v) for k, v in read(query, params)}
 
         fetch_provenance = None
-        if provenance_rows is not None:
+        provenance_table = f"provenance_b{int(build_id)}"
+        # a catalog that names no layout has the rows layout (builds loaded before blocks)
+        if provenance_rows is not None and (provenance_layout or LAYOUT_ROWS) == LAYOUT_ROWS:
             provenance_query = statement(
                 "SELECT fact_id, kind, subject, property, object, value FROM {}.{} WHERE fact_id = ANY(%s::bigint[])",
-                f"provenance_b{int(build_id)}")
+                provenance_table)
 
-            def fetch_provenance(ids: list[int]) -> list[tuple]:
-                return read(provenance_query, (ids,))
+            def fetch_provenance(texts: Mapping[int, str]) -> list[tuple]:
+                return read(provenance_query, (sorted(texts),))
+        elif provenance_rows is not None:
+            blocks_query = statement("SELECT block, data FROM {}.{} WHERE block = ANY(%s::bigint[])",
+                                     provenance_table)
+            where = f"index {name!r} (build {build_id}, {provenance_table})"
+
+            def fetch_provenance(texts: Mapping[int, str]) -> list[tuple]:
+                if provenance_layout != LAYOUT_BLOCKS or provenance_block_bits is None:
+                    raise FormatError(f"{where}: provenance layout {provenance_layout!r} with block bits "
+                                      f"{provenance_block_bits}; this runtime reads {LAYOUT_ROWS!r} and "
+                                      f"{LAYOUT_BLOCKS!r} (with bits)")
+                return sources_from_blocks(texts, int(provenance_block_bits),
+                                           lambda keys: read(blocks_query, (keys,)), where)
 
         def fetch_rows(keys: list[bytes]) -> dict[bytes, bytes]:
             if len(keys) == 1:

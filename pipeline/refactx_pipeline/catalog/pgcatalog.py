@@ -146,9 +146,9 @@ def attach(conn: psycopg.Connection, schema: str, build_id: int) -> None:
 
 
 def attach_provenance(conn: psycopg.Connection, schema: str, build_id: int) -> None:
-    """B-tree on fact_id and ANALYZE, then CHECK + ATTACH to the provenance parent."""
+    """Unique B-tree on block and ANALYZE, then CHECK + ATTACH to the provenance_blocks parent."""
     table = provenance_table_name(build_id)
-    _attach(conn, schema, build_id, "attach_provenance.sql", table, f"{table}_fact_id_idx")
+    _attach(conn, schema, build_id, "attach_provenance.sql", table, f"{table}_block_key")
 
 
 def _attach(conn: psycopg.Connection, schema: str, build_id: int, sql_file: str, table: str,
@@ -186,7 +186,7 @@ def drop_build_table(conn: psycopg.Connection, schema: str, build_id: int,
     """
     table = table_name(build_id)
     provenance = provenance_table_name(build_id)
-    detach, drop, detach_provenance, drop_provenance, mark = statements(
+    detach, drop, detach_provenance_rows, detach_provenance_blocks, drop_provenance, mark = statements(
         "retire.sql", schema, table=table, provenance_table=provenance, build_id=int(build_id))
     try:
         with conn.transaction():
@@ -196,7 +196,9 @@ def drop_build_table(conn: psycopg.Connection, schema: str, build_id: int,
                 conn.execute(detach)
             conn.execute(drop)
             if is_attached(conn, schema, provenance, "provenance"):
-                conn.execute(detach_provenance)
+                conn.execute(detach_provenance_rows)
+            if is_attached(conn, schema, provenance, "provenance_blocks"):
+                conn.execute(detach_provenance_blocks)
             conn.execute(drop_provenance)
             conn.execute(mark)
     except psycopg.errors.LockNotAvailable:

@@ -83,3 +83,19 @@ CREATE TABLE IF NOT EXISTS {schema}.build_dictionaries (
     build_id    bigint PRIMARY KEY REFERENCES {schema}.builds (build_id),
     dictionary  bytea  NOT NULL
 );
+-- Where each stored fact comes from, packed (refactx_index.provenance, layout 'blocks'): the
+-- sources of the facts whose ids share their top provenance_block_bits bits are one block,
+-- keyed by those bits (fact_id >> (64 - bits), signed); one LIST partition per build,
+-- provenance_b<build_id>, with a unique B-tree on block. provenance_layout: 'blocks' here,
+-- 'rows' for a build whose provenance_b<build_id> is a partition of provenance above (one text
+-- row per source), null without provenance.
+CREATE TABLE IF NOT EXISTS {schema}.provenance_blocks (
+    build_id  bigint NOT NULL,
+    block     bigint NOT NULL,   -- the top provenance_block_bits bits of its facts' ids
+    data      bytea  NOT NULL    -- refactx_index.provenance.encode_block
+) PARTITION BY LIST (build_id);
+ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS provenance_layout text;
+ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS provenance_block_bits integer;
+-- a build loaded with provenance before the catalog named layouts has the rows layout
+UPDATE {schema}.builds SET provenance_layout = 'rows'
+ WHERE provenance_rows IS NOT NULL AND provenance_layout IS NULL;

@@ -5,10 +5,11 @@ Per vocabulary: apply ``sql/schema.sql``; clean leftovers of killed loads; inser
 from the Parquet files, the files dealt over ``cfg.pg.load_workers`` connections,
 with the PGCOPY stream pre-encoded by numpy per Arrow batch; then the unique B-tree,
 ANALYZE, CHECK + ATTACH (``refactx_pipeline.catalog.pgcatalog.attach``); record counts and bytes, status
-``loaded``. The build's provenance (``verbalize/provenance``) takes the same path into
-``{schema}.provenance_b<build_id>`` (a B-tree on fact_id, attached to ``{schema}.provenance``
-before the tree is attached); a work directory without it loads the tree alone
-(``provenance_rows`` null: lookups answer "provenance unavailable").
+``loaded``. The build's provenance blocks (``verbalize/provenance_blocks``) take the same
+path into ``{schema}.provenance_b<build_id>``, with an empty block for every key no fact falls
+in (a unique B-tree on block, attached to ``{schema}.provenance_blocks`` before the tree is
+attached); a work directory without them loads the tree alone (``provenance_rows`` null:
+lookups answer "provenance unavailable").
 The served index is never touched: activation is a separate step, and
 validate and activate are handed the build ids this stage returns (``build_ids_of``).
 A load killed half-way leaves an unattached table and a ``loading`` row whose lock is
@@ -23,7 +24,7 @@ import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import psycopg
@@ -35,6 +36,7 @@ from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import DICTIONARY_FILE, stage_input, write_counts
 from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_index import format as fmt
+from refactx_index import provenance as prov
 from refactx_pipeline.config import Config, VocabularyConfig
 from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
 from refactx_pipeline.errors import ConfigError, LoadError
@@ -47,9 +49,7 @@ STAGE = "load"
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 COPY_TRAILER = struct.pack(">h", -1)
 COPY_SQL = "COPY {schema}.{table} (build_id, prefix, node) FROM STDIN (FORMAT BINARY)"
-PROVENANCE_TEXT_COLUMNS = ("kind", "subject", "property", "object", "value")
-COPY_PROVENANCE_SQL = ("COPY {schema}.{table} (build_id, fact_id, " + ", ".join(PROVENANCE_TEXT_COLUMNS)
-                       + ") FROM STDIN (FORMAT BINARY)")
+COPY_PROVENANCE_SQL = "COPY {schema}.{table} (build_id, block, data) FROM STDIN (FORMAT BINARY)"
 BATCH_ROWS = 65536
 
 
@@ -92,35 +92,38 @@ def encode_copy_rows(build_id: int, prefix: pa.Array, node: pa.Array) -> memoryv
     return memoryview(rows.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
 
-_PROVENANCE_HEAD = np.dtype([("fields", ">i2"), ("id_len", ">i4"), ("build_id", ">i8"),
-                             ("fact_id_len", ">i4"), ("fact_id", ">i8")])
+_BLOCK_HEAD = np.dtype([("fields", ">i2"), ("id_len", ">i4"), ("build_id", ">i8"),
+                        ("block_len", ">i4"), ("block", ">i8"), ("data_len", ">i4")])
 
 
-def encode_provenance_rows(build_id: int, batch: pa.RecordBatch) -> memoryview:
-    """PGCOPY binary tuples ``(build_id int8, fact_id int8, kind, subject, property, object,
-    value text)`` for a batch of verbalize/provenance rows (null texts as COPY's -1 length);
-    vectorized like :func:`encode_copy_rows`. No header/trailer."""
-    n = batch.num_rows
-    fact_id = batch.column("fact_id")
-    if fact_id.null_count:
-        raise LoadError("provenance fact_id must not contain nulls")
-    head = np.empty(n, dtype=_PROVENANCE_HEAD)
-    head["fields"], head["id_len"], head["build_id"] = 2 + len(PROVENANCE_TEXT_COLUMNS), 8, build_id
-    head["fact_id_len"], head["fact_id"] = 8, fact_id.to_numpy(zero_copy_only=False)
-    parts = [_fixed_width_binary(head.view(np.uint8), _PROVENANCE_HEAD.itemsize)]
-    for name in PROVENANCE_TEXT_COLUMNS:
-        text = batch.column(name).cast(pa.large_binary())
-        length = pc.fill_null(pc.binary_length(text), -1).to_numpy(zero_copy_only=False).astype(">i4")
-        parts += [_fixed_width_binary(length.view(np.uint8), 4), pc.fill_null(text, b"")]
-    rows = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
+def encode_block_rows(build_id: int, block: pa.Array, data: pa.Array) -> memoryview:
+    """PGCOPY binary tuples ``(build_id int8, block int8, data bytea)`` for a batch of
+    provenance blocks; vectorized like :func:`encode_copy_rows`. No header/trailer."""
+    if block.null_count or data.null_count:
+        raise LoadError("provenance block/data columns must not contain nulls")
+    n = len(block)
+    head = np.empty(n, dtype=_BLOCK_HEAD)
+    head["fields"], head["id_len"], head["build_id"], head["block_len"] = 3, 8, build_id, 8
+    head["block"] = block.to_numpy(zero_copy_only=False)
+    head["data_len"] = pc.binary_length(data).to_numpy(zero_copy_only=False)
+    rows = pc.binary_join_element_wise(
+        _fixed_width_binary(head.view(np.uint8), _BLOCK_HEAD.itemsize), data.cast(pa.large_binary()),
+        pa.scalar(b"", pa.large_binary()),
+    )
     offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[rows.offset : rows.offset + n + 1]
     return memoryview(rows.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
 
-def _copy_batches(dsn: str, schema: str, table: str, copy_sql: str, paths: list[Path], columns: list[str],
-                  encode, batch_rows: int) -> int:
-    """COPY Parquet files into ``table`` over one connection, one COPY statement and one
-    transaction, each Arrow batch encoded by ``encode(batch)``; returns the rows copied."""
+def parquet_batches(paths: list[Path], columns: list[str], batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """The ``columns`` of Parquet files, batch by batch."""
+    for path in paths:
+        yield from pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns)
+
+
+def _copy_batches(dsn: str, schema: str, table: str, copy_sql: str, batches: Iterable[pa.RecordBatch],
+                  encode) -> int:
+    """COPY Arrow batches into ``table`` over one connection, one COPY statement and one
+    transaction, each batch encoded by ``encode(batch)``; returns the rows copied."""
     stmt = psycopg.sql.SQL(copy_sql).format(
         schema=psycopg.sql.Identifier(schema), table=psycopg.sql.Identifier(table)
     )
@@ -128,11 +131,9 @@ def _copy_batches(dsn: str, schema: str, table: str, copy_sql: str, paths: list[
     with connect(dsn, statement_timeout_ms=STAGE_STATEMENT_TIMEOUT_MS) as conn, conn.cursor() as cur:
         with cur.copy(stmt) as copy:
             copy.write(COPY_HEADER)
-            for path in paths:
-                pf = pq.ParquetFile(path)
-                for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
-                    copy.write(encode(batch))
-                    rows += batch.num_rows
+            for batch in batches:
+                copy.write(encode(batch))
+                rows += batch.num_rows
             copy.write(COPY_TRAILER)
         if cur.rowcount != rows:
             raise LoadError(f"COPY stored {cur.rowcount} rows, expected {rows}")
@@ -141,16 +142,16 @@ def _copy_batches(dsn: str, schema: str, table: str, copy_sql: str, paths: list[
 
 def copy_files(dsn: str, schema: str, build_id: int, paths: list[Path], batch_rows: int = BATCH_ROWS) -> int:
     """COPY Parquet prefix rows into the build's tree table; returns the rows copied."""
-    return _copy_batches(dsn, schema, pgcatalog.table_name(build_id), COPY_SQL, paths, ["prefix", "node"],
-                         lambda batch: encode_copy_rows(build_id, batch.column(0), batch.column(1)), batch_rows)
+    return _copy_batches(dsn, schema, pgcatalog.table_name(build_id), COPY_SQL,
+                         parquet_batches(paths, ["prefix", "node"], batch_rows),
+                         lambda batch: encode_copy_rows(build_id, batch.column(0), batch.column(1)))
 
 
-def copy_provenance_files(dsn: str, schema: str, build_id: int, paths: list[Path],
-                          batch_rows: int = BATCH_ROWS) -> int:
-    """COPY verbalize/provenance Parquet into the build's provenance table; returns the rows."""
-    return _copy_batches(dsn, schema, pgcatalog.provenance_table_name(build_id), COPY_PROVENANCE_SQL, paths,
-                         ["fact_id", *PROVENANCE_TEXT_COLUMNS], lambda batch: encode_provenance_rows(build_id, batch),
-                         batch_rows)
+def copy_provenance_blocks(dsn: str, schema: str, build_id: int, batches: Iterable[pa.RecordBatch]) -> int:
+    """COPY provenance blocks (``block``, ``data`` batches) into the build's provenance table;
+    returns the blocks copied."""
+    return _copy_batches(dsn, schema, pgcatalog.provenance_table_name(build_id), COPY_PROVENANCE_SQL, batches,
+                         lambda batch: encode_block_rows(build_id, batch.column("block"), batch.column("data")))
 
 
 def copy_in_parallel(cfg: Config, files: list[Path], copy_group: "Callable[[list[Path]], int]") -> int:
@@ -176,10 +177,25 @@ def split_files(files: list[Path], parts: int) -> list[list[Path]]:
 
 
 def provenance_files(cfg: Config) -> list[Path]:
-    """The verbalize stage's provenance Parquet files; none when it wrote none (a work
-    directory verbalized before provenance existed: the build loads without it)."""
-    directory = cfg.stage_dir("verbalize") / "provenance"
+    """The verbalize stage's provenance blocks (Parquet); none when it wrote none (a work
+    directory verbalized before provenance was packed: the build loads without it)."""
+    directory = cfg.stage_dir("verbalize") / "provenance_blocks"
     return sorted(p for p in directory.glob("*.parquet") if p.stat().st_size) if directory.is_dir() else []
+
+
+def empty_blocks(bits: int, stored: np.ndarray) -> pa.RecordBatch:
+    """A block without sources for every key of a build with ``bits`` that ``stored`` (the keys
+    verbalize wrote, each once) lacks: every key has a block, so a lookup that finds none
+    knows the build is damaged."""
+    keys = prov.block_keys(bits)
+    if len(np.unique(stored)) != len(stored):
+        raise LoadError("verbalize/provenance_blocks holds a block key twice")
+    if len(stored) and (int(stored.min()) < keys.start or int(stored.max()) >= keys.stop):
+        raise LoadError(f"verbalize/provenance_blocks holds a block key outside the {bits} bits its counts say")
+    missing = np.setdiff1d(np.arange(keys.start, keys.stop, dtype=np.int64), stored, assume_unique=True)
+    empty = [prov.encode_block(int(k), bits, np.zeros(0, np.int64), np.zeros(0), np.zeros((3, 0)), np.zeros((3, 0)),
+                               np.zeros(0), np.zeros(0), []) for k in missing]
+    return pa.RecordBatch.from_pydict({"block": pa.array(missing, pa.int64()), "data": pa.array(empty, pa.binary())})
 
 
 def parquet_files(rows_dir: Path) -> list[Path]:
@@ -296,7 +312,8 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
             pgcatalog.set_status(
                 conn, schema, build_id, "loaded",
                 rows=copied, facts=facts, table_bytes=table_bytes, index_bytes=index_bytes,
-                provenance_rows=provenance["rows"], loaded_at=_now(conn),
+                provenance_rows=provenance["rows"], provenance_layout=provenance.get("layout"),
+                provenance_block_bits=provenance.get("block_bits"), loaded_at=_now(conn),
             )
         except BaseException as exc:
             # a clean failure: drop the table, keep the row as history
@@ -325,30 +342,40 @@ def load_vocabulary(cfg: Config, dsn: str, vocab: VocabularyConfig) -> dict[str,
 
 
 def load_provenance(cfg: Config, dsn: str, conn: psycopg.Connection, build_id: int) -> dict[str, Any]:
-    """COPY the build's provenance, index and attach it; its rows, bytes and seconds (rows
-    None: the work directory has no provenance, the table stays empty and unattached and is
-    dropped with the build)."""
+    """COPY the build's provenance blocks, index and attach them; their sources (``rows``),
+    layout, block bits, blocks, bytes and seconds (rows None: the work directory has no
+    provenance, the table stays empty and unattached and is dropped with the build)."""
     schema = cfg.pg.schema
     files = provenance_files(cfg)
     if not files and cfg.input.facts:  # fact texts name no entities: nothing to trace
         log.info("build %d: fact texts (input.facts) carry no provenance", build_id)
         return {"rows": None}
     if not files:
-        log.warning("build %d: %s has no provenance: loaded without it (facts lookup answers "
-                    "'provenance unavailable'; re-run verbalize to add it)",
+        log.warning("build %d: %s has no provenance blocks: loaded without provenance (facts lookup "
+                    "answers 'provenance unavailable'; re-run verbalize to add it)",
                     build_id, cfg.stage_dir("verbalize"))
         return {"rows": None}
-    expected = parquet_row_count(files)
+    counts_path = stage_input(cfg, STAGE, "verbalize", "counts.json")
+    packed = json.loads(counts_path.read_text()).get("provenance_blocks")
+    if not packed:
+        raise LoadError(f"{counts_path} does not say how verbalize packed its provenance blocks: re-run verbalize")
+    bits = int(packed["bits"])
+    written = pa.concat_tables(pq.read_table(f, columns=["block", "sources"]) for f in files)
+    sources = int(pc.sum(written.column("sources")).as_py() or 0)
+    empty = empty_blocks(bits, written.column("block").to_numpy())
     started = time.monotonic()
-    copied = copy_in_parallel(cfg, files, lambda group: copy_provenance_files(dsn, schema, build_id, group))
+    copied = copy_in_parallel(cfg, files, lambda group: copy_provenance_blocks(
+        dsn, schema, build_id, parquet_batches(group, ["block", "data"])))
+    copied += copy_provenance_blocks(dsn, schema, build_id, [empty])
     copy_s = time.monotonic() - started
-    if copied != expected:
-        raise LoadError(f"copied {copied} provenance rows, the Parquet holds {expected}")
+    if copied != written.num_rows + empty.num_rows or copied != len(prov.block_keys(bits)):
+        raise LoadError(f"copied {copied} provenance blocks, the build has {len(prov.block_keys(bits))}")
     pgcatalog.attach_provenance(conn, schema, build_id)
     table = pgcatalog.provenance_table_name(build_id)
     pgcatalog.grant_reader(conn, schema, cfg.pg.reader_role, table)
     table_bytes, index_bytes = pgcatalog.relation_bytes(conn, schema, table)
-    return {"rows": copied, "table_bytes": table_bytes, "index_bytes": index_bytes,
+    return {"rows": sources, "layout": prov.LAYOUT_BLOCKS, "block_bits": bits, "blocks": copied,
+            "empty_blocks": empty.num_rows, "table_bytes": table_bytes, "index_bytes": index_bytes,
             "copy_seconds": round(copy_s, 3), "attach_seconds": round(time.monotonic() - started - copy_s, 3)}
 
 

@@ -11,15 +11,20 @@ cannot be verbalized (a label is missing, a literal does not parse) is dropped
 and counted by reason in ``verbalize/counts.json``.
 
 Outputs: ``verbalize/facts`` (schema FACTS), ``verbalize/provenance`` (schema PROVENANCE:
-one row per kept fact and source; docs/provenance.md) and ``verbalize/counts.json``.
+one row per kept fact and source; docs/provenance.md), ``verbalize/provenance_blocks`` (schema
+PROVENANCE_BLOCKS: those sources packed into the blocks the load stage stores) and
+``verbalize/counts.json``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
+import numpy as np
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,6 +36,7 @@ from refactx_pipeline.common import (ingest_stage, move_tree, observe_outcomes, 
                                      write_counts)
 from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import FACTS, PROVENANCE
+from refactx_index import provenance as prov
 
 log = logging.getLogger(__name__)
 
@@ -323,12 +329,15 @@ def provenance_candidates(candidates: DataFrame, graph_ids: bool = False) -> Dat
     ).dropDuplicates()
 
 
+def kept_sources(provenance: DataFrame, kept_facts: DataFrame) -> DataFrame:
+    """The provenance candidates (with their ``text``) of the facts kept: a source whose text
+    lost an id collision is dropped with its fact (its id names another text)."""
+    return provenance.join(kept_facts.select("fact_id", "text"), ["fact_id", "text"], "left_semi")
+
+
 def kept_provenance(provenance: DataFrame, kept_facts: DataFrame) -> DataFrame:
-    """The provenance rows (schema PROVENANCE) of the facts kept: a source whose text lost
-    an id collision is dropped with its fact (its id names another text)."""
-    return provenance.join(kept_facts.select("fact_id", "text"), ["fact_id", "text"], "left_semi").select(
-        *PROVENANCE.fieldNames()
-    )
+    """The provenance rows (schema PROVENANCE) of the facts kept (:func:`kept_sources`)."""
+    return kept_sources(provenance, kept_facts).select(*PROVENANCE.fieldNames())
 
 
 def statements_merged(provenance: DataFrame) -> dict[str, int]:
@@ -403,6 +412,102 @@ def fact_candidates(
     return candidates, resolved
 
 
+# ---------------------------------------------------------------- provenance blocks
+PROVENANCE_BLOCKS = "block long, facts int, sources int, data binary"
+
+
+def _id_columns(name: str) -> list[Column]:
+    """An id as a block stores it (refactx_index.provenance.split_id): code, number, text."""
+    value = F.col(name)
+    wikidata = value.rlike(prov.WIKIDATA_ID_PATTERN)
+    return [
+        F.when(value.isNull(), F.lit(prov.CODE_NULL)).when(wikidata, F.ascii(value) - 64)
+        .otherwise(F.lit(prov.CODE_STRING)).alias(f"{name}_code"),
+        F.when(wikidata, F.substring(value, 2, 18).cast("long")).otherwise(F.lit(0)).alias(f"{name}_number"),
+        F.when(value.isNotNull() & ~wikidata, value).alias(f"{name}_text"),
+    ]
+
+
+def block_sources(sources: DataFrame, bits: int) -> DataFrame:
+    """The provenance candidates (PROVENANCE columns and the fact's ``text``) as the integer
+    columns of a block, with each row's block key: a value that the fact's text ends with
+    (``> <value> .``: a description, a plain string literal) is not kept (or its length
+    alone, when it holds a ``> <`` itself)."""
+    value, text = F.col("value"), F.col("text")
+    last = (value.isNotNull() & ~value.contains(prov.SEPARATOR)
+            & text.endswith(F.concat(F.lit(prov.SEPARATOR), value, F.lit(prov.END))))
+    sized = value.isNotNull() & text.endswith(F.concat(F.lit("<"), value, F.lit(prov.END)))
+    value_code = (F.when(value.isNull(), F.lit(prov.VALUE_NULL)).when(last, F.lit(prov.VALUE_IN_TEXT))
+                  .when(sized, F.lit(prov.VALUE_IN_TEXT_SIZED)).otherwise(F.lit(prov.VALUE_STRING)))
+    kind = F.array_position(F.array(*[F.lit(k) for k in prov.KINDS]), F.col("kind")) - 1
+    block = F.shiftright(F.col("fact_id"), 64 - bits) if bits else F.lit(0).cast("long")
+    return sources.select(
+        block.alias("block"), "fact_id", kind.alias("kind_code"),
+        *(c for name in ("subject", "property", "object") for c in _id_columns(name)),
+        value_code.alias("value_code"),
+        F.when(sized, F.length(value)).otherwise(F.lit(0)).alias("value_length"),
+        F.when(~sized, value).alias("value_text"),
+    )
+
+
+def pack_table(bits: int, table: pa.Table) -> pa.RecordBatch:
+    """PROVENANCE_BLOCKS rows of whole blocks (``table``: block_sources rows sorted by block,
+    then fact id): numpy per block, one zstd frame each."""
+    table = table.combine_chunks()
+    keys = table.column("block").to_numpy()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    ends = np.r_[starts[1:], len(keys)]
+    number = {c: table.column(c).to_numpy() for c in (
+        "fact_id", "kind_code", "value_code", "value_length",
+        *(f"{n}_{part}" for n in ("subject", "property", "object") for part in ("code", "number")))}
+    texts = [table.column(f"{n}_text") for n in ("subject", "property", "object", "value")]
+    codes = np.stack([number[f"{n}_code"] for n in ("subject", "property", "object")]).astype(np.uint64)
+    numbers = np.stack([number[f"{n}_number"] for n in ("subject", "property", "object")]).astype(np.uint64)
+    out: dict[str, list] = {"block": [], "facts": [], "sources": [], "data": []}
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        ids = number["fact_id"][a:b]
+        strings = [s for t in texts for s in t.slice(a, b - a).drop_null().to_pylist()]
+        out["block"].append(int(keys[a]))
+        out["facts"].append(int(np.count_nonzero(np.r_[True, ids[1:] != ids[:-1]])))
+        out["sources"].append(b - a)
+        out["data"].append(prov.encode_block(
+            int(keys[a]), bits, ids, number["kind_code"][a:b], codes[:, a:b], numbers[:, a:b],
+            number["value_code"][a:b], number["value_length"][a:b], strings))
+    return pa.RecordBatch.from_pydict(out, schema=pa.schema(
+        [("block", pa.int64()), ("facts", pa.int32()), ("sources", pa.int32()), ("data", pa.binary())]))
+
+
+def pack_blocks(bits: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: a partition's block_sources rows (sorted by block, then
+    fact id; every block whole in one partition) in, one PROVENANCE_BLOCKS row per block out.
+    A block that runs on into the next batch is held back until it ends."""
+    carry: pa.Table | None = None
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        table = pa.Table.from_batches([batch])
+        if carry is not None:
+            table = pa.concat_tables([carry, table])
+        keys = table.column("block").to_numpy()
+        last = int(np.searchsorted(keys, keys[-1]))  # where the last block starts: keys are sorted
+        if last:
+            yield pack_table(bits, table.slice(0, last))
+        carry = table.slice(last)
+    if carry is not None and carry.num_rows:
+        yield pack_table(bits, carry)
+
+
+def provenance_blocks(sources: DataFrame, bits: int) -> DataFrame:
+    """One PROVENANCE_BLOCKS row per block that holds a source of ``sources`` (PROVENANCE
+    columns and the fact's ``text``): its key, facts, sources and bytes
+    (refactx_index.provenance.encode_block), packed on the executors."""
+    sources = block_sources(sources, bits)
+    # hashed by block (no sampling job, as a range partitioning would run): a block is whole in
+    # one partition, which the sort streams to pack_blocks block by block
+    ordered = sources.repartition("block").sortWithinPartitions("block", "fact_id")
+    return ordered.mapInArrow(functools.partial(pack_blocks, bits), PROVENANCE_BLOCKS)
+
+
 # ---------------------------------------------------------------- job
 def _read(spark: SparkSession, path: Path) -> DataFrame | None:
     """An optional input: absent, its facts are skipped."""
@@ -414,6 +519,18 @@ def _read(spark: SparkSession, path: Path) -> DataFrame | None:
 
 def _count_map(rows: Sequence[Any]) -> dict[str, int]:
     return {str(key): int(n) for key, n in sorted(rows, key=lambda r: str(r[0])) if key is not None}
+
+
+def write_provenance_blocks(sources: DataFrame, out: Path, bits: int) -> dict[str, int]:
+    """Pack the provenance candidates of the kept facts (with their ``text``) into blocks keyed
+    by the top ``bits`` bits of the fact id; their counts (``bits``, ``blocks``, ``facts``,
+    ``sources``, ``bytes``)."""
+    spark = sources.sparkSession
+    provenance_blocks(sources, bits).write.mode("overwrite").parquet(str(out))
+    row = spark.read.parquet(str(out)).agg(
+        F.count("*").alias("blocks"), F.sum("facts").alias("facts"), F.sum("sources").alias("sources"),
+        F.sum(F.length("data")).alias("bytes")).first()
+    return {"bits": bits, **{k: int(row[k] or 0) for k in ("blocks", "facts", "sources", "bytes")}}
 
 
 def run(ctx: StageContext) -> StageCounts:
@@ -440,6 +557,7 @@ def run(ctx: StageContext) -> StageCounts:
     candidates.persist(StorageLevel.MEMORY_AND_DISK)
     out = cfg.stage_dir(STAGE) / "facts"
     provenance_out = cfg.stage_dir(STAGE) / "provenance"
+    blocks_out = cfg.stage_dir(STAGE) / "provenance_blocks"
     staged = cfg.stage_dir(STAGE) / "_deduped"
     staged_provenance = cfg.stage_dir(STAGE) / "_provenance"
     try:
@@ -460,11 +578,17 @@ def run(ctx: StageContext) -> StageCounts:
             # texts are the facts as they are, and every source is kept
             remove_tree(spark, out)
             move_tree(spark, staged, out)
-            provenance, provenance_counted = observe_outcomes(
-                provenance_candidates(candidates, graph_ids).select(*PROVENANCE.fieldNames()),
-                {"statement": is_statement})
-            provenance.write.mode("overwrite").parquet(str(provenance_out))
-            sources = provenance_counted()
+            # the sources with their texts: written as the provenance, then packed (the texts
+            # say which values need not be stored) from the same cached rows
+            with_text = provenance_candidates(candidates, graph_ids).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                provenance, provenance_counted = observe_outcomes(
+                    with_text.select(*PROVENANCE.fieldNames()), {"statement": is_statement})
+                provenance.write.mode("overwrite").parquet(str(provenance_out))
+                sources = provenance_counted()
+                blocks = write_provenance_blocks(with_text, blocks_out, prov.block_bits(distinct_texts))
+            finally:
+                with_text.unpersist()
             provenance_rows = sources.rows
             # one text, one id: the distinct ids of the statements' sources are their texts
             merged = {"sources": sources.by_outcome["statement"], "texts": distinct.by_outcome["statement"]}
@@ -473,9 +597,10 @@ def run(ctx: StageContext) -> StageCounts:
             merged = statements_merged(spark.read.parquet(str(staged_provenance)))
             kept, _ = drop_id_collisions(spark.read.parquet(str(staged)))
             kept.write.mode("overwrite").parquet(str(out))
-            kept_provenance(spark.read.parquet(str(staged_provenance)), spark.read.parquet(str(out))).write.mode(
-                "overwrite").parquet(str(provenance_out))
+            kept_with_text = kept_sources(spark.read.parquet(str(staged_provenance)), spark.read.parquet(str(out)))
+            kept_with_text.select(*PROVENANCE.fieldNames()).write.mode("overwrite").parquet(str(provenance_out))
             provenance_rows = spark.read.parquet(str(provenance_out)).count()
+            blocks = write_provenance_blocks(kept_with_text, blocks_out, prov.block_bits(distinct_texts))
     finally:
         candidates.unpersist()
         resolved.unpersist()
@@ -505,6 +630,7 @@ def run(ctx: StageContext) -> StageCounts:
         "facts": facts_out,
         "distinct_texts": distinct_texts,
         "provenance_rows": provenance_rows,
+        "provenance_blocks": blocks,
         "by_kind": dict(sorted(by_kind.items())),
         "by_property": dict(sorted(by_property.items())),
         "inputs": {
@@ -513,6 +639,9 @@ def run(ctx: StageContext) -> StageCounts:
             "sitelinks": sitelinks is not None,
         },
     }
+    if (blocks["facts"], blocks["sources"]) != (facts_out, provenance_rows):
+        raise RuntimeError(f"the provenance blocks hold {blocks['facts']} facts and {blocks['sources']} sources; "
+                           f"verbalize wrote {facts_out} facts and {provenance_rows} sources")
     remove_tree(spark, staged)
     remove_tree(spark, staged_provenance)
     write_counts(cfg, STAGE, counts)
