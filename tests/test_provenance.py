@@ -283,13 +283,16 @@ def test_builds_shows_the_trees_and_the_provenances_bytes_and_their_total(built,
     (shown,) = [b for b in json.loads(capsys.readouterr().out)["builds"] if b["build_id"] == build_id]
     with psycopg.connect(module_db) as conn:
         on_disk = {}
-        for part in ("tree", "provenance"):
-            (partition,) = conn.execute(f"SELECT DISTINCT tableoid::regclass::text FROM {schema}.{part} "
-                                        "WHERE build_id = %s", (build_id,)).fetchone()
+        # the provenance partition hangs under `provenance` or `provenance_blocks` by its layout:
+        # found by its name; the tree's through the rows it holds
+        (tree_partition,) = conn.execute(f"SELECT DISTINCT tableoid::regclass::text FROM {schema}.tree "
+                                         "WHERE build_id = %s", (build_id,)).fetchone()
+        for part, partition in (("tree", tree_partition), ("provenance", f"{schema}.provenance_b{build_id}")):
             on_disk[part] = conn.execute(
                 "SELECT pg_table_size(r), pg_indexes_size(r), pg_total_relation_size(r) FROM (SELECT %s::regclass AS r) p",
                 (partition,)).fetchone()
-            assert conn.execute("SELECT pg_total_relation_size(%s::regclass)", (f"{schema}.{part}",)).fetchone() == (0,)
+        for parent in ("tree", "provenance", "provenance_blocks"):
+            assert conn.execute("SELECT pg_total_relation_size(%s::regclass)", (f"{schema}.{parent}",)).fetchone() == (0,)
     disk = shown["disk"]
     for part, (table, index, total) in on_disk.items():
         assert (disk[part]["table"], disk[part]["index"], disk[part]["bytes"]) == (table, index, total), part
