@@ -119,15 +119,15 @@ def test_a_database_that_cannot_answer_fails_fast_in_one_line_without_its_passwo
 
     tokenizer = str(model_directory("smollm2") / "tokenizer.json")
     dsn = dsn.format(closed=_free_port())
-    started = time.monotonic()
     run = subprocess.run([REFACTX, *[a.format(tokenizer=tokenizer) for a in command]],
                          env=_env(REFACTX_DSN=dsn), capture_output=True, text=True, timeout=120)
-    took = time.monotonic() - started
     assert run.returncode == 1, run.stderr
     assert "hunter2" not in run.stderr + run.stdout
-    lines = run.stderr.strip().splitlines()
+    lines = run.stderr.strip().splitlines()  # one line: no pool warning before it
     assert len(lines) == 1 and "cannot connect to PostgreSQL" in lines[0], run.stderr
-    assert took < 8, (took, run.stderr)  # not the 10 s connect timeout of a transient failure
+    # refused at the first attempt, not after the pool's connect timeout
+    assert "not retried" in lines[0] or "malformed" in lines[0], lines[0]
+    assert "within" not in lines[0], lines[0]
 
 
 class _Proxy:
@@ -227,16 +227,18 @@ def test_ready_and_requests_follow_the_database(pg_dsn):
         assert httpx.get(url + "/ready").status_code == 200
         assert httpx.post(url + "/v1/chat/completions", json=body, timeout=120).status_code == 200
         proxy.cut()
-        t0 = time.monotonic()
         r = httpx.get(url + "/ready", timeout=30)
-        assert time.monotonic() - t0 < 5  # the 1 s check, not the 3 s connect timeout
         assert r.status_code == 503 and r.headers["retry-after"] and r.json()["status"] == "not ready"
         assert "kg" in r.json()["indexes"]
         r = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
         assert r.status_code == 503 and r.headers["retry-after"]
         assert r.json()["error"]["type"] == "database_unavailable"
         proxy.start()
-        assert httpx.get(url + "/ready", timeout=30).status_code == 200
+        # as an orchestrator's probe does: ask until ready (each check waits at most 1 s for
+        # the pool, which reconnects with its own backoff)
+        back_by = time.monotonic() + 60
+        while httpx.get(url + "/ready", timeout=30).status_code != 200:
+            assert time.monotonic() < back_by, "not ready a minute after the database came back"
         assert httpx.post(url + "/v1/chat/completions", json=body, timeout=120).status_code == 200
     finally:
         srv.should_exit = True

@@ -295,7 +295,7 @@ def test_fuzzed_requests_never_get_a_500_and_the_next_good_request_succeeds(engi
 
     with serving(engine, ServerSettings(default_index="sample", max_new_tokens=3)) as fuzz_url, \
             httpx.Client(timeout=300) as http:
-        @settings(max_examples=150, deadline=None, derandomize=True,
+        @settings(max_examples=60, deadline=None, derandomize=True,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
         @given(_fuzzed_requests())
         def check(drawn):

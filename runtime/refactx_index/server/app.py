@@ -168,7 +168,7 @@ def check_fields(body: dict[str, Any], chat: bool) -> None:
                 continue
             raise _Refused(400, f"{name!r} is not supported by this server (docs/server-api.md)",
                            "unsupported_field")
-        raise _Refused(400, f"unknown field {_text(name, 'a field name')!r}; this endpoint reads "
+        raise _Refused(400, f"unknown field {_text(name, 'a field name')[:40]!r}; this endpoint reads "
                             f"{sorted(known)}", "unknown_field")
     n = _integer(body, "n")
     if n is not None and n != 1:

@@ -97,7 +97,10 @@ class _Rows:
         for r, job in enumerate(jobs):
             if job.temperature > 0:
                 gen = torch.Generator()
-                gen.manual_seed(job.seed if job.seed is not None else int(torch.seed()))
+                if job.seed is not None:
+                    gen.manual_seed(job.seed)
+                else:
+                    gen.seed()  # its own random seed; torch's global generator is left alone
                 self.generators[r] = gen
 
     def __call__(self, input_ids, scores):  # the logits processor
