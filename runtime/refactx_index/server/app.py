@@ -311,7 +311,8 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             raise _Refused(404, f"unknown model {model[:80]!r}; this server serves {settings.model_name!r}",
                            "model_not_found")
 
-    def job_for(body: dict[str, Any], prompt_ids: list[int], index: str | None) -> Job:
+    def decoding(body: dict[str, Any]) -> dict[str, Any]:
+        """The request's token limit and sampling, checked (before any tokenizing)."""
         max_tokens = _integer(body, "max_tokens")
         if max_tokens is None:
             max_tokens = _integer(body, "max_completion_tokens")
@@ -320,12 +321,6 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
         if not 1 <= max_tokens <= settings.max_new_tokens:
             raise _Refused(422, f"max_tokens must be 1..{settings.max_new_tokens}, not {max_tokens}",
                            "invalid_max_tokens")
-        if len(prompt_ids) > prompt_limit:
-            raise _Refused(413, f"the prompt has {len(prompt_ids)} tokens; the limit is {prompt_limit} "
-                                "(refactx serve --max-prompt-tokens)", "prompt_too_long")
-        if context is not None and len(prompt_ids) + max_tokens > context:
-            raise _Refused(400, f"the prompt's {len(prompt_ids)} tokens and max_tokens {max_tokens} are over "
-                                f"the model's context of {context} tokens", "context_length_exceeded")
         temperature = _number(body, "temperature")
         temperature = 0.0 if temperature is None else temperature
         if temperature < 0:
@@ -337,8 +332,17 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
         seed = _integer(body, "seed")
         if seed is not None and not 0 <= seed < 1 << 63:
             raise _Refused(400, "seed must be in 0..2**63-1", "invalid_request")
-        return Job(prompt_ids=prompt_ids, index=index, max_new_tokens=max_tokens, temperature=temperature,
-                   top_p=top_p, seed=seed, deadline=time.monotonic() + settings.request_timeout_s)
+        return {"max_new_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
+
+    def job_for(prompt_ids: list[int], index: str | None, params: dict[str, Any]) -> Job:
+        if len(prompt_ids) > prompt_limit:
+            raise _Refused(413, f"the prompt has {len(prompt_ids)} tokens; the limit is {prompt_limit} "
+                                "(refactx serve --max-prompt-tokens)", "prompt_too_long")
+        if context is not None and len(prompt_ids) + params["max_new_tokens"] > context:
+            raise _Refused(400, f"the prompt's {len(prompt_ids)} tokens and max_tokens {params['max_new_tokens']} "
+                                f"are over the model's context of {context} tokens", "context_length_exceeded")
+        return Job(prompt_ids=prompt_ids, index=index, deadline=time.monotonic() + settings.request_timeout_s,
+                   **params)
 
     def chat_turns(body: dict[str, Any], index: str | None) -> list[dict[str, str]]:
         turns = chat_messages(body)
@@ -414,6 +418,7 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             check_fields(body, chat)
             check_model(body)
             index = index_of(body)
+            params = decoding(body)
             turns = chat_turns(body, index) if chat else None
             if not chat:
                 _text(body.get("prompt"), "prompt")
@@ -421,7 +426,7 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
                     raise _Refused(400, "prompt must be a non-empty string", "invalid_request")
             # a long prompt is tokenized off the event loop: other clients are answered meanwhile
             prompt_ids = await asyncio.to_thread(encode, chat, body, turns)
-            job = job_for(body, prompt_ids, index)
+            job = job_for(prompt_ids, index, params)
             if index is not None:
                 down = await database_down(index)
                 if down is not None:
