@@ -176,6 +176,10 @@ class _Proxy:
                     pass
 
     def cut(self) -> None:
+        try:  # wakes the accept() under way (a close alone would leave it accepting)
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.listener.close()
         with self.lock:
             conns, self.conns = self.conns, []
