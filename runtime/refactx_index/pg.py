@@ -222,9 +222,9 @@ def dsn_secrets(dsn: str) -> list[str]:
 
 
 def scrub(message: str, dsn: str) -> str:
-    """``message`` with the password of ``dsn`` replaced by ``***``."""
+    """``message`` with the password of ``dsn`` replaced by ``****``."""
     for secret in sorted(dsn_secrets(dsn), key=len, reverse=True):
-        message = message.replace(secret, "***")
+        message = message.replace(secret, "****")
     return message
 
 
