@@ -122,8 +122,7 @@ def test_the_default_prompt_limit_is_the_context_less_the_longest_answer(engine)
 
 
 def test_a_row_past_its_deadline_stops_at_its_next_token(engine):
-    from refactx_index.server.engine import Job
-    from refactx_index.server.engine import encode_chat
+    from refactx_index.server.engine import Job, encode_chat
 
     ids = encode_chat(engine.tokenizer, [{"role": "user", "content": "Tell me a long story."}])
     late = Job(prompt_ids=ids, index=None, max_new_tokens=64, deadline=time.monotonic())
