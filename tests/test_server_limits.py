@@ -156,18 +156,18 @@ def test_a_greedy_request_batched_with_a_hot_one_keeps_its_answer_byte_for_byte(
     try:
         with ThreadPoolExecutor(2) as pool:
             greedy = pool.submit(answered, url)
-            hot = pool.submit(answered, url, temperature=5.0, seed=7)
+            hot = pool.submit(answered, url, temperature=5.0, seed=7, max_tokens=8)
             greedy, hot = greedy.result(), hot.result()
     finally:
         del engine.submit
     assert both_held.is_set() and engine.batches - batches == 1
     assert greedy["choices"][0]["message"]["content"] == alone
-    assert hot["choices"][0]["message"]["content"] != alone
+    assert not alone.startswith(hot["choices"][0]["message"]["content"])  # it did sample
 
 
 def test_a_seed_repeats_a_sampled_answer(url):
-    first = answered(url, temperature=1.5, top_p=0.9, seed=11)["choices"][0]["message"]["content"]
-    again = answered(url, temperature=1.5, top_p=0.9, seed=11)["choices"][0]["message"]["content"]
+    first = answered(url, temperature=1.5, top_p=0.9, seed=11, max_tokens=8)["choices"][0]["message"]["content"]
+    again = answered(url, temperature=1.5, top_p=0.9, seed=11, max_tokens=8)["choices"][0]["message"]["content"]
     assert first == again
 
 
