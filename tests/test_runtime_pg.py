@@ -452,11 +452,20 @@ def test_a_wrong_password_fails_at_once_with_its_cause(password_server, caplog):
     assert "error connecting" not in caplog.text
 
 
-def test_an_unreachable_server_is_waited_for_and_the_error_names_the_cause():
-    """Waiting may cure a server that is down or starting: the pool waits connect_timeout_s as
-    before, and the error quotes the first attempt's cause instead of the pool's timeout alone."""
+def test_a_refused_port_fails_at_once_and_a_silent_server_is_waited_for(caplog):
+    """Nothing listening on the port cannot be cured by waiting: one error at once, naming the
+    cause. A server that accepts but does not answer (starting, overloaded) may be: the pool
+    waits connect_timeout_s, without a warning per attempt, and the error quotes the first
+    attempt's cause."""
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(DatabaseUnavailable, match=r"within 1 s: .*first attempt: .*refused"):
-        open_index(f"postgresql://postgres@127.0.0.1:{port}/postgres", "kg", connect_timeout_s=1)
+    with pytest.raises(DatabaseUnavailable, match=r"refused.*not retried"):
+        open_index(f"postgresql://postgres@127.0.0.1:{port}/postgres", "kg", connect_timeout_s=30)
+    with socket.socket() as silent:  # accepts connections, never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        with pytest.raises(DatabaseUnavailable, match=r"within 1 s: .*first attempt: .*timeout"):
+            open_index(f"postgresql://postgres@127.0.0.1:{port}/postgres", "kg", connect_timeout_s=1)
+    assert "error connecting" not in caplog.text

@@ -4,7 +4,7 @@
 served index (an active PostgreSQL build, or an index file) and its vocabulary::
 
     refactx explore --index-file sample.rfx --tokenizer DIR entities "North"
-    refactx explore --dsn postgresql://... --index wikidata-qwen2.5 --tokenizer DIR relations "Germany"
+    REFACTX_DSN=postgresql://... refactx explore --index wikidata-qwen2.5 --tokenizer DIR relations "Germany"
     refactx explore ... objects "Germany" "capital"
     refactx explore ... facts "<Germany> <" --offset 0 --limit 20
 
@@ -37,7 +37,7 @@ needs the ``eval`` extra)::
 ``generation`` extras)::
 
     refactx serve --index-file sample=sample.rfx --port 8000
-    refactx serve --dsn postgresql://reader@db/refactx --index wikidata-smollm2 --model smollm2
+    REFACTX_DSN=postgresql://reader@db/refactx refactx serve --index wikidata-smollm2 --model smollm2
 
 ``refactx paths`` lists the reasoning paths (GCR's KG-Trie, docs/paths.md) of 1..L edges
 from seed entities over a graph's facts (a facts file, or an index file's facts), and with
@@ -273,6 +273,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .engines.core import check_index_vocabulary
     from .server.app import ServerSettings, create_app
 
+    api_key, allowed_hosts = _serve_access(args)
     indexes, specs = {}, {}  # opened here; what vLLM's worker opens (file path or DSN)
     for spec in args.index_file or []:
         name, sep, path = spec.partition("=")
@@ -317,17 +318,49 @@ def cmd_serve(args: argparse.Namespace) -> int:
             check_index_vocabulary(index, name, str(loaded.tokenizer_file), loaded.tokenizer)
         engine = TransformersEngine(loaded, indexes, max_batch=args.max_batch)
     settings = ServerSettings(model_name=args.model_name or args.model, default_index=default,
-                              max_new_tokens=args.max_new_tokens, max_concurrent=args.max_concurrent,
-                              max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout)
+                              max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
+                              max_concurrent=args.max_concurrent, max_body_bytes=args.max_body_bytes,
+                              request_timeout_s=args.request_timeout, api_key=api_key,
+                              allowed_hosts=allowed_hosts)
     app = create_app(engine, settings)
     app.router.on_startup.append(lambda: print(
         f"refactx: serving {sorted(indexes)} with {settings.model_name} ({args.engine}) "
-        f"on http://{args.host}:{args.port}", file=sys.stderr, flush=True))
+        f"on http://{args.host}:{args.port}" + ("" if api_key else " without an API key"),
+        file=sys.stderr, flush=True))
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            # SIGINT/SIGTERM: the running batch ends at its next step, so the graceful
+            # shutdown below finds its requests answered (503) instead of waiting for them
+            begin = getattr(engine, "begin_shutdown", None)
+            if begin is not None:
+                begin()
+            super().handle_exit(sig, frame)
+
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+        Server(uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=5,
+                              log_level="info" if args.verbose else "warning")).run()
     finally:
         engine.close()
     return 0
+
+
+def _serve_access(args: argparse.Namespace) -> tuple[str | None, tuple[str, ...]]:
+    """The API key (--api-key, else $REFACTX_API_KEY) and the Host names served: without a key
+    the server binds only to a loopback address unless --no-api-key says a proxy in front
+    authenticates; on loopback only the loopback names are served by default (DNS rebinding)."""
+    from .server.app import LOOPBACK_HOSTS
+
+    api_key = args.api_key or os.environ.get("REFACTX_API_KEY") or None
+    loopback = args.host in LOOPBACK_HOSTS or args.host.startswith("127.")
+    if api_key is None and not loopback and not args.no_api_key:
+        raise SystemExit(f"refactx: serving on {args.host} needs an API key: --api-key or REFACTX_API_KEY "
+                         "(or --no-api-key behind a proxy that authenticates)")
+    if args.allowed_hosts:
+        hosts = tuple(h.strip() for h in args.allowed_hosts.split(",") if h.strip())
+    else:
+        hosts = (*LOOPBACK_HOSTS, args.host) if loopback else ("*",)
+    return api_key, hosts
 
 
 def _tokenizer_argument(parser: argparse.ArgumentParser) -> None:
@@ -442,11 +475,12 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="the OpenAI-compatible fact server",
                         description="An OpenAI-compatible HTTP server (chat and completions, streaming) whose "
                                     "model may only write stored facts after 'Fact:'; requests name the index in "
-                                    '"refactx": {"index": NAME}. See docs/runtime.md.')
+                                    '"refactx": {"index": NAME}. See docs/server-api.md.')
     sv.add_argument("--index-file", action="append", metavar="NAME=PATH", help="serve an index file (repeatable)")
     sv.add_argument("--index", action="append", metavar="NAME",
                     help="serve the active PostgreSQL build of NAME, following activations (repeatable)")
-    sv.add_argument("--dsn", help="PostgreSQL for --index (default: $REFACTX_DSN)")
+    sv.add_argument("--dsn", help="PostgreSQL for --index (default: $REFACTX_DSN, which keeps a password "
+                                  "out of the process list)")
     sv.add_argument("--default-index", help="the index of requests that name none (default: the first)")
     sv.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
     sv.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: --model)")
@@ -463,7 +497,17 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-new-tokens", type=int, default=256, help="the largest max_tokens a request may ask")
     sv.add_argument("--max-concurrent", type=int, default=32, help="requests in flight before 429")
     sv.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger bodies get 413")
-    sv.add_argument("--request-timeout", type=float, default=300.0, help="seconds before 504")
+    sv.add_argument("--max-prompt-tokens", type=int,
+                    help="longer prompts get 413 (default: the model's context less --max-new-tokens)")
+    sv.add_argument("--request-timeout", type=float, default=300.0,
+                    help="seconds before 504 (a generation is stopped at its next token)")
+    sv.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/* and /metrics (default: "
+                                      "$REFACTX_API_KEY; the environment keeps it out of the process list)")
+    sv.add_argument("--no-api-key", action="store_true",
+                    help="serve a non-loopback --host without an API key (behind a proxy that authenticates)")
+    sv.add_argument("--allowed-hosts", metavar="HOST[,HOST]",
+                    help="the Host header names served (default: the loopback names on a loopback --host, "
+                         "any elsewhere; '*': any)")
     sv.set_defaults(func=cmd_serve)
     return parser
 

@@ -165,14 +165,18 @@ def open_index(
         timeout=connect_timeout_s,
         reconnect_timeout=max(connect_timeout_s, 30.0),
     )
+    quiet, pool_log = _QuietPool(), logging.getLogger("psycopg.pool")
+    pool_log.addFilter(quiet)
     try:
         pool.open(wait=True, timeout=connect_timeout_s)
     except PoolTimeout as exc:
         pool.close()
         raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL within {connect_timeout_s:g} s: {exc}"
+            f"cannot connect to PostgreSQL within {connect_timeout_s:g} s: {scrub(str(exc), dsn)}"
             + (f"; first attempt: {first_failure}" if first_failure else "")
-        ) from exc
+        ) from None
+    finally:
+        pool_log.removeFilter(quiet)
     try:
         index = PgTreeIndex(pool, name, schema=schema, cache_bytes=cache_bytes,
                             statement_timeout_ms=statement_timeout_ms,
@@ -188,33 +192,74 @@ def open_index(
 
 
 # Connection failures that waiting does not cure (the server's FATAL message, or libpq's own
-# words, as they appear in the error text: a failed connection carries no SQLSTATE)
+# words, as they appear in the error text: a failed connection carries no SQLSTATE): a wrong
+# password, user or database; nothing listening on the port; a host name that does not
+# resolve; a port that is not a number
 _PERMANENT_CONNECT_FAILURES = re.compile(
     r"password authentication failed|authentication failed for user|no password supplied"
     r"|database \".*\" does not exist|role \".*\" does not exist|no pg_hba\.conf entry"
     r"|is not permitted to log in|permission denied for database|invalid dsn|invalid (connection|URI)"
-    r"|missing \"=\"",
+    r"|missing \"=\"|connection refused|failed to resolve host|could not translate host name"
+    r"|name or service not known|invalid integer value|invalid port",
     re.IGNORECASE,
 )
+_PASSWORD = re.compile(r"""password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)""", re.IGNORECASE)
+
+
+def dsn_secrets(dsn: str) -> list[str]:
+    """The password of ``dsn`` (keyword or URI form) as it is written there: what no message
+    may show."""
+    from urllib.parse import unquote, urlsplit
+
+    found = [m.group(1).strip("'") for m in _PASSWORD.finditer(dsn)]
+    if dsn.startswith(("postgresql://", "postgres://")):
+        try:
+            password = urlsplit(dsn).password
+        except ValueError:
+            password = None
+        if password:
+            found += [password, unquote(password)]
+    return [s for s in found if s]
+
+
+def scrub(message: str, dsn: str) -> str:
+    """``message`` with the password of ``dsn`` replaced by ``****``."""
+    for secret in sorted(dsn_secrets(dsn), key=len, reverse=True):
+        message = message.replace(secret, "****")
+    return message
 
 
 def _first_connection(dsn: str, kwargs: dict[str, Any]) -> str | None:
     """Try one connection. Raise :class:`DatabaseUnavailable` at once, naming the cause, when
-    it cannot succeed by waiting (wrong password, user or database, a malformed DSN); return
-    a transient failure's cause (the server starting, unreachable) for the pool to wait out."""
+    it cannot succeed by waiting (wrong password, user or database, a malformed DSN, a refused
+    port, an unknown host); return a transient failure's cause (a timeout) for the pool to
+    wait out. No message shows the DSN's password."""
     import psycopg
 
     try:
         with psycopg.connect(dsn, **kwargs):
             return None
+    except psycopg.ProgrammingError as exc:  # libpq could not parse it: its words may quote a password
+        raise DatabaseUnavailable(
+            "cannot connect to PostgreSQL: the DSN is malformed (not shown: it may hold a password); "
+            "give postgresql://USER@HOST:PORT/DB or 'host=HOST port=PORT dbname=DB user=USER'"
+        ) from None
     except psycopg.Error as exc:
-        cause = " ".join(str(exc).split())
+        cause = scrub(" ".join(str(exc).split()), dsn)
         if _PERMANENT_CONNECT_FAILURES.search(cause):
             raise DatabaseUnavailable(
-                f"cannot connect to PostgreSQL: {cause} (not retried: check the DSN's user, "
-                "password and database name)"
-            ) from exc
+                f"cannot connect to PostgreSQL: {cause} (not retried: check the DSN's host, port, "
+                "user, password and database name)"
+            ) from None
         return cause
+
+
+class _QuietPool(logging.Filter):
+    """Holds back the pool's warning for each failed attempt while :func:`open_index` waits:
+    the one error after the wait names the cause."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
 
 
 class PgTreeIndex(RowTreeIndex):
@@ -489,6 +534,28 @@ class PgTreeIndex(RowTreeIndex):
         log.info("index %r: build %s was dropped under a lookup; retrying on build %s",
                  self._name, exc.build_id, current.info.build_id)
         return current
+
+    def ping(self, timeout_s: float = 2.0) -> None:
+        """Check that the database answers: one ``SELECT 1`` on a pooled connection, waiting
+        at most ``timeout_s`` for one. Raises :class:`DatabaseUnavailable` naming the cause."""
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        for attempt in (1, 2):  # a pooled connection that died with an earlier server: once more
+            try:
+                with self._pool.connection(timeout=timeout_s) as conn:
+                    conn.execute("SELECT 1")
+                return
+            except PoolTimeout as exc:
+                raise DatabaseUnavailable(f"index {self._name!r}: no PostgreSQL connection within "
+                                          f"{timeout_s:g} s") from exc
+            except psycopg.OperationalError as exc:
+                if attempt == 2:
+                    raise DatabaseUnavailable(f"index {self._name!r}: PostgreSQL does not answer: "
+                                              f"{' '.join(str(exc).split())}") from exc
+            except psycopg.Error as exc:
+                raise DatabaseUnavailable(f"index {self._name!r}: PostgreSQL does not answer: "
+                                          f"{' '.join(str(exc).split())}") from exc
 
     # ------------------------------------------------------------------ rows
     def _execute(self, query: Any, params: Sequence[Any], *, binary: bool = False) -> list[tuple]:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FactConstraint", "index_prompt", "index_trigger", "index_triggers", "open_indexes",
+__all__ = ["FactConstraint", "index_prompt", "index_trigger", "index_triggers", "is_dsn", "open_indexes",
            "trigger_variants"]
 
 
@@ -89,13 +89,13 @@ def index_triggers(tokenizer: object, indexes: Mapping[str, TreeIndex],
 
 def open_indexes(spec: Mapping[str, str], *, follow: bool = True) -> dict[str, TreeIndex]:
     """Open the indexes an engine serves, by name: ``{"name": "path/to/file.rfx"}`` (an
-    in-memory index file) or ``{"name": "postgresql://..."}`` (the active build of that
-    name, following activations)."""
+    in-memory index file) or ``{"name": "postgresql://..."}`` or a keyword DSN
+    (``"host=... dbname=..."``: the active build of that name, following activations)."""
     opened: dict[str, TreeIndex] = {}
     for name, where in spec.items():
         if not isinstance(where, str) or not where:
-            raise ConfigError(f"index {name!r}: give a .rfx file or a postgresql:// DSN, not {where!r}")
-        if where.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"index {name!r}: give a .rfx file or a PostgreSQL DSN")
+        if is_dsn(where):
             from ..pg import open_index
 
             opened[name] = open_index(where, name, follow=follow)
@@ -104,6 +104,17 @@ def open_indexes(spec: Mapping[str, str], *, follow: bool = True) -> dict[str, T
 
             opened[name] = MemoryTreeIndex.load(where)
     return opened
+
+
+def is_dsn(where: str) -> bool:
+    """Whether an index spec names PostgreSQL: a ``postgresql://`` URI, or a keyword DSN
+    (``host=... dbname=...``) that is not an existing file's path."""
+    import os
+    import re
+
+    if where.startswith(("postgresql://", "postgres://")):
+        return True
+    return bool(re.match(r"\s*[A-Za-z_]+\s*=", where)) and not os.path.exists(where)
 
 
 def check_index_vocabulary(index: TreeIndex, name: str, tokenizer_file: str | None, tokenizer: object) -> None:

@@ -4,9 +4,16 @@ Requests wait in a queue; one worker thread takes up to ``max_batch`` of them at
 and runs them as one left-padded ``generate`` call, each row constrained by the index its
 request named (one :class:`~refactx_index.engines.core.FactConstraint` over every served
 index) or not at all. Each new token is handed to its request as it is written (streaming),
-and a row stops at its own end of sequence, its own token limit, or when its client went
-away. Requests that arrive while a batch runs wait for the next one (no continuous
-batching: transformers' ``generate`` takes its rows at the start).
+and a row stops at its own end of sequence, its own token limit, its deadline, or when its
+client went away. Requests that arrive while a batch runs wait for the next one (no
+continuous batching: transformers' ``generate`` takes its rows at the start).
+
+Decoding is per row: ``generate`` runs greedy, and a row whose request asked for a
+temperature draws its token itself (its own seeded generator, its own ``top_p``) after the
+fact mask and leaves only that token, so a batch never changes one request's decoding.
+A token is delivered by the stopping criterion, which sees every token ``generate`` appends
+(the last one too): a request gets exactly the tokens counted, and its facts are read from
+exactly those.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,12 +48,15 @@ class Job:
     index: str | None
     max_new_tokens: int
     temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    deadline: float | None = None  # time.monotonic() after which the row stops ("timeout")
     on_token: Callable[[int], None] | None = None
     on_done: Callable[["Job"], None] | None = None
     id: int = field(default_factory=lambda: next(_ids))
     output_ids: list[int] = field(default_factory=list)
     facts: list[GeneratedFact] = field(default_factory=list)
-    finish_reason: str = "stop"
+    finish_reason: str = "stop"  # "length" when max_new_tokens cut it; "cancelled"; "timeout"
     cancelled: bool = False
     error: BaseException | None = None
     build_id: int | None = None
@@ -58,6 +69,7 @@ class Engine(Protocol):
 
     tokenizer: Any
     indexes: dict[str, TreeIndex]
+    context_length: int | None  # the longest prompt + answer; None: unknown
     constraint_seconds: float  # the fact constraint's time seen by this process
     batches: int
 
@@ -67,25 +79,78 @@ class Engine(Protocol):
 
 
 class _Rows:
-    """A transformers logits processor and stopping criterion for one batch of jobs."""
+    """A transformers logits processor and stopping criterion for one batch of jobs.
+
+    The stopping criterion runs after each token ``generate`` appends: it delivers that token
+    (or sees the row's end), steps the fact constraint, and stops the row at its token limit,
+    deadline or cancellation. The logits processor masks the next step's logits and draws the
+    token of each sampled row (module doc)."""
 
     def __init__(self, engine: "TransformersEngine", jobs: list[Job], width: int) -> None:
+        import torch
+
         self.engine, self.jobs, self.width = engine, jobs, width
         self.rows = np.arange(len(jobs))
         self.done = np.zeros(len(jobs), dtype=bool)
+        self.generators: dict[int, "torch.Generator"] = {}
+        for r, job in enumerate(jobs):
+            if job.temperature > 0:
+                gen = torch.Generator()
+                if job.seed is not None:
+                    gen.manual_seed(job.seed)
+                else:
+                    gen.seed()  # its own random seed; torch's global generator is left alone
+                self.generators[r] = gen
 
     def __call__(self, input_ids, scores):  # the logits processor
-        constraint = self.engine.constraint
+        started = time.perf_counter()
+        self.engine.constraint.apply(scores, self.rows)
+        self.engine.constraint_seconds += time.perf_counter() - started
+        for r, gen in self.generators.items():
+            if not self.done[r]:
+                self._sample(scores, r, gen)
+        return scores
+
+    def _sample(self, scores, r: int, gen) -> None:
+        """Draw row ``r``'s token at its own temperature and top-p; leave it the only choice
+        (the greedy step of ``generate`` then takes it)."""
+        import torch
+
+        job = self.jobs[r]
+        logits = scores[r].float() / job.temperature
+        probs = torch.softmax(logits, dim=-1)
+        if job.top_p < 1.0:
+            ordered, order = torch.sort(probs, descending=True)
+            before = torch.cumsum(ordered, dim=-1) - ordered
+            ordered[before >= job.top_p] = 0.0  # the smallest set whose mass reaches top_p
+            probs = torch.zeros_like(probs).scatter_(0, order, ordered)
+        if not torch.isfinite(probs).all() or float(probs.sum()) <= 0:
+            return  # every choice masked (or overflow): leave the row's greedy choice
+        tok = int(torch.multinomial(probs, 1, generator=gen))
+        scores[r].fill_(-math.inf)
+        scores[r, tok] = 0.0
+
+    def stop(self, input_ids, scores, **kwargs):  # the stopping criterion, per row
+        import torch
+
         if input_ids.shape[1] > self.width:
             new = input_ids[:, -1].detach().cpu().numpy().astype(np.int64)
+            live = np.flatnonzero(~self.done)
             self._deliver(new)
             started = time.perf_counter()
-            constraint.step(self.rows, new)
+            self.engine.constraint.step(live, new[live])
             self.engine.constraint_seconds += time.perf_counter() - started
-        started = time.perf_counter()
-        constraint.apply(scores, self.rows)
-        self.engine.constraint_seconds += time.perf_counter() - started
-        return scores
+        now = time.monotonic()
+        for r, job in enumerate(self.jobs):
+            if self.done[r]:
+                continue
+            if job.cancelled or self.engine.stopping:
+                job.finish_reason = "cancelled"
+                self.done[r] = True
+            elif job.deadline is not None and now >= job.deadline:
+                job.finish_reason = "timeout"
+                self.done[r] = True
+        return torch.from_numpy(self.done.copy())
 
     def _deliver(self, new: np.ndarray) -> None:
         eos = self.engine.eos
@@ -94,6 +159,7 @@ class _Rows:
                 continue
             tok = int(new[r])
             if tok in eos:
+                job.finish_reason = "stop"
                 self.done[r] = True
                 continue
             job.output_ids.append(tok)
@@ -102,14 +168,6 @@ class _Rows:
             if len(job.output_ids) >= job.max_new_tokens:
                 job.finish_reason = "length"
                 self.done[r] = True
-
-    def stop(self, input_ids, scores, **kwargs):  # the stopping criterion, per row
-        import torch
-
-        for r, job in enumerate(self.jobs):
-            if job.cancelled:
-                self.done[r] = True
-        return torch.from_numpy(self.done.copy())
 
 
 class TransformersEngine:
@@ -120,6 +178,8 @@ class TransformersEngine:
         self.tokenizer = loaded.tokenizer
         self.indexes = dict(indexes)
         self.max_batch = max_batch
+        # the longest prompt + answer the model takes (the server's prompt limit derives from it)
+        self.context_length: int | None = getattr(loaded.model.config, "max_position_embeddings", None)
         self.eos = frozenset(loaded.eos_token_ids)
         self.constraint = FactConstraint(self.indexes, index_triggers(self.tokenizer, self.indexes), sorted(self.eos),
                                          vocab_size=len(self.tokenizer))
@@ -158,11 +218,28 @@ class TransformersEngine:
             job.cancelled = True
             raise
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
     def close(self) -> None:
+        """Stop (:meth:`begin_shutdown`) and wait for the worker thread."""
+        self.begin_shutdown()
+        self._thread.join(timeout=10)
+
+    def begin_shutdown(self) -> None:
+        """Refuse new requests; the batch running ends at its next step and the waiting
+        requests are cancelled (a shutdown never waits for whole answers). Safe to call
+        from a signal handler's thread: it takes no lock the worker holds for long."""
         with self._cond:
             self._stopping = True
+            waiting, self._pending = self._pending, []
             self._cond.notify_all()
-        self._thread.join(timeout=60)
+        for job in waiting:
+            job.cancelled = True
+            job.finish_reason = "cancelled"
+            if job.on_done is not None:
+                job.on_done(job)
 
     # ------------------------------------------------------------------ the worker
     def _loop(self) -> None:
@@ -170,7 +247,7 @@ class TransformersEngine:
             with self._cond:
                 while not self._pending and not self._stopping:
                     self._cond.wait()
-                if self._stopping and not self._pending:
+                if self._stopping:
                     return
                 jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
             for job in jobs:
@@ -210,12 +287,10 @@ class TransformersEngine:
             if job.index is not None:
                 self.constraint.add(r, job.index, job.prompt_ids)
         rows = _Rows(self, jobs, width)
-        sample = any(j.temperature > 0 for j in jobs)
-        kwargs: dict[str, Any] = dict(do_sample=sample, num_beams=1, pad_token_id=pad,
+        # greedy for the whole batch: a sampled row draws its own token (_Rows._sample)
+        kwargs: dict[str, Any] = dict(do_sample=False, num_beams=1, pad_token_id=pad,
                                       eos_token_id=sorted(self.eos),
                                       max_new_tokens=max(j.max_new_tokens for j in jobs))
-        if sample:
-            kwargs["temperature"] = max(j.temperature for j in jobs)
         before = self.constraint_seconds
         with torch.inference_mode():
             self.loaded.model.generate(input_ids=ids, attention_mask=mask,
@@ -224,8 +299,6 @@ class TransformersEngine:
         spent = self.constraint_seconds - before
         for slot, job in enumerate(jobs):
             job.constraint_seconds = spent
-            if job.cancelled:
-                job.finish_reason = "cancelled"
             if job.index is not None:
                 self._read_facts(slot, job)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 
 from ..ask import read_reply
 from ..engines.core import index_triggers
@@ -57,6 +58,7 @@ class VllmEngine:
                                enforce_eager=enforce_eager, logits_processors=[PROCESSOR],
                                additional_config={"refactx": {"indexes": dict(index_specs)}})
         self.llm = AsyncLLM.from_engine_args(args)
+        self.context_length = max_model_len
         self.constraint_seconds = 0.0  # spent in vLLM's worker process: not seen from here
         self.batches = 0
 
@@ -64,8 +66,8 @@ class VllmEngine:
         from vllm import SamplingParams
 
         extra = {"refactx_index": job.index} if job.index is not None else None
-        params = SamplingParams(temperature=job.temperature, max_tokens=job.max_new_tokens,
-                                extra_args=extra, seed=0 if job.temperature > 0 else None)
+        params = SamplingParams(temperature=job.temperature, top_p=job.top_p, max_tokens=job.max_new_tokens,
+                                extra_args=extra, seed=job.seed if job.temperature > 0 else None)
         request_id = f"refactx-{job.id}-{os.getpid()}"
         build = self.indexes[job.index].serving_build() if job.index is not None else None
         written = 0
@@ -80,6 +82,10 @@ class VllmEngine:
                 if job.cancelled:  # the client went away (a stream's consumer stopped)
                     await self.llm.abort(request_id)
                     job.finish_reason = "cancelled"
+                    break
+                if job.deadline is not None and time.monotonic() >= job.deadline:
+                    await self.llm.abort(request_id)
+                    job.finish_reason = "timeout"
                     break
                 if out.finished:
                     job.finish_reason = out.outputs[0].finish_reason or "stop"
