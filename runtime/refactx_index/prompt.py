@@ -15,15 +15,25 @@ plain text: the system message, then each example as a ``Q:`` line and an ``A:``
     A: I need his date of birth.
     Fact: <Danny Boyle> <date of birth> <1956-10-20> .
     Answer: 20 October 1956.
+
+Without a prompt file the examples are drawn from the index itself (:func:`fitted_prompt`):
+its own facts and relation labels, one example per kind of question, so that the model sees
+how this graph names things. A model without a chat template reads the same prompt as plain
+text (:meth:`Prompt.render`).
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 TRIGGER = "Fact:"
 ANSWER = "Answer:"
@@ -70,6 +80,20 @@ class Prompt:
         messages.append({"role": "user", "content": question})
         return messages
 
+    def render(self, tokenizer: Any, question: str, prefill: str = "") -> str:
+        """The model's input text for ``question``: the chat template's rendering of
+        :meth:`messages` with the assistant's turn opened, or for a tokenizer without a
+        chat template (a base model) the same system message and examples as plain text,
+        ``Question:`` / ``Reply:`` blocks; ``prefill`` opens the reply."""
+        if getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template(self.messages(question), tokenize=False, add_generation_prompt=True)
+        else:
+            blocks = [self.system]
+            blocks += [f"Question: {q}\nReply:\n{a}" for q, a in self.examples]
+            blocks.append(f"Question: {question}\nReply:\n")
+            text = "\n\n".join(blocks)
+        return text + prefill
+
     @classmethod
     def from_file(cls, path: str | Path) -> "Prompt":
         """Read a prompt file (format in the module doc)."""
@@ -94,3 +118,87 @@ def final_answer(text: str) -> str:
     """The text after the last ``Answer:`` line of a generated reply (``""`` when none)."""
     found = [m.group(1).strip() for m in re.finditer(r"^\s*Answer:(.*)$", text, flags=re.MULTILINE)]
     return found[-1] if found else ""
+
+
+# ---------------------------------------------------------------- examples from the index
+
+def _parts(text: str) -> tuple[str, str, str] | None:
+    body = text.strip().removesuffix(".").rstrip()
+    if not (body.startswith("<") and body.endswith(">")):
+        return None
+    parts = body[1:-1].split("> <")
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+
+
+def _fact(s: str, r: str, o: str) -> str:
+    return f"Fact: <{s}> <{r}> <{o}> ."
+
+
+def index_examples(index: Any, tokenizer: Any) -> tuple[tuple[str, str], ...]:
+    """Worked examples from ``index``'s own facts (``<s> <r> <o> .``), one per kind of
+    question, in this order, each where the index has what it needs: a single fact; a chain
+    of two facts, the second starting from the first's object; a yes/no answered from a
+    fact; a list (a subject and relation with two or three objects, all written); and an
+    "I don't know" (a relation the subject has no fact of: the fact written does not answer).
+    The facts are those the tree's most populous branches lead to, so the choice is fixed
+    per index."""
+    from .ask import sample_facts
+    from .explore import objects, relations
+    from .vocab import decode_continuation
+
+    fast = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    strip = len(index.info.fact_prefix)
+    seeds = [p for f in sample_facts(index, 8) if (p := _parts(decode_continuation(fast, f)[strip:]))]
+    if not seeds:
+        return ()
+    s, r, o = seeds[0]
+    examples: list[tuple[str, str]] = [
+        (f"What is {s} {r}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: {o}.")]
+    # a chain: from the object, a fact that does not lead back
+    for second in relations(index, tokenizer, o, limit=10):
+        found = [x.label for x in objects(index, tokenizer, o, second.label, limit=3) if x.label != s]
+        if found:
+            examples.append((f"What is the {second.label} of what {s} is {r}?",
+                             f"I need the {r} of {s}, then its {second.label}.\n{_fact(s, r, o)}\n"
+                             f"{_fact(o, second.label, found[0])}\nAnswer: {found[0]}."))
+            break
+    examples.append((f"Is {s} {r} {o}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: yes."))
+    own = relations(index, tokenizer, s, limit=20)
+    for rel in own:
+        found = [x.label for x in objects(index, tokenizer, s, rel.label, limit=4)]
+        if 2 <= len(found) <= 3:
+            facts = "\n".join(_fact(s, rel.label, x) for x in found)
+            examples.append((f"What are all {s} {rel.label}?",
+                             f"I need every {rel.label} of {s}.\n{facts}\nAnswer: {', '.join(found)}."))
+            break
+    labels = {x.label for x in own}
+    other = next((rel for _, rel, _ in seeds if rel not in labels), None)
+    if other is None:
+        other = next((x.label for x in relations(index, tokenizer, o, limit=20) if x.label not in labels), None)
+    if other is not None:
+        examples.append((f"What is {s} {other}?",
+                         f"I need the {other} of {s}.\n{_fact(s, r, o)}\nAnswer: {UNKNOWN}"))
+    return tuple(examples)
+
+
+_FITTED: "weakref.WeakKeyDictionary[Any, Prompt]" = weakref.WeakKeyDictionary()
+
+
+def fitted_prompt(index: Any, tokenizer: Any) -> Prompt:
+    """The system message with :func:`index_examples` (made once per index); the built-in
+    examples when the index's facts have no ``<s> <r> <o> .`` shape."""
+    try:
+        found = _FITTED.get(index)
+    except TypeError:  # an index that takes no weak reference: made each time
+        found = None
+    if found is None:
+        examples = index_examples(index, tokenizer)
+        if not examples:
+            log.info("index %r: no <s> <r> <o> facts to draw examples from; the built-in examples are used",
+                     getattr(index.info, "name", "?"))
+        found = Prompt(examples=examples) if examples else Prompt()
+        try:
+            _FITTED[index] = found
+        except TypeError:
+            pass
+    return found
