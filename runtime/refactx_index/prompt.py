@@ -151,25 +151,36 @@ def index_examples(index: Any, tokenizer: Any) -> tuple[tuple[str, str], ...]:
     seeds = [p for f in sample_facts(index, 8) if (p := _parts(decode_continuation(fast, f)[strip:]))]
     if not seeds:
         return ()
-    s, r, o = seeds[0]
+    s = seeds[0][0]
+    own = relations(index, tokenizer, s, limit=20)
+    values = {rel.label: [x.label for x in objects(index, tokenizer, s, rel.label, limit=4)] for rel in own}
+    # the single fact: a relation of the subject with one object (else the seed fact)
+    r, o = next(((rel, found[0]) for rel, found in values.items() if len(found) == 1), seeds[0][1:])
     examples: list[tuple[str, str]] = [
         (f"What is {s} {r}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: {o}.")]
-    # a chain: from the object, a fact that does not lead back
-    for second in relations(index, tokenizer, o, limit=10):
-        found = [x.label for x in objects(index, tokenizer, o, second.label, limit=3) if x.label != s]
-        if found:
-            examples.append((f"What is the {second.label} of what {s} is {r}?",
-                             f"I need the {r} of {s}, then its {second.label}.\n{_fact(s, r, o)}\n"
-                             f"{_fact(o, second.label, found[0])}\nAnswer: {found[0]}."))
+    # a chain: from the object of one of the subject's facts, a relation with one to three
+    # objects, the subject left out, all of them written
+    pairs = [(r, o)] + [(rel, x) for rel, found in values.items() for x in found if (rel, x) != (r, o)]
+    for r1, o1 in pairs[:8]:
+        chain = None
+        for second in relations(index, tokenizer, o1, limit=10):
+            found = [x.label for x in objects(index, tokenizer, o1, second.label, limit=5) if x.label != s]
+            if 1 <= len(found) <= 3:
+                chain = second.label, found
+                break
+        if chain:
+            r2, found = chain
+            facts = "\n".join(_fact(o1, r2, x) for x in found)
+            examples.append((f"What is the {r2} of what {s} is {r1}?",
+                             f"I need the {r1} of {s}, then its {r2}.\n{_fact(s, r1, o1)}\n"
+                             f"{facts}\nAnswer: {', '.join(found)}."))
             break
     examples.append((f"Is {s} {r} {o}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: yes."))
-    own = relations(index, tokenizer, s, limit=20)
-    for rel in own:
-        found = [x.label for x in objects(index, tokenizer, s, rel.label, limit=4)]
+    for rel, found in values.items():
         if 2 <= len(found) <= 3:
-            facts = "\n".join(_fact(s, rel.label, x) for x in found)
-            examples.append((f"What are all {s} {rel.label}?",
-                             f"I need every {rel.label} of {s}.\n{facts}\nAnswer: {', '.join(found)}."))
+            facts = "\n".join(_fact(s, rel, x) for x in found)
+            examples.append((f"What are all {s} {rel}?",
+                             f"I need every {rel} of {s}.\n{facts}\nAnswer: {', '.join(found)}."))
             break
     labels = {x.label for x in own}
     other = next((rel for _, rel, _ in seeds if rel not in labels), None)
