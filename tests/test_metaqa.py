@@ -136,3 +136,56 @@ def test_eval_of_metaqa_questions_end_to_end_with_the_real_model(tmp_path):
     # every reply opens with a fact, and constrained every complete fact is stored
     assert all(a["facts"] >= 1 for a in doc["answers"]["constrained"])
     assert constrained["all"]["facts_stored_share"] == 1.0
+
+
+FACTS_WRITTEN = ("I need the director of Kismet.\nFact: <Kismet> <directed by> <William Dieterle> .\n"
+                 "Fact: <Kismet> <genre> <Drama, War (1944)> .\nFact: <Kismet> <starring> <Nobody Stored> .\nAnswer:")
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    from refactx_index.models import model_directory
+
+    return AutoTokenizer.from_pretrained(model_directory("smollm2"))
+
+
+def test_grounded_answers_never_let_out_a_name_no_stored_written_fact_holds(smollm2_tokenizer):
+    """Whatever the model's scores, the text after ``Answer:`` ends as a subject or object of a
+    stored fact written before it, or "I don't know.", then the reply ends."""
+    import torch
+    from hypothesis import given, settings, strategies as st
+
+    from refactx_index.ask import GroundedAnswer
+
+    tok = smollm2_tokenizer
+    prompt = tok("Question: who directed Kismet?\n", add_special_tokens=False)["input_ids"]
+    reply = tok(FACTS_WRITTEN, add_special_tokens=False)["input_ids"]
+    eos = [tok.eos_token_id]
+    allowed = {" Kismet.", " William Dieterle.", " Drama, War (1944).", " I don't know."}
+    size = len(tok)
+
+    @given(seed=st.integers(0, 2**31 - 1), bias=st.sampled_from(["none", "eos", "other"]))
+    @settings(max_examples=40, deadline=None)
+    def check(seed, bias):
+        processor = GroundedAnswer(tok, len(prompt), "Fact:", eos, stored=lambda text: "Nobody" not in text)
+        generator = torch.Generator().manual_seed(seed)
+        ids = list(prompt) + list(reply)
+        for _ in range(30):
+            scores = torch.randn(1, size, generator=generator)
+            if bias == "eos":  # a model eager to stop
+                scores[0, eos] += 50
+            elif bias == "other":  # a model eager to name the unstored actor
+                for t in tok(" Nobody Stored.", add_special_tokens=False)["input_ids"]:
+                    scores[0, t] += 50
+            scores = processor(torch.tensor([ids]), scores)
+            nxt = int(scores[0].argmax())
+            if nxt in eos:
+                break
+            ids.append(nxt)
+        answer = tok.decode(ids[len(prompt) + len(reply):], skip_special_tokens=True)
+        assert answer in allowed, answer
+        assert nxt in eos
+
+    check()

@@ -12,7 +12,9 @@ trigger (the prompt ends with ``Fact:``, so a question is never answered from no
 ``entities_first`` finds the question's own entities (:func:`question_entities`: the spans of
 the question that are subjects of the index, an exact-match pass over the tree) and, while
 a fact's subject is being written and still follows one of them, lets through only the
-tokens that continue one of them (:class:`EntitiesFirst`).
+tokens that continue one of them (:class:`EntitiesFirst`). ``grounded`` makes the text after
+``Answer:`` an entity or value of a stored fact the reply wrote (its subject or object), or
+``I don't know.``, then the end (:class:`GroundedAnswer`).
 """
 
 from __future__ import annotations
@@ -220,6 +222,15 @@ whose when where why how did does do that this these those it its as movie movie
 same share shared""".split())
 
 
+def is_stored(index: TreeIndex, tokenizer: Any, text: str, build: ServedBuild | None = None) -> bool:
+    """Whether the fact text ``text`` (``<s> <p> <o> .``) is stored, encoded as the tokenize stage does."""
+    from .vocab import encode_facts
+
+    info = index.info
+    encoded = encode_facts(_fact_tokenizer(tokenizer), [text], (), info.fact_prefix, info.fact_suffix)
+    return bool(index.next_tokens_batch([tuple(encoded.ids(0))], build=build)[0].ends)
+
+
 def question_entities(index: TreeIndex, tokenizer: Any, question: str, max_words: int = 10) -> list[str]:
     """The labels the question names that are subjects of ``index`` (the exact text of a span
     of whole words, ``<span> <`` starting a stored fact), longest first from left to right,
@@ -258,14 +269,6 @@ class EntitiesFirst:
         self.targets = [[f"{fact_prefix}<{e}>" for e in row] for row in entities]
         self.pieces = _token_pieces(tokenizer)
 
-    def _continuations(self, target: str) -> list[int]:
-        """Token ids whose text is a prefix of ``target`` or starts with all of it."""
-        ids: list[int] = []
-        for k in range(1, len(target) + 1):
-            ids += self.pieces.exact.get(target[:k], ())
-        ids += self.pieces.starting_with(target)
-        return ids
-
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
@@ -281,7 +284,7 @@ class EntitiesFirst:
             if ">" in written or "\n" in written:
                 continue
             wanted = sorted({t for target in targets if target.startswith(written)
-                             for t in self._continuations(target[len(written):])})
+                             for t in _continuations(self.pieces, target[len(written):])})
             if not wanted:
                 continue
             keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
@@ -292,6 +295,76 @@ class EntitiesFirst:
             row[keep] = kept
             scores[r] = row
         return scores
+
+
+class GroundedAnswer:
+    """A logits processor: once a row's reply opens a line with ``Answer:``, only the tokens
+    that continue `` <name>.`` for a subject or object of a stored fact the reply wrote
+    before it, or `` I don't know.``, stay allowed, and when one is complete only an end id
+    (a per-reply trie of the written facts' names, walked on text). ``stored(text)`` says
+    whether a fact text written after the trigger is stored (constrained, every complete
+    one is)."""
+
+    def __init__(self, tokenizer: Any, prompt_width: int, trigger: str, eos: Sequence[int], stored: Any,
+                 prefill: str = ""):
+        self.tokenizer, self.width, self.trigger, self.prefill = tokenizer, prompt_width, trigger, prefill
+        self.eos = list(eos)
+        self._stored = stored
+        self._known: dict[str, bool] = {}
+        self.pieces = _token_pieces(tokenizer)
+
+    def stored(self, text: str) -> bool:
+        if text not in self._known:
+            self._known[text] = bool(self._stored(text))
+        return self._known[text]
+
+    def candidates(self, before: str) -> list[str]:
+        """The answers the reply text ``before`` its ``Answer:`` allows."""
+        from .prompt import UNKNOWN
+
+        names: list[str] = []
+        for m in re.finditer(re.escape(self.trigger) + r"[ \t]*(<[^\n]*?> \.)", before):
+            text = m.group(1)
+            parts = text[1:-3].split("> <") if text.endswith("> .") else []
+            if len(parts) >= 3 and self.stored(text):
+                names += [parts[0], parts[-1]]
+        return [f" {n}." for n in dict.fromkeys(names)] + [f" {UNKNOWN}"]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for r in range(input_ids.shape[0]):
+            text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
+            at = text.rfind("\nAnswer:")
+            at = at + 1 if at >= 0 else (0 if text.startswith("Answer:") else -1)
+            if at < 0:
+                continue
+            written = text[at + len("Answer:"):]
+            targets = [c for c in self.candidates(text[:at]) if c.startswith(written) or written.startswith(c)]
+            if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
+                wanted = self.eos
+            else:
+                wanted = sorted({t for c in targets for t in _continuations(self.pieces, c[len(written):], False)})
+            row = torch.full_like(scores[r], float("-inf"))
+            if wanted:
+                keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
+                row[keep] = scores[r, keep]
+                if not torch.isfinite(row[keep]).any():  # masked before: the choice stays open
+                    row[keep] = 0.0
+            else:
+                row[self.eos] = 0.0
+            scores[r] = row
+        return scores
+
+
+def _continuations(pieces: "_Pieces", target: str, beyond: bool = True) -> list[int]:
+    """Token ids whose text is a prefix of ``target``, or (``beyond``) starts with all of it."""
+    ids: list[int] = []
+    for k in range(1, len(target) + 1):
+        ids += pieces.exact.get(target[:k], ())
+    if beyond:
+        ids += pieces.starting_with(target)
+    return ids
 
 
 @dataclass
@@ -343,12 +416,13 @@ def ask(
     trigger: str | None = None,
     prefill_fact: bool = False,
     entities_first: bool = False,
+    grounded: bool = False,
 ) -> list[Answer]:
     """Answer ``questions`` in one left-padded batch (see the module doc); ``trigger`` starts
     what the index constrains. By default both follow the index's kind: ``Fact:`` and the
     fact prompt with examples drawn from the index (:func:`refactx_index.prompt.fitted_prompt`),
     or over a path index (``info.index_kind`` ``paths``) ``Path:`` and ``paths.PATH_PROMPT``.
-    ``prefill_fact`` and ``entities_first``: the module doc.
+    ``prefill_fact``, ``entities_first`` and ``grounded``: the module doc.
 
     Raises :class:`InputRefused`, before anything is generated, for an empty question or one
     longer than ``max_question_chars`` (:func:`check_questions`)."""
@@ -387,6 +461,9 @@ def ask(
     if entities_first:
         entities = [question_entities(index, tok, q) for q in questions]
         processors.append(EntitiesFirst(tok, entities, width, trigger, index.info.fact_prefix, num_beams, prefill))
+    if grounded:
+        processors.append(GroundedAnswer(tok, width, trigger, eos, lambda text: True if constrained
+                                         else is_stored(index, tok, text, build), prefill))
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():

@@ -310,7 +310,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         questions = questions[:args.limit]
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else None
     modes = ["constrained"] if args.constrained_only else ["constrained", "unconstrained"]
-    options = {"prefill_fact": args.prefill_fact, "entities_first": args.entities_first}
+    options = {"prefill_fact": args.prefill_fact, "entities_first": args.entities_first, "grounded": args.grounded}
     with _open(args) as index:
         loaded = load_model(args.model)
         check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
@@ -508,6 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--entities-first", action="store_true",
                     help="at a fact's subject, only the question's own entities (labels of the index found "
                          "in the question) while the reply follows one of them")
+    ev.add_argument("--grounded", action="store_true",
+                    help="the text after 'Answer:' is a subject or object of a stored fact the reply wrote, "
+                         "or I don't know.")
     _index_arguments(ev)
     ev.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
     ev.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
