@@ -111,10 +111,10 @@ def run_metaqa(args, loaded) -> None:
         print(f"## {variant}: {len(questions)} questions in {seconds} s\n")
         print(markdown_table(summary))
         if variant == args.variants.split(",")[0]:
-            write_outputs(results, out / "eval-metaqa-dev", {**{k: v for k, v in doc.items() if k != "variants"},
+            write_outputs(results, out / args.name, {**{k: v for k, v in doc.items() if k != "variants"},
                                                              "variant": variant})
     out.mkdir(parents=True, exist_ok=True)
-    (out / "eval-metaqa-dev.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def finance_index(tokenizer_dir: Path, work: Path):
@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="metaqa: the sample's seed")
     parser.add_argument("--variants", default="free", help=f"metaqa: comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--constrained-only", action="store_true", help="metaqa: no LLM-only answers")
+    parser.add_argument("--name", default="eval-metaqa-dev", help="metaqa: the figure's file name (no suffix)")
     parser.add_argument("--beams", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)

@@ -134,61 +134,112 @@ def _fact(s: str, r: str, o: str) -> str:
     return f"Fact: <{s}> <{r}> <{o}> ."
 
 
+def branch_facts(index: Any, count: int = 16) -> list[tuple[int, ...]]:
+    """Up to ``count`` stored facts of different beginnings: below the first node where the
+    tree branches (every fact shares the fact prefix and the ``<``), its most populous
+    children, each followed down its most populous branch to the first fact end."""
+    cursor, path = index.root(), []
+    step = cursor.next_tokens()
+    while step.tokens.size == 1 and not step.ends:
+        tok = int(step.tokens[0])
+        cursor, path = index.advance(cursor, tok), path + [tok]
+        step = cursor.next_tokens()
+    facts = []
+    for tok in step.tokens[step.leaves.argsort()[::-1][:count]].tolist():
+        node, ids = index.advance(cursor, tok), path + [tok]
+        while node is not None:
+            below = node.next_tokens()
+            if below.ends or below.tokens.size == 0:
+                facts.append(tuple(ids))
+                break
+            nxt = int(below.tokens[int(below.leaves.argmax())])
+            node, ids = index.advance(node, nxt), ids + [nxt]
+    return facts
+
+
 def index_examples(index: Any, tokenizer: Any) -> tuple[tuple[str, str], ...]:
     """Worked examples from ``index``'s own facts (``<s> <r> <o> .``), one per kind of
-    question, in this order, each where the index has what it needs: a single fact; a chain
-    of two facts, the second starting from the first's object; a yes/no answered from a
-    fact; a list (a subject and relation with two or three objects, all written); and an
-    "I don't know" (a relation the subject has no fact of: the fact written does not answer).
-    The facts are those the tree's most populous branches lead to, so the choice is fixed
-    per index."""
-    from .ask import sample_facts
+    question, in this order, each where the index has what it needs: a single fact (a
+    relation with one object); a chain of two facts, the second starting from the first's
+    object (one to three objects, all written); a yes/no answered from a fact; a list (a
+    relation with two or three objects, all written); and an "I don't know" (a relation the
+    subject has no fact of: the fact written does not answer). Each example is about another
+    subject where the index has enough of them (a model shown one subject again and again
+    copies it), taken from the tree's most populous branches, so the choice is fixed per index."""
     from .explore import objects, relations
     from .vocab import decode_continuation
 
     fast = getattr(tokenizer, "backend_tokenizer", tokenizer)
     strip = len(index.info.fact_prefix)
-    seeds = [p for f in sample_facts(index, 8) if (p := _parts(decode_continuation(fast, f)[strip:]))]
-    if not seeds:
+    seeds = [p for f in branch_facts(index, 16) if (p := _parts(decode_continuation(fast, f)[strip:]))]
+    subjects = list(dict.fromkeys(p[0] for p in seeds))
+    if not subjects:
         return ()
-    s = seeds[0][0]
-    own = relations(index, tokenizer, s, limit=20)
-    values = {rel.label: [x.label for x in objects(index, tokenizer, s, rel.label, limit=4)] for rel in own}
-    # the single fact: a relation of the subject with one object (else the seed fact)
-    r, o = next(((rel, found[0]) for rel, found in values.items() if len(found) == 1), seeds[0][1:])
-    examples: list[tuple[str, str]] = [
-        (f"What is {s} {r}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: {o}.")]
-    # a chain: from the object of one of the subject's facts, a relation with one to three
-    # objects, the subject left out, all of them written
-    pairs = [(r, o)] + [(rel, x) for rel, found in values.items() for x in found if (rel, x) != (r, o)]
-    for r1, o1 in pairs[:8]:
-        chain = None
-        for second in relations(index, tokenizer, o1, limit=10):
-            found = [x.label for x in objects(index, tokenizer, o1, second.label, limit=5) if x.label != s]
-            if 1 <= len(found) <= 3:
-                chain = second.label, found
-                break
-        if chain:
-            r2, found = chain
-            facts = "\n".join(_fact(o1, r2, x) for x in found)
-            examples.append((f"What is the {r2} of what {s} is {r1}?",
-                             f"I need the {r1} of {s}, then its {r2}.\n{_fact(s, r1, o1)}\n"
-                             f"{facts}\nAnswer: {', '.join(found)}."))
-            break
-    examples.append((f"Is {s} {r} {o}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: yes."))
-    for rel, found in values.items():
-        if 2 <= len(found) <= 3:
-            facts = "\n".join(_fact(s, rel, x) for x in found)
-            examples.append((f"What are all {s} {rel}?",
-                             f"I need every {rel} of {s}.\n{facts}\nAnswer: {', '.join(found)}."))
-            break
-    labels = {x.label for x in own}
-    other = next((rel for _, rel, _ in seeds if rel not in labels), None)
-    if other is None:
-        other = next((x.label for x in relations(index, tokenizer, o, limit=20) if x.label not in labels), None)
-    if other is not None:
-        examples.append((f"What is {s} {other}?",
-                         f"I need the {other} of {s}.\n{_fact(s, r, o)}\nAnswer: {UNKNOWN}"))
+    known: dict[str, dict[str, list[str]]] = {}
+
+    def values(subject: str) -> dict[str, list[str]]:
+        if subject not in known:
+            known[subject] = {rel.label: [x.label for x in objects(index, tokenizer, subject, rel.label, limit=4)]
+                              for rel in relations(index, tokenizer, subject, limit=20)}
+        return known[subject]
+
+    used: list[str] = []
+
+    def pick(test):
+        """The first subject not used yet (else any) for which ``test(subject)`` gives something."""
+        for subject in [x for x in subjects if x not in used] + used:
+            found = test(subject)
+            if found:
+                used.append(subject)
+                return subject, found
+        return None, None
+
+    def single(subject):
+        return next(((rel, found[0]) for rel, found in values(subject).items() if len(found) == 1), None)
+
+    def chain(subject):
+        for r1, found1 in values(subject).items():
+            for o1 in found1[:2]:
+                for second in relations(index, tokenizer, o1, limit=10):
+                    found = [x.label for x in objects(index, tokenizer, o1, second.label, limit=5) if x.label != subject]
+                    if 1 <= len(found) <= 3:
+                        return r1, o1, second.label, found
+        return None
+
+    def listed(subject):
+        return next(((rel, found) for rel, found in values(subject).items() if 2 <= len(found) <= 3), None)
+
+    def missing(subject):
+        own = values(subject)
+        other = next((r for _, r, _ in seeds if r not in own), None)
+        fact = next(((rel, found[0]) for rel, found in own.items() if found), None)
+        return (other, *fact) if other and fact else None
+
+    examples: list[tuple[str, str]] = []
+    s, found = pick(single)
+    if s:
+        r, o = found
+        examples.append((f"What is {s} {r}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: {o}."))
+    s, found = pick(chain)
+    if s:
+        r1, o1, r2, ends = found
+        facts = "\n".join(_fact(o1, r2, x) for x in ends)
+        examples.append((f"What is the {r2} of what {s} is {r1}?",
+                         f"I need the {r1} of {s}, then its {r2}.\n{_fact(s, r1, o1)}\n{facts}\n"
+                         f"Answer: {', '.join(ends)}."))
+    s, found = pick(single)
+    if s:
+        r, o = found
+        examples.append((f"Is {s} {r} {o}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: yes."))
+    s, found = pick(listed)
+    if s:
+        r, objs = found
+        facts = "\n".join(_fact(s, r, x) for x in objs)
+        examples.append((f"What are all {s} {r}?", f"I need every {r} of {s}.\n{facts}\nAnswer: {', '.join(objs)}."))
+    s, found = pick(missing)
+    if s:
+        other, r, o = found
+        examples.append((f"What is {s} {other}?", f"I need the {other} of {s}.\n{_fact(s, r, o)}\nAnswer: {UNKNOWN}"))
     return tuple(examples)
 
 
