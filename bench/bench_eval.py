@@ -3,7 +3,8 @@
 question sets.
 
     .venv/bin/python bench/bench_eval.py --sets metaqa [--per-hop 50] [--hops 1,2] [--seed 0]
-        [--variants free,prefill,entities] [--beams 1] [--max-new-tokens 128]
+        [--variants free,prefill,entities,grounded] [--constrained-only] [--index-file metaqa.rfx]
+        [--name eval-metaqa-dev] [--beams 1] [--max-new-tokens 128]
     .venv/bin/python bench/bench_eval.py --sets finance,wikidata-sample500 [--limit N] [--beams 3]
 
 MetaQA (``../shared/data/metaqa``): its ``kb.txt`` built in process into an index with the
@@ -83,7 +84,12 @@ def run_metaqa(args, loaded) -> None:
     from refactx_index.prompt import fitted_prompt
 
     mark = time.perf_counter()
-    index = metaqa_index(Path(loaded.tokenizer_file).parent)
+    if args.index_file:
+        from refactx_index.memory import MemoryTreeIndex
+
+        index = MemoryTreeIndex.load(args.index_file)
+    else:
+        index = metaqa_index(Path(loaded.tokenizer_file).parent)
     print(f"metaqa: index of {index.info.facts} facts in {time.perf_counter() - mark:.1f} s", file=sys.stderr)
     questions = []
     for hop in args.hops.split(","):
@@ -162,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="metaqa: the sample's seed")
     parser.add_argument("--variants", default="free", help=f"metaqa: comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--constrained-only", action="store_true", help="metaqa: no LLM-only answers")
+    parser.add_argument("--index-file", help="metaqa: the index built from kb.txt with conf/metaqa.toml "
+                        "(refactx-index graph-index), instead of building it")
     parser.add_argument("--name", default="eval-metaqa-dev", help="metaqa: the figure's file name (no suffix)")
     parser.add_argument("--beams", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
