@@ -189,3 +189,40 @@ def test_grounded_answers_never_let_out_a_name_no_stored_written_fact_holds(smol
         assert nxt in eos
 
     check()
+
+
+MOVIE_FACTS = [
+    "<Kismet> <directed by> <William Dieterle> .", "<William Dieterle> <directed> <Kismet> .",
+    "<William Dieterle> <directed> <The Devil and Daniel Webster> .",
+    "<The Devil and Daniel Webster> <directed by> <William Dieterle> .",
+    "<Kismet> <starring> <Marlene Dietrich> .", "<Kismet> <starring> <Ronald Colman> .",
+    "<Marlene Dietrich> <starred in> <Kismet> .", "<Ronald Colman> <starred in> <Kismet> .",
+    "<Kismet> <release year> <1944> .", "<1944> <release year of> <Kismet> .",
+    "<Top Hat> <starring> <Ginger Rogers> .", "<Ginger Rogers> <starred in> <Top Hat> .",
+    "<Top Hat> <release year> <1935> .", "<1935> <release year of> <Top Hat> .",
+]
+
+
+def test_the_prompt_is_drawn_from_the_index_and_rendered_as_text_without_a_chat_template():
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.prompt import UNKNOWN, Prompt, index_examples
+    from refactx_index.vocab import open_tokenizer
+
+    from .conftest import tokenizer_dir
+
+    tok = open_tokenizer(str(tokenizer_dir("qwen2.5")))
+    index = MemoryTreeIndex.from_facts(MOVIE_FACTS, tok)
+    examples = index_examples(index, tok)
+    stored = set(MOVIE_FACTS)
+    for _, answer in examples:  # every fact an example writes is a stored one
+        assert all(line[len("Fact: "):] in stored for line in answer.splitlines() if line.startswith("Fact:"))
+    endings = [a.splitlines()[-1] for _, a in examples]
+    assert "Answer: yes." in endings and f"Answer: {UNKNOWN}" in endings
+    assert any(a.count("Fact:") >= 2 and q.startswith("What are all") for q, a in examples)  # a list
+    assert any(q.startswith("What is the ") and " of what " in q for q, _ in examples)  # a chain
+    assert len({q.split(" ", 2)[2].split(" ")[0] for q, _ in examples}) >= 2  # more than one subject
+
+    prompt = Prompt(examples=examples)
+    text = prompt.render(tok, "who directed Top Hat", prefill="Fact:")  # tokenizers.Tokenizer: no chat template
+    assert text.startswith(prompt.system) and text.endswith("Question: who directed Top Hat\nReply:\nFact:")
+    assert all(f"Question: {q}\nReply:\n{a}" in text for q, a in examples)
