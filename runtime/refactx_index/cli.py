@@ -27,11 +27,12 @@ answers from them::
 
     refactx facts lookup --dsn postgresql://... --index wikidata-smollm2 "<Germany> <capital> <Berlin> ."
 
-``refactx eval QUESTIONS.jsonl`` answers a question file constrained and unconstrained
+``refactx eval QUESTIONS...`` answers question files (JSONL, or MetaQA's) constrained and unconstrained
 (the same prompt and decoding) and scores both (:mod:`refactx_index.evaluation`; the plot
 needs the ``eval`` extra)::
 
     refactx eval questions.jsonl --index-file finance.rfx --out eval/finance
+    refactx eval metaqa/1-hop/qa_dev.txt metaqa/2-hop/qa_dev.txt --index-file metaqa.rfx --sample-per-hop 50
 
 ``refactx serve`` starts the fact server (:mod:`refactx_index.server`; the ``server`` and
 ``generation`` extras)::
