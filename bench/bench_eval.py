@@ -1,7 +1,21 @@
-"""Answer quality on the two committed question sets: ``refactx eval`` in full, constrained and
-unconstrained, with one model (SmolLM2-135M-Instruct unless ``--model``).
+"""Answer quality: ``refactx eval`` constrained and unconstrained with one model
+(SmolLM2-135M-Instruct unless ``--model``), on MetaQA's dev questions or on the two committed
+question sets.
 
-    .venv/bin/python bench/bench_eval.py [--model smollm2] [--limit N] [--beams 3] [--max-new-tokens 128]
+    .venv/bin/python bench/bench_eval.py --sets metaqa [--per-hop 50] [--hops 1,2] [--seed 0]
+        [--variants free,prefill,entities,grounded] [--constrained-only] [--index-file metaqa.rfx]
+        [--name eval-metaqa-dev] [--beams 1] [--max-new-tokens 128]
+    .venv/bin/python bench/bench_eval.py --sets finance,wikidata-sample500 [--limit N] [--beams 3]
+
+MetaQA (``../shared/data/metaqa``): its ``kb.txt`` built in process into an index with the
+model's vocabulary (``conf/metaqa.toml``); a fixed, seeded sample of ``--per-hop`` dev
+questions of each hop (``refactx_index.evaluation.stratified_sample``); each variant of
+``--variants`` answered in both modes with the same prompt (drawn from the index,
+``refactx_index.prompt.fitted_prompt``): ``free`` (the paper's: the model may answer without
+a fact), ``prefill`` (every reply opens with ``Fact:``), ``entities`` (``prefill`` and the
+question's own entities only at a fact's subject), ``grounded`` (``prefill`` and the answer
+an entity of a stored fact written, or "I don't know"). Written: ``docs/figures/eval-metaqa-dev.json``
+(date, commit, machine, command, every variant's summary and answers), ``.md`` and ``.png``.
 
 1. the indexes, built with the model's own tokenizer: the finance example in process
    (``build_graph_index``), the shared Wikidata sample by the pipeline's stages (Spark
@@ -31,8 +45,82 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
+METAQA = SHARED / "data" / "metaqa"
 SETS = {"finance": ROOT / "bench" / "questions" / "finance.jsonl",
         "wikidata-sample500": ROOT / "bench" / "questions" / "wikidata-sample500.jsonl"}
+VARIANTS = {"free": {}, "prefill": {"prefill_fact": True},
+            "entities": {"prefill_fact": True, "entities_first": True},
+            "grounded": {"prefill_fact": True, "grounded": True}}
+
+
+def metaqa_index(tokenizer_dir: Path):
+    from refactx_pipeline.config import Config, VocabularyConfig
+    from refactx_pipeline.graph.index import build_graph_index
+
+    cfg = Config.load(str(ROOT / "conf" / "metaqa.toml"), env={}).updated(
+        {"graph.triples": [str(METAQA / "kb.txt")]})
+    return build_graph_index(cfg, VocabularyConfig.parse(f"model={tokenizer_dir}")).index
+
+
+def _machine() -> str:
+    import platform
+
+    return f"{platform.node() or 'host'}: {os.cpu_count()} cores, {platform.machine()}, load {os.getloadavg()[0]:.1f}"
+
+
+def _commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_metaqa(args, loaded) -> None:
+    from refactx_index.evaluation import (evaluate, markdown_table, read_question_file, report, stratified_sample,
+                                          write_outputs)
+    from refactx_index.prompt import fitted_prompt
+
+    mark = time.perf_counter()
+    if args.index_file:
+        from refactx_index.memory import MemoryTreeIndex
+
+        index = MemoryTreeIndex.load(args.index_file)
+    else:
+        index = metaqa_index(Path(loaded.tokenizer_file).parent)
+    print(f"metaqa: index of {index.info.facts} facts in {time.perf_counter() - mark:.1f} s", file=sys.stderr)
+    questions = []
+    for hop in args.hops.split(","):
+        questions += read_question_file(METAQA / f"{hop}-hop" / "qa_dev.txt").questions
+    questions = stratified_sample(questions, args.per_hop, args.seed)
+    prompt = fitted_prompt(index, loaded.tokenizer)
+    modes = ["constrained"] if args.constrained_only else ["constrained", "unconstrained"]
+    doc = {"benchmark": "MetaQA dev", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "commit": _commit(), "machine": _machine(), "command": " ".join(["bench/bench_eval.py", *sys.argv[1:]]),
+           "model": args.model, "beams": args.beams, "max_new_tokens": args.max_new_tokens,
+           "batch_size": args.batch_size, "per_hop": args.per_hop, "hops": args.hops, "seed": args.seed,
+           "questions": len(questions), "index_facts": index.info.facts,
+           "prompt": {"system": prompt.system, "examples": [list(e) for e in prompt.examples]}, "variants": {}}
+    out = Path(args.out)
+    for variant in args.variants.split(","):
+        mark = time.perf_counter()
+        results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size, num_beams=args.beams,
+                           max_new_tokens=args.max_new_tokens, prompt=prompt, **VARIANTS[variant])
+        seconds = round(time.perf_counter() - mark, 1)
+        summary = report(results)
+        from dataclasses import asdict
+
+        doc["variants"][variant] = {"options": VARIANTS[variant], "seconds": seconds, "summary": summary,
+                                    "answers": {m: [asdict(r) for r in rows] for m, rows in results.items()}}
+        print(f"## {variant}: {len(questions)} questions in {seconds} s\n")
+        print(markdown_table(summary))
+        if variant == args.variants.split(",")[0]:
+            write_outputs(results, out / args.name, {**{k: v for k, v in doc.items() if k != "variants"},
+                                                             "variant": variant})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def finance_index(tokenizer_dir: Path, work: Path):
@@ -73,8 +161,16 @@ def wikidata_index(tokenizer_file: Path, work: Path):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
-    parser.add_argument("--limit", type=int, help="only the first LIMIT questions of each set")
-    parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
+    parser.add_argument("--limit", type=int, help="only the first LIMIT questions of each committed set")
+    parser.add_argument("--sets", default="metaqa", help=f"comma-separated, of metaqa, {', '.join(SETS)}")
+    parser.add_argument("--per-hop", type=int, default=50, help="metaqa: questions sampled per hop (default 50)")
+    parser.add_argument("--hops", default="1,2", help="metaqa: the hops sampled (default 1,2)")
+    parser.add_argument("--seed", type=int, default=0, help="metaqa: the sample's seed")
+    parser.add_argument("--variants", default="free", help=f"metaqa: comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--constrained-only", action="store_true", help="metaqa: no LLM-only answers")
+    parser.add_argument("--index-file", help="metaqa: the index built from kb.txt with conf/metaqa.toml "
+                        "(refactx-index graph-index), instead of building it")
+    parser.add_argument("--name", default="eval-metaqa-dev", help="metaqa: the figure's file name (no suffix)")
     parser.add_argument("--beams", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -93,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     combined = {}
     for name in args.sets.split(","):
+        if name == "metaqa":
+            run_metaqa(args, loaded)
+            continue
         questions = read_questions(SETS[name])[:args.limit]
         mark = time.perf_counter()
         index = builders[name]()
@@ -109,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         combined[name] = {**meta, "summary": summary}
         print(f"## {name}: {len(questions)} questions, both modes in {seconds} s\n")
         print(markdown_table(summary))
-    (out / "eval.json").write_text(json.dumps(combined, indent=1) + "\n", encoding="utf-8")
+    if combined:
+        (out / "eval.json").write_text(json.dumps(combined, indent=1) + "\n", encoding="utf-8")
     return 0
 
 

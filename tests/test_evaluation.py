@@ -10,9 +10,11 @@ import pytest
 from refactx_index.ask import GeneratedFact
 from refactx_index.errors import InputRefused
 from refactx_index.evaluation import (
+    Question,
     fact_object,
     markdown_table,
     normalize,
+    read_question_file,
     read_questions,
     report,
     score,
@@ -126,14 +128,59 @@ def test_fact_object_reads_the_last_element():
     assert fact_object("<Germany> <capital> <Ber") is None
 
 
-def test_a_bad_question_line_is_one_error_naming_the_line(tmp_path):
+def test_a_bad_question_line_is_counted_with_its_line_and_the_others_read(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps(QUESTIONS[0]) + "\n" + json.dumps({"question": "Who?", "answers": []}) + "\n")
-    with pytest.raises(InputRefused, match=r"bad.jsonl:2: not a question: 'answers' holds no gold answer"):
-        read_questions(path)
+    path.write_text(json.dumps(QUESTIONS[0]) + "\n" + json.dumps({"question": "Who?", "answers": []}) + "\n"
+                    + "{not json\n")
+    read = read_question_file(path)
+    assert [q.id for q in read.questions] == ["alias"]
+    assert [(r.line, r.reason) for r in read.rejected][0] == (2, "not a question: 'answers' holds no gold answer")
+    assert read.rejected[1].line == 3 and read.rejected[1].reason.startswith("not a question")
     path.write_text("{not json\n")
-    with pytest.raises(InputRefused, match=r"bad.jsonl:1: not a question"):
+    with pytest.raises(InputRefused, match=r"bad.jsonl: no questions \(1 lines rejected, the first: line 1"):
         read_questions(path)
+
+
+def test_hits_at_1_takes_the_first_answer_of_a_list_and_a_list_is_right_when_all_gold():
+    q = Question("What films did X act in?", ("Top Hat", "Kitty Foyle", "Crouching Tiger, Hidden Dragon"),
+                 topic="X", hop="1-hop")
+    def scored(answer, facts=()):
+        return score(q, answer, list(facts), cut=False, seconds=0.1)
+
+    assert scored("Top Hat, Kitty Foyle.").right and scored("Top Hat, Kitty Foyle.").hits1
+    assert scored("Crouching Tiger, Hidden Dragon").right  # a gold name holding a comma is one answer
+    partly = scored("Top Hat and Swing Time")
+    assert partly.hits1 and not partly.right and partly.failure is None
+    assert not scored("Swing Time, Top Hat").hits1
+    assert not scored("I don't know.").hits1
+
+
+def test_each_miss_is_put_down_to_one_failure():
+    q = Question("Who directed Kismet?", ("William Dieterle",), topic="Kismet", hop="1-hop")
+    cases = {
+        "cut_by_token_limit": dict(answer="", facts=[_fact("<Kismet> <directed by> <William Dieterle> .")], cut=True),
+        "no_fact_written": dict(answer="Someone", facts=[], cut=False),
+        "gold_in_a_fact_other_answer_text": dict(
+            answer="Kismet was directed by him", facts=[_fact("<Kismet> <directed by> <William Dieterle> .")],
+            cut=False),
+        "other_subject": dict(answer="Andy", facts=[_fact("<War> <directed by> <Andy Warhol> .")], cut=False),
+        "topic_other_facts": dict(answer="1944", facts=[_fact("<Kismet> <release year> <1944> .")], cut=False),
+        "unknown_after_facts": dict(answer="I don't know.", facts=[_fact("<Kismet> <release year> <1944> .")],
+                                    cut=False),
+    }
+    for failure, case in cases.items():
+        assert score(q, case["answer"], case["facts"], case["cut"], 0.1).failure == failure, failure
+    assert score(q, "William Dieterle", [], False, 0.1).failure is None
+
+
+def test_questions_the_index_cannot_answer_are_reported_apart():
+    q = Question("Who directed Kismet?", ("William Dieterle",), type="movie_to_director", topic="Kismet", hop="1-hop")
+    rows = [score(q, "William Dieterle", [], False, 0.1, (True, True)),
+            score(q, "Nobody", [], False, 0.1, (False, False))]
+    summary = report({"constrained": rows})["constrained"]
+    assert summary["all"]["questions"] == 1 and summary["all"]["Hits@1"] == 1.0
+    assert summary["1-hop"]["questions"] == 1 and summary["movie_to_director"]["questions"] == 1
+    assert summary["apart"] == {**summary["apart"], "questions": 1, "topic_not_in_index": 1, "hits1": 0}
 
 
 def test_outputs_are_json_markdown_and_a_png(questions, tmp_path):
@@ -146,5 +193,5 @@ def test_outputs_are_json_markdown_and_a_png(questions, tmp_path):
     assert doc["summary"]["constrained"]["all"]["seconds_per_question"] == 3.0
     assert [a["id"] for a in doc["answers"]["constrained"]] == ["alias", "wrong"]
     table = (tmp_path / "out" / "eval.md").read_text()
-    assert table == markdown_table(summary) and "| unconstrained | forward | 1 | 1.00 | 1.00 |" in table
+    assert table == markdown_table(summary) and "| unconstrained | forward | 1 | 1.00 | 1.00 | 1.00 |" in table
     assert (tmp_path / "out" / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -101,14 +101,16 @@ def test_the_postgresql_index_gives_the_same_facts(pg_dsn, index, loaded, stored
     """The same question, greedy, against the same facts served from PostgreSQL."""
     from refactx_index.ask import ask
     from refactx_index.pg import open_index
+    from refactx_index.prompt import fitted_prompt
 
     from .pgtree import load_tree
 
     question = QUESTIONS[1]
-    in_memory = ask([question], index, loaded, num_beams=1, max_new_tokens=40)[0]
+    prompt = fitted_prompt(index, loaded.tokenizer)  # one prompt: each index would draw its own examples
+    in_memory = ask([question], index, loaded, prompt=prompt, num_beams=1, max_new_tokens=40)[0]
     load_tree(pg_dsn, "sample-smollm2", stored, threshold=64, vocab_size=len(loaded.tokenizer))
     with open_index(pg_dsn, "sample-smollm2") as pg_index:
-        served = ask([question], pg_index, loaded, num_beams=1, max_new_tokens=40)[0]
+        served = ask([question], pg_index, loaded, prompt=prompt, num_beams=1, max_new_tokens=40)[0]
     assert 1 <= served.timings["round_trips"] <= served.timings["steps"]  # at most one per step
     assert [f.token_ids for f in served.facts] == [f.token_ids for f in in_memory.facts]
     assert served.facts and all(f.stored for f in served.facts if f.complete)

@@ -222,14 +222,16 @@ class PathIndexConfig(Section):
     _index_name = field_validator("index_name")(_index_name_template)
 
 
-GRAPH_FORMATS = Literal["", "csv", "tsv", "parquet", "ntriples", "turtle"]
+GRAPH_FORMATS = Literal["", "csv", "tsv", "parquet", "ntriples", "turtle", "names"]
 
 
 class GraphConfig(Section):
     """A team's own graph instead of the Wikidata dump (``refactx_pipeline.graph.rules``): triples
     with a labels table and a predicate labels table (CSV, TSV or Parquet), or N-Triples or
-    Turtle with ``rdfs:label``/``schema:description``. ``format`` empty: no graph (the Wikidata
-    stages run). Inverse facts use ``verbalize.inverse`` and ``verbalize.inverse_labels`` keyed
+    Turtle with ``rdfs:label``/``schema:description``; or ``names``: one triple a line,
+    ``subject|relation|object``, whose names are their ids (MetaQA's ``kb.txt``; ``delimiter``
+    tab for a TSV of names), relation labels from ``relation_labels``. ``format`` empty: no
+    graph (the Wikidata stages run). Inverse facts use ``verbalize.inverse`` and ``verbalize.inverse_labels`` keyed
     by predicate id."""
 
     format: GRAPH_FORMATS = ""
@@ -238,7 +240,7 @@ class GraphConfig(Section):
     triples: tuple[str, ...] = ()
     labels: str = ""  # id, label, optional description (CSV/TSV/Parquet; N-Triples/Turtle: optional)
     predicate_labels: str = ""  # id, label
-    delimiter: str = ""  # empty: "," for csv, tab for tsv
+    delimiter: str = ""  # empty: "," for csv, tab for tsv, "|" for names
     quote_char: str = '"'
     escape_char: str = '"'  # escapes a quote inside a quoted field: '"' doubles it (RFC 4180)
     encoding: str = "utf-8"  # CSV/TSV (N-Triples and Turtle are UTF-8); a BOM is skipped
@@ -264,8 +266,12 @@ class GraphConfig(Section):
     namespace: str = ""
     allow_predicates: tuple[str, ...] = ()  # empty: all
     deny_predicates: tuple[str, ...] = ()
+    # names: relation id -> label ({directed_by = "directed by"}); a relation not listed is
+    # labelled by its id with underscores as spaces
+    relation_labels: dict[str, str] = Field(default_factory=dict)
 
     _split = field_validator("triples", "allow_predicates", "deny_predicates", mode="before")(_split_list)
+    _relations = field_validator("relation_labels", mode="before")(_json_table)
 
     @field_validator("delimiter", "quote_char", "escape_char")
     @classmethod
@@ -292,13 +298,17 @@ class GraphConfig(Section):
         if not self.format:
             return self
         missing = [name for name in ("triples", "labels", "predicate_labels")
-                   if not getattr(self, name) and (self.format not in ("ntriples", "turtle") or name == "triples")]
+                   if not getattr(self, name) and (self.format not in ("ntriples", "turtle", "names")
+                                                   or name == "triples")]
         if missing:
             raise ValueError(f"graph.format is {self.format!r} but graph.{' and graph.'.join(missing)} "
                              "not set")
-        if self.format in ("ntriples", "turtle") and codecs.lookup(self.encoding).name != "utf-8":
+        if self.format in ("ntriples", "turtle", "names") and codecs.lookup(self.encoding).name != "utf-8":
             raise ValueError(f"graph.encoding is {self.encoding!r} but {self.format} is UTF-8 text "
                              "(graph.encoding applies to csv and tsv)")
+        if self.format == "names" and (self.labels or self.predicate_labels):
+            raise ValueError("graph.format is 'names': the names are the labels (no graph.labels) and "
+                             "graph.relation_labels labels the relations (no graph.predicate_labels)")
         return self
 
 

@@ -6,6 +6,15 @@ or greedy; a batch of questions is left-padded into one ``generate`` call), and 
 each reply back: the facts it wrote (each checked against the index), the final answer,
 token counts and timings. :func:`check_model_vocabulary` makes sure, before any
 generation, that the model's tokenizer is the index's vocabulary.
+
+Two per-request options, off by default: ``prefill_fact`` opens every reply with the
+trigger (the prompt ends with ``Fact:``, so a question is never answered from nothing), and
+``entities_first`` finds the question's own entities (:func:`question_entities`: the spans of
+the question that are subjects of the index, an exact-match pass over the tree) and, while
+a fact's subject is being written and still follows one of them, lets through only the
+tokens that continue one of them (:class:`EntitiesFirst`). ``grounded`` makes the text after
+``Answer:`` an entity or value of a stored fact the reply wrote (its subject or object), or
+``I don't know.``, then the end (:class:`GroundedAnswer`).
 """
 
 from __future__ import annotations
@@ -157,17 +166,18 @@ def check_model_vocabulary(index: TreeIndex, tokenizer: Any, tokenizer_sha256: s
 
 def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[int],
                prompt_length: int, constrained: bool = True, trigger: str = TRIGGER, *,
-               build: ServedBuild | None = None) -> tuple[str, list[GeneratedFact]]:
+               build: ServedBuild | None = None, prefill: str = "") -> tuple[str, list[GeneratedFact]]:
     """The reply text of a generated row and the facts it wrote, in order, each checked
     against the index's ``build`` (the one the generation read; default: the serving one).
 
     Constrained, the facts are read on token ids by the matcher (what it let through).
     Unconstrained, they are the text after each trigger up to the line's end, encoded as
-    the tokenize stage encodes facts: what the model would have had to write.
+    the tokenize stage encodes facts: what the model would have had to write. ``prefill``:
+    the text the prompt ended with as the reply's opening (it starts the reply text).
     """
     from .vocab import decode_continuation, encode_facts
 
-    reply = tokenizer.decode(list(row[prompt_length:]), skip_special_tokens=True)
+    reply = prefill + tokenizer.decode(list(row[prompt_length:]), skip_special_tokens=True)
     fast = _fact_tokenizer(tokenizer)
     written: list[tuple[tuple[int, ...], bool]] = []
     if constrained:
@@ -206,6 +216,193 @@ def with_provenance(index: TreeIndex, facts: list[GeneratedFact], *,
     return facts
 
 
+# words that never make an entity on their own: a span of only these is not looked up
+_STOPWORDS = frozenset("""a an the of in on at to for by with from and or is are was were be been what which who whom
+whose when where why how did does do that this these those it its as movie movies film films about also
+same share shared""".split())
+
+
+def is_stored(index: TreeIndex, tokenizer: Any, text: str, build: ServedBuild | None = None) -> bool:
+    """Whether the fact text ``text`` (``<s> <p> <o> .``) is stored, encoded as the tokenize stage does."""
+    from .vocab import encode_facts
+
+    info = index.info
+    encoded = encode_facts(_fact_tokenizer(tokenizer), [text], (), info.fact_prefix, info.fact_suffix)
+    return bool(index.next_tokens_batch([tuple(encoded.ids(0))], build=build)[0].ends)
+
+
+def question_entities(index: TreeIndex, tokenizer: Any, question: str, max_words: int = 10) -> list[str]:
+    """The labels the question names that are subjects of ``index`` (the exact text of a span
+    of whole words, ``<span> <`` starting a stored fact), longest first from left to right,
+    not overlapping; spans of stopwords only are not looked up."""
+    from .explore import _frontier
+
+    words = [(m.start(), m.end()) for m in re.finditer(r"[^\s]+", question)]
+    prefix = index.info.fact_prefix
+    found: list[str] = []
+    i = 0
+    while i < len(words):
+        taken = 0
+        for n in range(min(max_words, len(words) - i), 0, -1):
+            start, end = words[i][0], words[i + n - 1][1]
+            span = question[start:end].strip(" ?!.,;:'\"")
+            if not span or all(w.lower() in _STOPWORDS for w in span.split()):
+                continue
+            if next(_frontier(index, tokenizer, f"{prefix}<{span}> <"), None) is not None:
+                found.append(span)
+                taken = n
+                break
+        i += max(taken, 1)
+    return list(dict.fromkeys(found))
+
+
+class EntitiesFirst:
+    """A logits processor after the fact constraint: in a row whose reply is writing a fact's
+    subject (after the last trigger, no ``>`` yet) and still follows one of its question's
+    entities, only the tokens that continue one of them stay allowed (when the constraint
+    leaves one; else nothing changes). Rows are ``questions x beams``."""
+
+    def __init__(self, tokenizer: Any, entities: Sequence[Sequence[str]], prompt_width: int, trigger: str,
+                 fact_prefix: str, num_beams: int, prefill: str = ""):
+        self.tokenizer, self.width, self.trigger, self.beams, self.prefill = (
+            tokenizer, prompt_width, trigger, max(num_beams, 1), prefill)
+        self.targets = [[f"{fact_prefix}<{e}>" for e in row] for row in entities]
+        self.pieces = _token_pieces(tokenizer)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for r in range(input_ids.shape[0]):
+            targets = self.targets[r // self.beams]
+            if not targets:
+                continue
+            text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
+            at = text.rfind(self.trigger)
+            if at < 0:
+                continue
+            written = text[at + len(self.trigger):]
+            if ">" in written or "\n" in written:
+                continue
+            wanted = sorted({t for target in targets if target.startswith(written)
+                             for t in _continuations(self.pieces, target[len(written):])})
+            if not wanted:
+                continue
+            keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
+            kept = scores[r, keep]
+            if not torch.isfinite(kept).any():
+                continue
+            row = torch.full_like(scores[r], float("-inf"))
+            row[keep] = kept
+            scores[r] = row
+        return scores
+
+
+class GroundedAnswer:
+    """A logits processor: once a row's reply opens a line with ``Answer:``, only the tokens
+    that continue `` <name>.`` for a subject or object of a stored fact the reply wrote
+    before it, or `` I don't know.``, stay allowed, and when one is complete only an end id
+    (a per-reply trie of the written facts' names, walked on text). ``stored(text)`` says
+    whether a fact text written after the trigger is stored (constrained, every complete
+    one is)."""
+
+    def __init__(self, tokenizer: Any, prompt_width: int, trigger: str, eos: Sequence[int], stored: Any,
+                 prefill: str = ""):
+        self.tokenizer, self.width, self.trigger, self.prefill = tokenizer, prompt_width, trigger, prefill
+        self.eos = list(eos)
+        self._stored = stored
+        self._known: dict[str, bool] = {}
+        self.pieces = _token_pieces(tokenizer)
+
+    def stored(self, text: str) -> bool:
+        if text not in self._known:
+            self._known[text] = bool(self._stored(text))
+        return self._known[text]
+
+    def candidates(self, before: str) -> list[str]:
+        """The answers the reply text ``before`` its ``Answer:`` allows."""
+        from .prompt import UNKNOWN
+
+        names: list[str] = []
+        for m in re.finditer(re.escape(self.trigger) + r"[ \t]*(<[^\n]*?> \.)", before):
+            text = m.group(1)
+            parts = text[1:-3].split("> <") if text.endswith("> .") else []
+            if len(parts) >= 3 and self.stored(text):
+                names += [parts[0], parts[-1]]
+        return [f" {n}." for n in dict.fromkeys(names)] + [f" {UNKNOWN}"]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for r in range(input_ids.shape[0]):
+            text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
+            at = text.rfind("\nAnswer:")
+            at = at + 1 if at >= 0 else (0 if text.startswith("Answer:") else -1)
+            if at < 0:
+                continue
+            written = text[at + len("Answer:"):]
+            targets = [c for c in self.candidates(text[:at]) if c.startswith(written) or written.startswith(c)]
+            if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
+                wanted = self.eos
+            else:
+                wanted = sorted({t for c in targets for t in _continuations(self.pieces, c[len(written):], False)})
+            row = torch.full_like(scores[r], float("-inf"))
+            if wanted:
+                keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
+                row[keep] = scores[r, keep]
+                if not torch.isfinite(row[keep]).any():  # masked before: the choice stays open
+                    row[keep] = 0.0
+            else:
+                row[self.eos] = 0.0
+            scores[r] = row
+        return scores
+
+
+def _continuations(pieces: "_Pieces", target: str, beyond: bool = True) -> list[int]:
+    """Token ids whose text is a prefix of ``target``, or (``beyond``) starts with all of it."""
+    ids: list[int] = []
+    for k in range(1, len(target) + 1):
+        ids += pieces.exact.get(target[:k], ())
+    if beyond:
+        ids += pieces.starting_with(target)
+    return ids
+
+
+@dataclass
+class _Pieces:
+    exact: dict[str, list[int]]
+    ordered: list[str]  # sorted token texts
+    ids: list[int]  # their ids
+
+    def starting_with(self, text: str) -> list[int]:
+        import bisect
+
+        lo = bisect.bisect_left(self.ordered, text)
+        out = []
+        while lo < len(self.ordered) and self.ordered[lo].startswith(text):
+            out.append(self.ids[lo])
+            lo += 1
+        return out
+
+
+_PIECES: "weakref.WeakKeyDictionary[Any, _Pieces]" = weakref.WeakKeyDictionary()
+
+
+def _token_pieces(tokenizer: Any) -> _Pieces:
+    """Each token's text as decoded alone, indexed (once per tokenizer)."""
+    found = _PIECES.get(tokenizer)
+    if found is None:
+        from .index import vocabulary_size
+
+        texts = tokenizer.batch_decode([[t] for t in range(vocabulary_size(tokenizer))])
+        exact: dict[str, list[int]] = {}
+        for t, text in enumerate(texts):
+            if text:
+                exact.setdefault(text, []).append(t)
+        order = sorted((text, t) for t, text in enumerate(texts) if text)
+        found = _PIECES[tokenizer] = _Pieces(exact, [x for x, _ in order], [t for _, t in order])
+    return found
+
+
 def ask(
     questions: Sequence[str],
     index: TreeIndex,
@@ -217,11 +414,15 @@ def ask(
     constrained: bool = True,
     max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS,
     trigger: str | None = None,
+    prefill_fact: bool = False,
+    entities_first: bool = False,
+    grounded: bool = False,
 ) -> list[Answer]:
     """Answer ``questions`` in one left-padded batch (see the module doc); ``trigger`` starts
     what the index constrains. By default both follow the index's kind: ``Fact:`` and the
-    fact prompt, or over a path index (``info.index_kind`` ``paths``) ``Path:`` and
-    ``paths.PATH_PROMPT``.
+    fact prompt with examples drawn from the index (:func:`refactx_index.prompt.fitted_prompt`),
+    or over a path index (``info.index_kind`` ``paths``) ``Path:`` and ``paths.PATH_PROMPT``.
+    ``prefill_fact``, ``entities_first`` and ``grounded``: the module doc.
 
     Raises :class:`InputRefused`, before anything is generated, for an empty question or one
     longer than ``max_question_chars`` (:func:`check_questions`)."""
@@ -233,10 +434,17 @@ def ask(
 
     from .engines.core import index_prompt, index_trigger
 
-    prompt, trigger = prompt or index_prompt(index), trigger or index_trigger(index)
     tok = loaded.tokenizer
-    texts = [tok.apply_chat_template(prompt.messages(q), tokenize=False, add_generation_prompt=True)
-             for q in questions]
+    if prompt is None:
+        if index.info.index_kind == "paths":
+            prompt = index_prompt(index)
+        else:
+            from .prompt import fitted_prompt
+
+            prompt = fitted_prompt(index, tok)
+    trigger = trigger or index_trigger(index)
+    prefill = trigger if prefill_fact else ""
+    texts = [prompt.render(tok, q, prefill) for q in questions]
     side = tok.padding_side
     tok.padding_side = "left"
     try:
@@ -248,12 +456,20 @@ def ask(
     build = index.serving_build()
     processor = RefactxLogitsProcessor(index, tok, eos_token_id=eos, trigger=trigger, build=build)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    width = enc["input_ids"].shape[1]
+    processors = [processor] if constrained else []
+    if entities_first:
+        entities = [question_entities(index, tok, q) for q in questions]
+        processors.append(EntitiesFirst(tok, entities, width, trigger, index.info.fact_prefix, num_beams, prefill))
+    if grounded:
+        processors.append(GroundedAnswer(tok, width, trigger, eos, lambda text: True if constrained
+                                         else is_stored(index, tok, text, build), prefill))
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():
         out = loaded.model.generate(
             **enc,
-            logits_processor=LogitsProcessorList([processor] if constrained else []),
+            logits_processor=LogitsProcessorList(processors),
             num_beams=num_beams,
             do_sample=False,
             max_new_tokens=max_new_tokens,
@@ -262,7 +478,6 @@ def ask(
         )
     seconds = time.perf_counter() - started
     round_trips = (index.stats.round_trips if hasattr(index, "stats") else 0) - trips_before
-    width = enc["input_ids"].shape[1]
     answers = []
     for r, question in enumerate(questions):
         row = out[r].tolist()
@@ -270,7 +485,7 @@ def ask(
         while generated and generated[-1] == pad:
             generated.pop()
         reply, facts = read_reply(processor, tok, index, row[: width + len(generated)], width,
-                                  constrained, trigger, build=build)
+                                  constrained, trigger, build=build, prefill=prefill)
         answers.append(Answer(
             question=question,
             reply=reply,

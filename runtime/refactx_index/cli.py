@@ -27,11 +27,12 @@ answers from them::
 
     refactx facts lookup --dsn postgresql://... --index wikidata-smollm2 "<Germany> <capital> <Berlin> ."
 
-``refactx eval QUESTIONS.jsonl`` answers a question file constrained and unconstrained
+``refactx eval QUESTIONS...`` answers question files (JSONL, or MetaQA's) constrained and unconstrained
 (the same prompt and decoding) and scores both (:mod:`refactx_index.evaluation`; the plot
 needs the ``eval`` extra)::
 
     refactx eval questions.jsonl --index-file finance.rfx --out eval/finance
+    refactx eval metaqa/1-hop/qa_dev.txt metaqa/2-hop/qa_dev.txt --index-file metaqa.rfx --sample-per-hop 50
 
 ``refactx serve`` starts the fact server (:mod:`refactx_index.server`; the ``server`` and
 ``generation`` extras)::
@@ -242,27 +243,48 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import time
 
     from .ask import check_model_vocabulary
-    from .evaluation import evaluate, markdown_table, read_questions, write_outputs
+    from .evaluation import evaluate, markdown_table, read_question_file, stratified_sample, write_outputs
     from .models import load_model
     from .prompt import Prompt
     from .vocab import file_sha256
 
-    questions = read_questions(args.questions)
+    questions, rejected = [], []
+    for path in args.questions:
+        read = read_question_file(path, args.format)
+        questions += read.questions
+        rejected += read.rejected
+    for r in rejected[:20]:
+        log.warning("%s:%d: %s", r.source, r.line, r.reason)
+    if args.sample_per_hop:
+        questions = stratified_sample(questions, args.sample_per_hop, args.seed)
     if args.limit:
         questions = questions[:args.limit]
-    prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else Prompt()
+    prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else None
     modes = ["constrained"] if args.constrained_only else ["constrained", "unconstrained"]
+    options = {"prefill_fact": args.prefill_fact, "entities_first": args.entities_first, "grounded": args.grounded}
     with _open(args) as index:
         loaded = load_model(args.model)
         check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
+        if prompt is None:
+            from .prompt import fitted_prompt
+
+            prompt = fitted_prompt(index, loaded.tokenizer)
         started = time.perf_counter()
         results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size,
-                           num_beams=args.beams, max_new_tokens=args.max_new_tokens, prompt=prompt)
+                           num_beams=args.beams, max_new_tokens=args.max_new_tokens, prompt=prompt, **options)
         index_name = index.info.name
-    meta = {"questions_file": str(args.questions), "questions": len(questions), "index": index_name,
+    meta = {"questions_files": [str(p) for p in args.questions], "questions": len(questions),
+            "rejected_lines": len(rejected),
+            "rejected": [{"source": r.source, "line": r.line, "reason": r.reason} for r in rejected[:100]],
+            "sample_per_hop": args.sample_per_hop, "seed": args.seed, "index": index_name,
             "model": args.model, "beams": args.beams, "max_new_tokens": args.max_new_tokens,
-            "batch_size": args.batch_size, "seconds": round(time.perf_counter() - started, 1)}
+            "batch_size": args.batch_size, **options, "prompt": {"system": prompt.system,
+                                                               "examples": [list(e) for e in prompt.examples]},
+            "seconds": round(time.perf_counter() - started, 1)}
     summary = write_outputs(results, args.out, meta, plot_png=not args.no_plot)
+    if rejected:
+        print(f"{len(rejected)} lines are no question (in {args.out}.json; the first: {rejected[0].source}:"
+              f"{rejected[0].line}: {rejected[0].reason})")
     print(markdown_table(summary), end="")
     return 0
 
@@ -453,20 +475,34 @@ def build_parser() -> argparse.ArgumentParser:
     _path_arguments(pt)
     pt.set_defaults(func=cmd_paths)
 
-    ev = sub.add_parser("eval", help="score answers to a question file, with the fact constraint and without",
+    ev = sub.add_parser("eval", help="score answers to question files, with the fact constraint and without",
                         description="Answer every question of QUESTIONS (JSONL: question, answers with aliases, "
-                                    "optional type and fact_ids) constrained and unconstrained, with the same prompt "
-                                    "and decoding, in batches; score A and P by exact match after normalization "
+                                    "optional type, fact_ids, topic and hop; or MetaQA's qa_*.txt with the qtype "
+                                    "file beside it) constrained and unconstrained, with the same prompt and "
+                                    "decoding, in batches; score Hits@1, A and P by exact match after normalization, "
+                                    "per hop and question type, questions the index cannot answer apart "
                                     "(docs/evaluation.md); write OUT.json, OUT.md and OUT.png (the eval extra) "
-                                    "and print the table.")
-    ev.add_argument("questions", help="the question file (JSONL; refactx-pipeline questions writes them)")
+                                    "and print the table. A line that is no question is counted and skipped.")
+    ev.add_argument("questions", nargs="+", help="question files (JSONL, or MetaQA's qa_*.txt)")
+    ev.add_argument("--format", default="auto", choices=["auto", "jsonl", "metaqa"],
+                    help="the question files' format (default: told by each file's name and first line)")
+    ev.add_argument("--sample-per-hop", type=int, help="a seeded sample of this many questions per hop")
+    ev.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    ev.add_argument("--prefill-fact", action="store_true", help="every reply opens with 'Fact:' (written for it)")
+    ev.add_argument("--entities-first", action="store_true",
+                    help="at a fact's subject, only the question's own entities (labels of the index found "
+                         "in the question) while the reply follows one of them")
+    ev.add_argument("--grounded", action="store_true",
+                    help="the text after 'Answer:' is a subject or object of a stored fact the reply wrote, "
+                         "or I don't know.")
     _index_arguments(ev)
     ev.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
     ev.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
     ev.add_argument("--max-new-tokens", type=int, default=128)
     ev.add_argument("--batch-size", type=int, default=8, help="questions generated together (default 8)")
     ev.add_argument("--limit", type=int, help="only the first LIMIT questions")
-    ev.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompt.py)")
+    ev.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompt.py; "
+                                          "default: examples drawn from the index's own facts)")
     ev.add_argument("--constrained-only", action="store_true", help="skip the unconstrained answers")
     ev.add_argument("--out", default="eval", help="path prefix of the JSON, Markdown and PNG outputs (default: eval)")
     ev.add_argument("--no-plot", action="store_true", help="no PNG (without the eval extra's matplotlib)")

@@ -1,13 +1,23 @@
 """Answer quality: a question file answered with the fact constraint and without, scored.
 
-A question file is JSONL, one question a line::
+Question files are read by one reader interface (:class:`QuestionReader`, :data:`READERS`):
+
+- **jsonl**, this project's own, one question a line::
 
     {"question": "Who owns Copperleaf Trust Inc?", "type": "inverse",
      "answers": [{"label": "Quayside Group Inc", "aliases": ["Quayside"], "id": "CO0012"}],
      "fact_ids": [123456789]}
 
-``answers`` items may also be plain strings; ``type`` (default ``all``), ``id`` and
-``fact_ids`` are optional. ``refactx-pipeline questions`` writes such files.
+  ``answers`` items may also be plain strings; ``type`` (default ``all``), ``id``,
+  ``fact_ids``, ``topic`` (the question's entity, as labelled in the index) and ``hop`` are
+  optional. ``refactx-pipeline questions`` writes such files.
+- **metaqa**, the MetaQA benchmark's own (``qa_dev.txt``): ``question with the [topic
+  entity]<TAB>answer|answer|...``; the question type of each line is the same line of the
+  ``*_qtype.txt`` file beside it (when there is one), the hop its folder's (``2-hop``). The
+  model reads the question without the brackets.
+
+A line that is not a question is counted with its line number and reason (:class:`Rejected`)
+and the others are read; a file with no question at all is an error.
 
 Each question is answered twice by :func:`refactx_index.ask.ask` with the same prompt and
 decoding, constrained and not ("LLM-only"), and scored the paper's way (docs/evaluation.md):
@@ -18,6 +28,10 @@ decoding, constrained and not ("LLM-only"), and scored the paper's way (docs/eva
   token limit before an answer was finished (the reply used every new token and has no
   ``Answer:`` line, or ends inside it: :func:`was_cut`); an empty answer (no ``Answer:``
   line, or an empty one, at a natural end) is answered and wrong;
+- a list answer (``A, B and C``; items split at ``,`` ``;`` ``|`` and `` and `` when the
+  whole answer is no gold answer) is right when every item is gold;
+- **Hits@1** (the benchmark's metric): the first answer given (the whole answer when it is a
+  gold one, else the list's first item) is a gold one;
 - **A** = right / all questions, **P** = right / answered questions;
 - **supported**: an answered question whose answer equals the object of a stored fact the
 **facts stored**: the share of written facts the index holds (100 % when
@@ -28,20 +42,28 @@ decoding, constrained and not ("LLM-only"), and scored the paper's way (docs/eva
   verbalize's ``fact_id`` of its text, :func:`refactx_index.provenance.fact_id`); a question
   without ``fact_ids``, or a reply without a stored fact, is not scored by id.
 
-Everything is reported overall and per question type, as JSON, a Markdown table and a PNG
-plot (the ``eval`` extra's matplotlib).
+Questions with a ``topic`` are checked against the index before they are answered
+(:func:`check_support`): whether it holds a fact about the topic (``topic_found``), and
+whether every gold answer lies within the question's hops of it (``supported_by_index``). A
+question the index cannot answer exactly is scored but reported apart (``apart``), not in
+``all``. Every answer that is not a hit is put down to one failure (:data:`FAILURES`).
+
+Everything is reported overall, per hop and per question type, as JSON, a Markdown table and
+a PNG plot (the ``eval`` extra's matplotlib).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 import sys
 import time
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from .errors import InputRefused
 from .prompt import UNKNOWN
@@ -79,26 +101,150 @@ class Question:
     type: str = "all"
     id: str | None = None
     fact_ids: tuple[int, ...] = ()
+    topic: str | None = None  # the question's entity, as the index labels it
+    hop: str | None = None  # "1-hop", "2-hop", ...
 
     @property
     def gold(self) -> frozenset[str]:
         return frozenset(normalize(a) for a in self.answers) - {""}
 
+    @property
+    def hops(self) -> int:
+        m = re.match(r"(\d+)", self.hop or "")
+        return int(m.group(1)) if m else 1
 
-def read_questions(path: str | Path) -> list[Question]:
-    """The questions of a JSONL file; a bad line is one error naming the file and line."""
-    questions = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+
+@dataclass(frozen=True)
+class Rejected:
+    """A line of a question file that is no question."""
+
+    source: str
+    line: int
+    reason: str
+
+
+@dataclass
+class QuestionFile:
+    questions: list[Question]
+    rejected: list[Rejected]
+
+
+class QuestionReader(Protocol):
+    """Reads one benchmark's question files."""
+
+    def accepts(self, path: Path, head: str) -> bool:
+        """Whether a file (``head``: its first non-blank line) is in this reader's format."""
+
+    def read(self, path: Path) -> QuestionFile:
+        """Its questions, and the lines that are none (counted, never fatal)."""
+
+
+class JsonlReader:
+    def accepts(self, path: Path, head: str) -> bool:
+        return path.suffix in (".jsonl", ".json") or head.lstrip().startswith("{")
+
+    def read(self, path: Path) -> QuestionFile:
+        out = QuestionFile([], [])
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    out.questions.append(question_from_json(json.loads(line)))
+                except (ValueError, TypeError, KeyError) as exc:
+                    out.rejected.append(Rejected(path.name, n, f"not a question: {exc}"))
+        return out
+
+
+_TOPIC = re.compile(r"\[([^\[\]]*)\]")
+
+
+class MetaQAReader:
+    """``question [topic]<TAB>ans|ans``; types from ``<name>_qtype.txt`` beside the file."""
+
+    def accepts(self, path: Path, head: str) -> bool:
+        return "\t" in head and _TOPIC.search(head) is not None
+
+    @staticmethod
+    def qtype_file(path: Path) -> Path:
+        return path.with_name(f"{path.stem}_qtype{path.suffix}")
+
+    def read(self, path: Path) -> QuestionFile:
+        m = re.search(r"(\d+)-hop", str(path.parent.name))
+        hop = f"{m.group(1)}-hop" if m else None
+        lines = path.read_text(encoding="utf-8").splitlines()
+        qtypes: list[str] | None = None
+        if self.qtype_file(path).is_file():
+            qtypes = self.qtype_file(path).read_text(encoding="utf-8").splitlines()
+            if len(qtypes) != len(lines):
+                raise InputRefused(f"{path}: {len(lines)} lines but {len(qtypes)} in {self.qtype_file(path).name} "
+                                   "(one question type a line, in the same order)")
+        out = QuestionFile([], [])
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
-            try:
-                questions.append(question_from_json(json.loads(line)))
-            except (ValueError, TypeError, KeyError) as exc:
-                raise InputRefused(f"{path}:{n}: not a question: {exc}") from None
-    if not questions:
-        raise InputRefused(f"{path}: no questions")
-    return questions
+            reason = None
+            fields = line.split("\t")
+            topics = _TOPIC.findall(fields[0])
+            answers = [a.strip() for a in fields[1].split("|")] if len(fields) == 2 else []
+            if len(fields) != 2:
+                reason = f"{len(fields)} tab-separated fields (expected question and answers)"
+            elif len(topics) != 1:
+                reason = "no [topic entity] in the question" if not topics else "more than one [topic entity]"
+            elif not topics[0].strip():
+                reason = "an empty [topic entity]"
+            elif not any(normalize(a) for a in answers):
+                reason = "no gold answer"
+            if reason:
+                out.rejected.append(Rejected(path.name, n, reason))
+                continue
+            text = " ".join(_TOPIC.sub(lambda t: t.group(1), fields[0]).split())
+            qtype = (qtypes[n - 1].strip() if qtypes else "") or (hop or "all")
+            out.questions.append(Question(question=text, answers=tuple(a for a in answers if a), type=qtype,
+                                          id=f"{hop or path.stem}:{n}", topic=topics[0].strip(), hop=hop))
+        return out
+
+
+READERS: dict[str, QuestionReader] = {"jsonl": JsonlReader(), "metaqa": MetaQAReader()}
+
+
+def read_question_file(path: str | Path, fmt: str = "auto") -> QuestionFile:
+    """The questions of ``path`` by the reader of ``fmt`` (``auto``: the first that accepts it)."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            head = next((line for line in fh if line.strip()), "")
+    except OSError as exc:
+        raise InputRefused(f"{path}: {exc.strerror or exc}") from None
+    if fmt == "auto":
+        fmt = next((name for name, reader in READERS.items() if reader.accepts(path, head)), "")
+        if not fmt:
+            raise InputRefused(f"{path}: not a question file of a known format ({', '.join(READERS)})")
+    if fmt not in READERS:
+        raise InputRefused(f"unknown question format {fmt!r}: one of {', '.join(READERS)}")
+    read = READERS[fmt].read(path)
+    if not read.questions:
+        raise InputRefused(f"{path}: no questions" + (f" ({len(read.rejected)} lines rejected, the first: line "
+                                                      f"{read.rejected[0].line}: {read.rejected[0].reason})"
+                                                      if read.rejected else ""))
+    return read
+
+
+def read_questions(path: str | Path, fmt: str = "auto") -> list[Question]:
+    """The questions of a question file (the lines that are none left out: see
+    :func:`read_question_file` for them)."""
+    return read_question_file(path, fmt).questions
+
+
+def stratified_sample(questions: Sequence[Question], per_hop: int, seed: int = 0) -> list[Question]:
+    """``per_hop`` questions of each hop (all of a smaller one), drawn with ``seed``, in file order."""
+    by_hop: dict[str | None, list[int]] = {}
+    for i, q in enumerate(questions):
+        by_hop.setdefault(q.hop, []).append(i)
+    rng = random.Random(seed)
+    chosen = sorted(i for hop in sorted(by_hop, key=str) for i in
+                    (rng.sample(by_hop[hop], per_hop) if len(by_hop[hop]) > per_hop else by_hop[hop]))
+    return [questions[i] for i in chosen]
 
 
 def question_from_json(doc: Any) -> Question:
@@ -118,19 +264,41 @@ def question_from_json(doc: Any) -> Question:
             raise ValueError(f"an answer must be text or {{'label': ..., 'aliases': [...]}}, not {answer!r}")
     if not any(normalize(n) for n in names):
         raise ValueError("'answers' holds no gold answer")
+    topic, hop = doc.get("topic"), doc.get("hop")
     return Question(question=text, answers=tuple(names), type=str(doc.get("type") or "all"),
-                    id=doc.get("id"), fact_ids=tuple(int(i) for i in doc.get("fact_ids") or ()))
+                    id=doc.get("id"), fact_ids=tuple(int(i) for i in doc.get("fact_ids") or ()),
+                    topic=topic if isinstance(topic, str) and topic.strip() else None,
+                    hop=str(hop) if hop is not None else None)
 
 
-def fact_object(text: str) -> str | None:
-    """The object of a fact text ``<s> <p> <o> .`` (None when the text has no such shape)."""
+def fact_parts(text: str) -> list[str] | None:
+    """The elements of a fact text ``<s> <p> <o> .`` (None when the text has no such shape)."""
     body = text.strip()
     if body.endswith("."):
         body = body[:-1].rstrip()
     if not (body.startswith("<") and body.endswith(">")):
         return None
     parts = body[1:-1].split("> <")
-    return parts[-1] if len(parts) >= 3 else None
+    return parts if len(parts) >= 3 else None
+
+
+def fact_object(text: str) -> str | None:
+    """The object of a fact text ``<s> <p> <o> .`` (None when the text has no such shape)."""
+    parts = fact_parts(text)
+    return parts[-1] if parts else None
+
+
+def fact_subject(text: str) -> str | None:
+    parts = fact_parts(text)
+    return parts[0] if parts else None
+
+
+_LIST = re.compile(r"\s*(?:[,;|]|\band\b)\s*")
+
+
+def answer_items(text: str) -> list[str]:
+    """A list answer's items, normalized (``A, B and C`` -> ``[a, b, c]``)."""
+    return [n for item in _LIST.split(text) if (n := normalize(item))]
 
 
 def was_cut(reply: str, answer: str, generated_tokens: int, max_new_tokens: int) -> bool:
@@ -160,16 +328,49 @@ class Scored:
     seconds: float
     id_right: bool | None = None  # None: not scored by ids (one side has none)
     fact_texts: list[str] = field(default_factory=list)
+    hits1: bool = False
+    hop: str | None = None
+    topic_found: bool | None = None  # None: the question names no topic
+    supported_by_index: bool | None = None  # every gold answer within its hops of the topic
+    failure: str | None = None  # why it is no hit (FAILURES); None for a hit
 
 
-def score(question: Question, answer_text: str, facts: Sequence[Any], cut: bool, seconds: float) -> Scored:
+# why an answer is no hit, the first that applies
+FAILURES = ("cut_by_token_limit", "no_fact_written", "gold_in_a_fact_other_answer_text", "other_subject",
+            "topic_other_facts", "unknown_after_facts", "wrong_without_topic")
+
+
+def failure_of(question: Question, said: str, unknown: bool, cut: bool, facts: Sequence[Any]) -> str:
+    """The failure of an answer that is no hit (:data:`FAILURES`): cut by the token limit; no
+    fact written; a written fact holds a gold answer (as subject or object) but the answer
+    says something else; no written fact is about the question's topic; facts about the
+    topic, none with a gold answer; "I don't know" after facts; (no topic to tell) wrong."""
+    if cut:
+        return "cut_by_token_limit"
+    if not facts:
+        return "no_fact_written"
+    parts = [p for f in facts if (p := fact_parts(f.text))]
+    if any(normalize(p[0]) in question.gold or normalize(p[-1]) in question.gold for p in parts):
+        return "gold_in_a_fact_other_answer_text"
+    if question.topic is None:
+        return "unknown_after_facts" if unknown else "wrong_without_topic"
+    if not any(normalize(p[0]) == normalize(question.topic) for p in parts):
+        return "other_subject"
+    return "unknown_after_facts" if unknown else "topic_other_facts"
+
+
+def score(question: Question, answer_text: str, facts: Sequence[Any], cut: bool, seconds: float,
+          support: tuple[bool | None, bool | None] = (None, None)) -> Scored:
     """Score one reply: ``facts`` are :class:`refactx_index.ask.GeneratedFact` (``text``,
-    ``stored``), ``cut`` whether generation hit the token limit."""
+    ``stored``), ``cut`` whether generation hit the token limit, ``support`` what
+    :func:`check_support` found (topic found, gold answers within reach)."""
     facts = [f for f in facts if getattr(f, "complete", True)]  # a fact cut by the token limit was not written
     said = normalize(answer_text)
     unknown = said == _UNKNOWN or said.startswith(_UNKNOWN + " ")
     answered = not unknown and not cut
-    right = answered and said in question.gold
+    items = [] if said in question.gold else answer_items(answer_text)
+    right = answered and (said in question.gold or (len(items) > 1 and all(i in question.gold for i in items)))
+    hits1 = answered and (said in question.gold or (bool(items) and items[0] in question.gold))
     stored_objects = {normalize(o) for f in facts if f.stored and (o := fact_object(f.text)) is not None}
     supported = answered and bool(said) and (said in stored_objects or (right and bool(stored_objects & question.gold)))
     written_ids = {fact_id(f.text) for f in facts if f.stored}
@@ -177,7 +378,47 @@ def score(question: Question, answer_text: str, facts: Sequence[Any], cut: bool,
     return Scored(id=question.id, type=question.type, question=question.question, answer=answer_text,
                   right=right, answered=answered, unknown=unknown, cut=cut, supported=supported,
                   facts=len(facts), facts_stored=sum(bool(f.stored) for f in facts), seconds=seconds,
-                  id_right=id_right, fact_texts=[f.text for f in facts])
+                  id_right=id_right, fact_texts=[f.text for f in facts], hits1=hits1, hop=question.hop,
+                  topic_found=support[0], supported_by_index=support[1],
+                  failure=None if hits1 else failure_of(question, said, unknown, cut, facts))
+
+
+class SupportCheck:
+    """What the index can answer: the objects of each entity's facts (``<e> <r> <o> .``, an
+    entity's first ``max_facts`` facts), followed up to a question's hops from its topic."""
+
+    def __init__(self, index: Any, tokenizer: Any, max_facts: int = 1000):
+        self.index, self.tokenizer, self.max_facts = index, tokenizer, max_facts
+        self._objects: dict[str, frozenset[str]] = {}
+
+    def objects(self, entity: str) -> frozenset[str]:
+        found = self._objects.get(entity)
+        if found is None:
+            from .explore import enumerate_facts
+
+            found = frozenset(parts[-1] for text, _ in enumerate_facts(self.index, self.tokenizer, f"<{entity}> <",
+                                                                       limit=self.max_facts)
+                              if (parts := fact_parts(text)) and parts[0] == entity)
+            self._objects[entity] = found
+        return found
+
+    def __call__(self, question: Question) -> tuple[bool | None, bool | None]:
+        """(topic found, every gold answer within the question's hops); (None, None) without a topic."""
+        if question.topic is None:
+            return None, None
+        frontier = self.objects(question.topic)
+        if not frontier:
+            return False, False
+        reached = set(frontier)
+        for _ in range(question.hops - 1):
+            frontier = frozenset(o for e in frontier for o in self.objects(e)) - reached
+            reached |= frontier
+        return True, question.gold <= {normalize(o) for o in reached}
+
+
+def check_support(questions: Sequence[Question], index: Any, tokenizer: Any) -> list[tuple[bool | None, bool | None]]:
+    check = SupportCheck(index, tokenizer)
+    return [check(q) for q in questions]
 
 
 def summarize(scored: Iterable[Scored]) -> dict[str, Any]:
@@ -189,8 +430,10 @@ def summarize(scored: Iterable[Scored]) -> dict[str, Any]:
     facts = sum(r.facts for r in rows)
     stored = sum(r.facts_stored for r in rows)
     by_id = [r.id_right for r in rows if r.id_right is not None]
+    hits = sum(r.hits1 for r in rows)
     return {
-        "questions": n, "right": right, "answered": answered,
+        "questions": n, "right": right, "answered": answered, "hits1": hits,
+        "Hits@1": round(hits / n, 4) if n else None,
         "unknown": sum(r.unknown for r in rows), "cut": sum(r.cut for r in rows),
         "A": round(right / n, 4) if n else None,
         "P": round(right / answered, 4) if answered else None,
@@ -200,15 +443,25 @@ def summarize(scored: Iterable[Scored]) -> dict[str, Any]:
         "facts_stored_share": round(stored / facts, 4) if facts else None,
         "seconds_per_question": round(sum(r.seconds for r in rows) / n, 3) if n else None,
         "scored_by_id": len(by_id), "right_by_id": sum(by_id),
+        "topic_not_in_index": sum(r.topic_found is False for r in rows),
+        "failures": {f: c for f, c in sorted(Counter(r.failure for r in rows if r.failure).items(),
+                                             key=lambda kv: FAILURES.index(kv[0]))},
     }
 
 
 def report(results: dict[str, list[Scored]]) -> dict[str, Any]:
-    """Per mode: ``all`` and each question type's summary."""
+    """Per mode: ``all``, each hop's and each question type's summary over the questions the
+    index can answer, and ``apart``: the questions it cannot (``supported_by_index`` false)."""
     out: dict[str, Any] = {}
     for mode, rows in results.items():
-        types = sorted({r.type for r in rows})
-        out[mode] = {"all": summarize(rows), **{t: summarize(r for r in rows if r.type == t) for t in types}}
+        kept = [r for r in rows if r.supported_by_index is not False]
+        apart = [r for r in rows if r.supported_by_index is False]
+        hops = sorted({r.hop for r in kept if r.hop})
+        types = sorted({r.type for r in kept})
+        out[mode] = {"all": summarize(kept), **{h: summarize(r for r in kept if r.hop == h) for h in hops},
+                     **{t: summarize(r for r in kept if r.type == t) for t in types if t not in hops}}
+        if apart:
+            out[mode]["apart"] = summarize(apart)
     return out
 
 
@@ -236,11 +489,16 @@ class _Progress:
 
 def evaluate(questions: Sequence[Question], index: Any, loaded: Any, *, modes: Sequence[str] = MODES,
              batch_size: int = 8, num_beams: int = 3, max_new_tokens: int = 128, prompt: Any = None,
-             answer: Callable[..., list[Any]] | None = None, progress: bool = True) -> dict[str, list[Scored]]:
+             answer: Callable[..., list[Any]] | None = None, progress: bool = True,
+             **options: Any) -> dict[str, list[Scored]]:
     """Answer every question in each mode, ``batch_size`` at a time, and score each answer.
-    ``answer`` is :func:`refactx_index.ask.ask` unless given (same signature)."""
+    ``answer`` is :func:`refactx_index.ask.ask` unless given (same signature); ``options`` go
+    to it. Questions with a topic are checked first (:func:`check_support`)."""
     if answer is None:
         from .ask import ask as answer
+    tokenizer = getattr(loaded, "tokenizer", None)
+    support = (check_support(questions, index, tokenizer) if tokenizer is not None
+               else [(None, None)] * len(questions))
     bar = _Progress(len(questions) * len(modes)) if progress else None
     results: dict[str, list[Scored]] = {}
     try:
@@ -252,11 +510,11 @@ def evaluate(questions: Sequence[Question], index: Any, loaded: Any, *, modes: S
                 batch = questions[start:start + batch_size]
                 started = time.perf_counter()
                 replies = answer([q.question for q in batch], index, loaded, prompt=prompt, num_beams=num_beams,
-                                 max_new_tokens=max_new_tokens, constrained=mode == "constrained")
+                                 max_new_tokens=max_new_tokens, constrained=mode == "constrained", **options)
                 each = (time.perf_counter() - started) / len(batch)
-                for q, reply in zip(batch, replies):
+                for i, (q, reply) in enumerate(zip(batch, replies)):
                     cut = was_cut(reply.reply, reply.answer, reply.generated_tokens, max_new_tokens)
-                    rows.append(score(q, reply.answer, reply.facts, cut, each))
+                    rows.append(score(q, reply.answer, reply.facts, cut, each, support[start + i]))
                 if bar:
                     bar.advance(mode, len(batch))
             results[mode] = rows
@@ -267,9 +525,11 @@ def evaluate(questions: Sequence[Question], index: Any, loaded: Any, *, modes: S
 
 
 def markdown_table(summary: dict[str, Any]) -> str:
-    """One row per mode and question type: A, P, answered, supported, facts, stored, s/question."""
-    lines = ["| mode | type | questions | A | P | answered | supported | facts / question | facts stored | s / question |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    """One row per mode and group (all, hop, question type, apart): Hits@1, A, P, answered,
+    supported, facts, stored, s/question."""
+    lines = ["| mode | group | questions | Hits@1 | A | P | answered | supported | facts / question | facts stored "
+             "| s / question |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def cell(x: Any, percent: bool = False) -> str:
         if x is None:
@@ -278,14 +538,14 @@ def markdown_table(summary: dict[str, Any]) -> str:
 
     for mode, by_type in summary.items():
         for kind, s in by_type.items():
-            lines.append(f"| {mode} | {kind} | {s['questions']} | {cell(s['A'])} | {cell(s['P'])} | "
+            lines.append(f"| {mode} | {kind} | {s['questions']} | {cell(s['Hits@1'])} | {cell(s['A'])} | {cell(s['P'])} | "
                          f"{s['answered']} | {s['supported']} | {cell(s['facts_per_question'])} | "
                          f"{cell(s['facts_stored_share'], True)} | {cell(s['seconds_per_question'])} |")
     return "\n".join(lines) + "\n"
 
 
 def plot(summary: dict[str, Any], path: str | Path, title: str = "") -> None:
-    """A and P per question type, constrained beside unconstrained (bars), as a PNG."""
+    """Hits@1, A and P per group, constrained beside unconstrained (bars), as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -293,9 +553,9 @@ def plot(summary: dict[str, Any], path: str | Path, title: str = "") -> None:
 
     modes = list(summary)
     kinds = list(next(iter(summary.values())))
-    fig, axes = plt.subplots(1, 2, figsize=(max(6, 1.6 * len(kinds)) * 2, 4), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(max(6, 1.6 * len(kinds)) * 3, 4), sharey=True)
     width = 0.8 / max(len(modes), 1)
-    for ax, metric in zip(axes, ("A", "P")):
+    for ax, metric in zip(axes, ("Hits@1", "A", "P")):
         for m, mode in enumerate(modes):
             values = [summary[mode].get(k, {}).get(metric) or 0 for k in kinds]
             bars = ax.bar([i + m * width for i in range(len(kinds))], values, width, label=mode)

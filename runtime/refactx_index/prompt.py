@@ -15,15 +15,25 @@ plain text: the system message, then each example as a ``Q:`` line and an ``A:``
     A: I need his date of birth.
     Fact: <Danny Boyle> <date of birth> <1956-10-20> .
     Answer: 20 October 1956.
+
+Without a prompt file the examples are drawn from the index itself (:func:`fitted_prompt`):
+its own facts and relation labels, one example per kind of question, so that the model sees
+how this graph names things. A model without a chat template reads the same prompt as plain
+text (:meth:`Prompt.render`).
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 TRIGGER = "Fact:"
 ANSWER = "Answer:"
@@ -70,6 +80,20 @@ class Prompt:
         messages.append({"role": "user", "content": question})
         return messages
 
+    def render(self, tokenizer: Any, question: str, prefill: str = "") -> str:
+        """The model's input text for ``question``: the chat template's rendering of
+        :meth:`messages` with the assistant's turn opened, or for a tokenizer without a
+        chat template (a base model) the same system message and examples as plain text,
+        ``Question:`` / ``Reply:`` blocks; ``prefill`` opens the reply."""
+        if getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template(self.messages(question), tokenize=False, add_generation_prompt=True)
+        else:
+            blocks = [self.system]
+            blocks += [f"Question: {q}\nReply:\n{a}" for q, a in self.examples]
+            blocks.append(f"Question: {question}\nReply:\n")
+            text = "\n\n".join(blocks)
+        return text + prefill
+
     @classmethod
     def from_file(cls, path: str | Path) -> "Prompt":
         """Read a prompt file (format in the module doc)."""
@@ -94,3 +118,149 @@ def final_answer(text: str) -> str:
     """The text after the last ``Answer:`` line of a generated reply (``""`` when none)."""
     found = [m.group(1).strip() for m in re.finditer(r"^\s*Answer:(.*)$", text, flags=re.MULTILINE)]
     return found[-1] if found else ""
+
+
+# ---------------------------------------------------------------- examples from the index
+
+def _parts(text: str) -> tuple[str, str, str] | None:
+    body = text.strip().removesuffix(".").rstrip()
+    if not (body.startswith("<") and body.endswith(">")):
+        return None
+    parts = body[1:-1].split("> <")
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+
+
+def _fact(s: str, r: str, o: str) -> str:
+    return f"Fact: <{s}> <{r}> <{o}> ."
+
+
+def branch_facts(index: Any, count: int = 16) -> list[tuple[int, ...]]:
+    """Up to ``count`` stored facts of different beginnings: below the first node where the
+    tree branches (every fact shares the fact prefix and the ``<``), its most populous
+    children, each followed down its most populous branch to the first fact end."""
+    cursor, path = index.root(), []
+    step = cursor.next_tokens()
+    while step.tokens.size == 1 and not step.ends:
+        tok = int(step.tokens[0])
+        cursor, path = index.advance(cursor, tok), path + [tok]
+        step = cursor.next_tokens()
+    facts = []
+    for tok in step.tokens[step.leaves.argsort()[::-1][:count]].tolist():
+        node, ids = index.advance(cursor, tok), path + [tok]
+        while node is not None:
+            below = node.next_tokens()
+            if below.ends or below.tokens.size == 0:
+                facts.append(tuple(ids))
+                break
+            nxt = int(below.tokens[int(below.leaves.argmax())])
+            node, ids = index.advance(node, nxt), ids + [nxt]
+    return facts
+
+
+def index_examples(index: Any, tokenizer: Any) -> tuple[tuple[str, str], ...]:
+    """Worked examples from ``index``'s own facts (``<s> <r> <o> .``), one per kind of
+    question, in this order, each where the index has what it needs: a single fact (a
+    relation with one object); a chain of two facts, the second starting from the first's
+    object (one to three objects, all written); a yes/no answered from a fact; a list (a
+    relation with two or three objects, all written); and an "I don't know" (a relation the
+    subject has no fact of: the fact written does not answer). Each example is about another
+    subject where the index has enough of them (a model shown one subject again and again
+    copies it), taken from the tree's most populous branches, so the choice is fixed per index."""
+    from .explore import objects, relations
+    from .vocab import decode_continuation
+
+    fast = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    strip = len(index.info.fact_prefix)
+    seeds = [p for f in branch_facts(index, 16) if (p := _parts(decode_continuation(fast, f)[strip:]))]
+    subjects = list(dict.fromkeys(p[0] for p in seeds))
+    if not subjects:
+        return ()
+    known: dict[str, dict[str, list[str]]] = {}
+
+    def values(subject: str) -> dict[str, list[str]]:
+        if subject not in known:
+            known[subject] = {rel.label: [x.label for x in objects(index, tokenizer, subject, rel.label, limit=4)]
+                              for rel in relations(index, tokenizer, subject, limit=20)}
+        return known[subject]
+
+    used: list[str] = []
+
+    def pick(test):
+        """The first subject not used yet (else any) for which ``test(subject)`` gives something."""
+        for subject in [x for x in subjects if x not in used] + used:
+            found = test(subject)
+            if found:
+                used.append(subject)
+                return subject, found
+        return None, None
+
+    def single(subject):
+        return next(((rel, found[0]) for rel, found in values(subject).items() if len(found) == 1), None)
+
+    def chain(subject):
+        for r1, found1 in values(subject).items():
+            for o1 in found1[:2]:
+                for second in relations(index, tokenizer, o1, limit=10):
+                    found = [x.label for x in objects(index, tokenizer, o1, second.label, limit=5) if x.label != subject]
+                    if 1 <= len(found) <= 3:
+                        return r1, o1, second.label, found
+        return None
+
+    def listed(subject):
+        return next(((rel, found) for rel, found in values(subject).items() if 2 <= len(found) <= 3), None)
+
+    def missing(subject):
+        own = values(subject)
+        other = next((r for _, r, _ in seeds if r not in own), None)
+        fact = next(((rel, found[0]) for rel, found in own.items() if found), None)
+        return (other, *fact) if other and fact else None
+
+    examples: list[tuple[str, str]] = []
+    s, found = pick(single)
+    if s:
+        r, o = found
+        examples.append((f"What is {s} {r}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: {o}."))
+    s, found = pick(chain)
+    if s:
+        r1, o1, r2, ends = found
+        facts = "\n".join(_fact(o1, r2, x) for x in ends)
+        examples.append((f"What is the {r2} of what {s} is {r1}?",
+                         f"I need the {r1} of {s}, then its {r2}.\n{_fact(s, r1, o1)}\n{facts}\n"
+                         f"Answer: {', '.join(ends)}."))
+    s, found = pick(single)
+    if s:
+        r, o = found
+        examples.append((f"Is {s} {r} {o}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: yes."))
+    s, found = pick(listed)
+    if s:
+        r, objs = found
+        facts = "\n".join(_fact(s, r, x) for x in objs)
+        examples.append((f"What are all {s} {r}?", f"I need every {r} of {s}.\n{facts}\nAnswer: {', '.join(objs)}."))
+    s, found = pick(missing)
+    if s:
+        other, r, o = found
+        examples.append((f"What is {s} {other}?", f"I need the {other} of {s}.\n{_fact(s, r, o)}\nAnswer: {UNKNOWN}"))
+    return tuple(examples)
+
+
+_FITTED: "weakref.WeakKeyDictionary[Any, Prompt]" = weakref.WeakKeyDictionary()
+
+
+def fitted_prompt(index: Any, tokenizer: Any) -> Prompt:
+    """The system message with :func:`index_examples` (made once per index); the built-in
+    examples when the index's facts have no ``<s> <r> <o> .`` shape."""
+    try:
+        found = _FITTED.get(index)
+    except TypeError:  # an index that takes no weak reference: made each time
+        found = None
+    if found is None:
+        examples = index_examples(index, tokenizer)
+        if not examples:
+            log.info("index %r: no <s> <r> <o> facts to draw examples from; the built-in examples are used",
+                     getattr(index.info, "name", "?"))
+        found = Prompt(examples=examples) if examples else Prompt()
+        try:
+            _FITTED[index] = found
+        except TypeError:
+            pass
+    return found

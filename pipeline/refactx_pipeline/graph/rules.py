@@ -9,7 +9,8 @@ of N-Triples lines and Turtle files (:func:`ntriples_record`, :func:`turtle_reco
 - **reading**: triples as CSV, TSV or Parquet (subject, predicate, object, optional
   datatype; an empty datatype makes the object an entity id), a labels table (id, label,
   optional description) and a predicate labels table (id, label); or N-Triples or Turtle
-  whose ``rdfs:label`` and ``schema:description`` triples give the labels. CSV as Spark's
+  whose ``rdfs:label`` and ``schema:description`` triples give the labels; or a graph whose
+  names are its ids (format ``names``, :func:`names_record`). CSV as Spark's
   reader takes it with ``multiLine``: quoted fields, the quote escaped by ``graph.escape_char``
   (doubled by default, RFC 4180), delimiters and line breaks inside quotes; a byte order mark
   is skipped; blank lines are no rows. Input paths may be glob patterns, relative ones under
@@ -27,6 +28,20 @@ of N-Triples lines and Turtle files (:func:`ntriples_record`, :func:`turtle_reco
   entity is dropped (``ambiguous_label``); an entity without a label row or with an
   empty label is dropped (``missing_label``). Labels are cleaned like facts (whitespace
   runs to one space, trimmed).
+
+- **names** (``graph.format = "names"``, MetaQA's ``kb.txt``): one triple a line,
+  ``subject|relation|object`` (``graph.delimiter``, default ``|``; a tab for a TSV of names),
+  no header, no quoting; a line with another number of fields is ``malformed_row``, a blank
+  line no row. A name is its entity's id and its label, and every object is an entity: one
+  name is one entity (two films of one title, a name that is a film and a genre: their facts
+  read as one entity's); names that differ only in case are different entities with
+  different labels. Both are counted (``names``: ``entities``, ``differing_only_in_case``
+  (entities whose lower-cased label another entity's lower-cased label equals),
+  ``subject_and_object`` (entities that are the subject of a kept triple and the object of
+  another)). Any non-blank name is a valid id (``graph.id_pattern`` is not applied); names
+  whose labels collide once whitespace runs are made one space are ``ambiguous_label``, as
+  any label. A relation is labelled by ``graph.relation_labels`` (``directed_by`` ->
+  ``directed by``), else by its id with underscores as spaces.
 
 Ids and datatypes are trimmed of ASCII whitespace, and ``graph.id_pattern`` is matched with
 ASCII classes (``\\s``, ``\\d``, ``\\w``), whole: Python's ``re`` here and Java's regex in
@@ -151,9 +166,36 @@ def strip_ascii(text: str) -> str:
     return text.strip(ASCII_SPACE)
 
 
+# format names: a name is an id when it is not blank (ids are trimmed before the check)
+NAMES_ID_PATTERN = r"[\s\S]+"
+
+
+def id_pattern(gcfg: GraphConfig) -> str:
+    """The pattern a valid id matches whole: ``graph.id_pattern``, any non-blank text for ``names``."""
+    return NAMES_ID_PATTERN if gcfg.format == "names" else gcfg.id_pattern
+
+
 def id_matcher(gcfg: GraphConfig):
-    """``fullmatch`` of ``graph.id_pattern`` with ASCII classes (as Java's regex in Spark)."""
-    return re.compile(gcfg.id_pattern, re.ASCII).fullmatch
+    """``fullmatch`` of :func:`id_pattern` with ASCII classes (as Java's regex in Spark)."""
+    return re.compile(id_pattern(gcfg), re.ASCII).fullmatch
+
+
+def names_delimiter(gcfg: GraphConfig) -> str:
+    return gcfg.delimiter or "|"
+
+
+def relation_label(gcfg: GraphConfig, relation: str) -> str:
+    """A ``names`` relation's label: ``graph.relation_labels``, else the id with ``_`` as spaces."""
+    return gcfg.relation_labels.get(relation) or relation.replace("_", " ")
+
+
+def names_record(line: str, delimiter: str) -> tuple[str, str, str] | None:
+    """(subject, relation, object) of one line of a ``names`` file, trimmed; None for a line
+    with another number of fields than three."""
+    fields = line.split(delimiter)
+    if len(fields) != 3:
+        return None
+    return strip_ascii(fields[0]), strip_ascii(fields[1]), strip_ascii(fields[2])
 
 
 def has_scheme(path: str) -> bool:
@@ -337,6 +379,43 @@ def _read_tables(gcfg: GraphConfig, inputs: GraphInputs, raw: RawGraph) -> None:
     for path in inputs.predicate_labels:
         for text, row in read_table(path, gcfg, (cols.id_column, cols.label_column)):
             _add_label(raw, raw.predicate_labels, row, (row or {}).get(cols.label_column, ""), None, gcfg, id_ok)
+
+
+def _read_names(gcfg: GraphConfig, inputs: GraphInputs, raw: RawGraph) -> None:
+    """A ``names`` graph: every name its own label, every relation labelled by ``relation_label``."""
+    delimiter = names_delimiter(gcfg)
+    for path in inputs.triples:
+        source = Path(path).name
+        try:
+            # universal newlines: lines end at \n, \r\n or \r, as Hadoop's line reader splits them
+            with open(path, encoding="utf-8-sig", newline=None) as fh:
+                for line in fh:
+                    line = line.rstrip("\n")
+                    if not strip_ascii(line):
+                        continue  # a blank line is no row
+                    record = names_record(line, delimiter)
+                    if record is None:
+                        raw.rejects.append((source, line[:MAX_REJECT_LINE], "malformed_row"))
+                        continue
+                    subject, relation, obj = record
+                    raw.triples.append(RawTriple(source, line, subject, relation, obj, ""))
+                    for name in (subject, obj):
+                        if name and name not in raw.labels:
+                            raw.labels[name] = (name, "")
+                    if relation:
+                        raw.predicate_labels.setdefault(relation, relation_label(gcfg, relation))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not valid UTF-8 ({exc.reason}); a names file is UTF-8 text") from None
+
+
+def names_counts(statements: Sequence[Statement], labels: dict[str, tuple[str, str]]) -> dict[str, int]:
+    """The ``names`` counts of the module docstring over the kept statements and their labels."""
+    lowered = Counter(label.lower() for label, _ in labels.values())
+    subjects = {s.subject for s in statements}
+    objects = {s.object for s in statements}
+    return {"entities": len(labels),
+            "differing_only_in_case": sum(1 for label, _ in labels.values() if lowered[label.lower()] > 1),
+            "subject_and_object": len(subjects & objects)}
 
 
 def _add_label(raw: RawGraph, into: dict, row: dict | None, label: str, description: str | None,
@@ -543,6 +622,8 @@ def read_graph(cfg: Config) -> RawGraph:
     raw = RawGraph()
     if gcfg.format in RDF_FORMATS:
         _read_rdf(gcfg, inputs, cfg.filter.languages, raw)
+    elif gcfg.format == "names":
+        _read_names(gcfg, inputs, raw)
     else:
         _read_tables(gcfg, inputs, raw)
     return raw
@@ -643,6 +724,8 @@ def resolve_graph(raw: RawGraph, gcfg: GraphConfig) -> Graph:
         "labels_by_source": dict(sorted(Counter(src for _, src in labels.values()).items())),
         "entities_dropped_by_reason": dict(sorted(Counter(dropped.values()).items())),
     }
+    if gcfg.format == "names":
+        counts["names"] = names_counts(statements, labels)
     descriptions = {e: raw.labels[e][1] for e in labels if raw.labels[e][1]}
     return Graph(statements, labels, descriptions, predicate_labels, rejects, counts)
 

@@ -11,6 +11,8 @@ in Python) are DataFrame operations:
   writes them (``graph.parquet_text``);
 - N-Triples: ``spark.read.text`` (split across tasks like any text file), each line parsed
   by ``graph.ntriples_record`` in ``mapInArrow`` over Arrow batches;
+- names (``subject|relation|object``): ``spark.read.text``, each line split on the delimiter;
+  every name its own label, relations labelled by ``graph.relation_labels``;
 - Turtle: each file one ``binaryFile`` row, parsed whole by ``graph.turtle_records`` (rdflib)
   in a ``mapInArrow`` task; a file that does not parse stops the stage naming it.
 
@@ -55,7 +57,9 @@ from refactx_pipeline.graph.rules import (
     XSD,
     clean_header,
     csv_dialect,
+    id_pattern,
     input_paths,
+    names_delimiter,
     ntriples_record,
     turtle_records,
 )
@@ -214,6 +218,28 @@ def _table_triples(spark: SparkSession, gcfg: GraphConfig, paths: Sequence[str])
     return _union(frames)
 
 
+def _names_triples(spark: SparkSession, gcfg: GraphConfig, paths: Sequence[str]) -> DataFrame:
+    """``graph._read_names`` as columns: a line of three fields is a triple, trimmed; another
+    count of fields is ``malformed_row``; a blank line is no row."""
+    delimiter = "\\Q" + names_delimiter(gcfg) + "\\E"
+    frames = []
+    for file, path in enumerate(paths):
+        source = path.rstrip("/").rsplit("/", 1)[-1]
+        line = F.regexp_replace(F.col("value"), "^\ufeff", "")
+        frame = spark.read.text(path).select(
+            F.lit(file).cast("int").alias("file"), F.monotonically_increasing_id().alias("pos"),
+            F.lit(source).alias("source"), line.alias("line")).where(strip_ascii(F.col("line")) != "")
+        fields = F.split(F.col("line"), delimiter, -1)
+        ok = F.size(fields) == 3
+        frames.append(frame.select(
+            "file", "pos", "source", F.substring("line", 1, MAX_REJECT_LINE).alias("line"),
+            F.when(~ok, F.lit("malformed_row")).alias("read_reason"),
+            *[F.when(ok, strip_ascii(fields[i])).otherwise(F.lit("")).alias(role)
+              for i, role in enumerate(("subject", "predicate", "object"))],
+            F.lit("").alias("datatype")))
+    return _union(frames)
+
+
 def _label_rows(frame: DataFrame, pattern: str) -> DataFrame:
     """A labels table's rows (roles id, label, description) with their outcome
     (``graph._add_label``): the first valid row of an id is kept, a later row of a kept id is
@@ -304,6 +330,19 @@ class _Graph:
                 F.when(F.col("kind") == "reject", F.col("reason")).alias("read_reason"),
                 "subject", "predicate", "object", "datatype")
             label_rows, predicate_labels = self._rdf_labels(records, raw, cfg.filter.languages)
+        elif gcfg.format == "names":
+            raw = self._keep(_names_triples(spark, gcfg, inputs.triples))
+            read = raw.where(F.col("read_reason").isNull())
+            names = read.select(F.col("subject").alias("id")).unionByName(
+                read.select(F.col("object").alias("id"))).where(F.col("id") != "").distinct()
+            label_rows = names.select("id", F.col("id").alias("label"), F.lit("").alias("description"))
+            self.label_outcomes = label_rows.select(F.lit("kept").alias("outcome")).limit(0)
+            relations = read.select(F.col("predicate")).where(F.col("predicate") != "").distinct()
+            listed = F.create_map(*[F.lit(x) for pair in sorted(gcfg.relation_labels.items()) for x in pair]) \
+                if gcfg.relation_labels else None
+            default = F.regexp_replace(F.col("predicate"), "_", " ")
+            label = F.coalesce(F.try_element_at(listed, F.col("predicate")), default) if listed is not None else default
+            predicate_labels = relations.select("predicate", label.alias("label"))
         else:
             raw = _table_triples(spark, gcfg, inputs.triples)
             roles = {"id": gcfg.id_column, "label": gcfg.label_column}
@@ -356,7 +395,7 @@ class _Graph:
 
     def _apply(self, raw: DataFrame, predicate_labels: DataFrame) -> None:
         g = self.gcfg
-        pattern = g.id_pattern
+        pattern = id_pattern(g)
         kind = object_kind(F.col("datatype"))
         item_object = strip_ascii(F.col("object"))
         plabels = F.broadcast(predicate_labels.select("predicate", clean_text(F.col("label")).alias("plabel")))
@@ -432,7 +471,7 @@ class _Graph:
         for r in entities:
             if r.dropped is not None:
                 dropped[r.dropped] = dropped.get(r.dropped, 0) + r["n"]
-        return {
+        counts = {
             "triples_in": triples_in,
             "triples": triples,
             "rejected": rejected,
@@ -444,6 +483,21 @@ class _Graph:
             "labels_by_source": dict(sorted(sources.items())),
             "entities_dropped_by_reason": dict(sorted(dropped.items())),
         }
+        if self.gcfg.format == "names":
+            counts["names"] = self._names_counts()
+        return counts
+
+    def _names_counts(self) -> dict[str, int]:
+        """``graph.names_counts`` over the kept statements and labels."""
+        kept = self.entities.where(F.col("dropped").isNull())
+        lowered = kept.withColumn("n", F.count(F.lit(1)).over(Window.partitionBy(F.lower("chosen"))))
+        row = lowered.agg(F.count(F.lit(1)).alias("entities"),
+                          F.coalesce(F.sum(F.when(F.col("n") > 1, 1).otherwise(0)), F.lit(0)).alias("case")).first()
+        subjects = self.statements.select(F.col("subject").alias("e")).distinct()
+        objects = self.statements.where(F.col("kind") == "item").select(F.col("obj").alias("e")).distinct()
+        both = subjects.join(objects, "e").count()
+        return {"entities": int(row["entities"]), "differing_only_in_case": int(row["case"]),
+                "subject_and_object": both}
 
     def unpersist(self) -> None:
         for frame in self.persisted:
