@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="free", help=f"metaqa: comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--constrained-only", action="store_true", help="metaqa: no LLM-only answers")
     parser.add_argument("--index-file", help="metaqa: the index built from kb.txt with conf/metaqa.toml "
-                        "(refactx-index graph-index), instead of building it")
+                        "(refactx-pipeline graph-index), instead of building it")
     parser.add_argument("--name", default="eval-metaqa-dev", help="metaqa: the figure's file name (no suffix)")
     parser.add_argument("--beams", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
