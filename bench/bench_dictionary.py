@@ -1,4 +1,4 @@
-"""Row bodies and decode cost per row with and without the build's preset dictionary (issue 25).
+"""Row bodies and decode cost per row with and without the build's preset dictionary.
 
 Builds the rows of ``--facts`` Wikidata-like facts (``bench_walk.realistic_facts``, Qwen2.5
 tokens) with the cut rule at each ``--configs`` T:B, in Python (``memory.build_rows``: the rows

@@ -116,7 +116,7 @@ def trie_section(args, fact_texts: list[str] | None) -> dict:
     caps = PathCaps(2, args.max_fanout, args.max_paths)
 
     def whole(graph: PathGraph, seed: str):
-        """The build before issue 24's budget work: every path text encoded whole
+        """The baseline build: every path text encoded whole
         (``encode_facts``) and the tree built by ``from_facts``; the same index."""
         found = graph.paths([seed], caps)
         return MemoryTreeIndex.from_facts([p + END for p in found.paths], tokenizer, name="paths",

@@ -1,4 +1,4 @@
-"""Do the generator's facts compress like real Wikidata facts? (issue 25, "Realistic yardstick")
+"""Do the generator's facts compress like real Wikidata facts?
 
 Verbalizes the real extract (../shared/data/wikidata/truthy-2018-sample500-en.nt, with its
 enwiki page + page_props heads) and generated dumps of each ``--presets`` preset (seeds

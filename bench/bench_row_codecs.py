@@ -1,6 +1,6 @@
 """How a build's rows are compressed: format version 4 (zstd against a dictionary trained per
 build) against version 3 (raw deflate level 9 against a 32 KiB dictionary of 1 KiB pieces),
-on the same rows, in one run (issue 25).
+on the same rows, in one run.
 
 Rows: a prefix rows stage's output (``<build>/prefix_rows/<vocab>/rows`` and its
 ``dictionary.bin``), by default the one ``bench/bench_e2e.py`` leaves in its work folder (the

@@ -13,8 +13,8 @@ check every answer against the build it must come from: an answer is wrong when 
 tree's answer, or the old tree's after the index reported the switch. Prints lookups, errors
 by type and wrong answers (target: 0 wrong, 0 raw errors, 0 ``BuildRetired``: plain lookups
 switch and retry), and lookup throughput beside a baseline run with no rebuilds in the same
-process. Each of ``--modes`` is one soak, the ways an index may switch builds (issue 27 saw
-``BuildRetired`` from plain lookups in all three): ``follow`` (``follow=True``: the follower
+process. Each of ``--modes`` is one soak, the ways an index may switch builds (each must
+keep plain lookups free of ``BuildRetired``): ``follow`` (``follow=True``: the follower
 thread switches), ``refresher`` (``follow=False``, one more thread calling ``refresh()``),
 ``alone`` (``follow=False``: only the lookups that meet a dropped build switch). The row
 cache is small by default (``--cache-bytes``, 32 kB), so that most lookups reach the database

@@ -1,4 +1,4 @@
-"""PostgreSQL storage choices for a build's rows, measured rather than assumed (issue 25).
+"""PostgreSQL storage choices for a build's rows, measured rather than assumed.
 
 Builds the rows of ``--facts`` Wikidata-like facts (``bench_walk.realistic_facts``, Qwen2.5
 tokens, the default cut rule), loads them as the loader does (``tests.pgtree.load_tree``),

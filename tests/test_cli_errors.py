@@ -76,7 +76,7 @@ def test_a_missing_enwiki_sql_dump_is_one_line_naming_it(tmp_path):
                    "--set", f"input.enwiki_page_props={tmp_path / 'absent-props.sql'}", cwd=tmp_path)
     line = one_error_line(proc)
     assert "cannot read" in line and "absent-page.sql" in line
-    # the JVM's start-up notes went to a file under the build directory, not to stderr (issue 21)
+    # the JVM's start-up notes went to a file under the build directory, not to stderr
     noise = ("incubator modules", "NativeCodeLoader", "log4j")
     assert not [n for n in noise if n in proc.stderr], proc.stderr[-3000:]
     jvm_log = [p.read_text() for p in (tmp_path / "b").rglob("spark-jvm.log")]

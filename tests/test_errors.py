@@ -41,7 +41,7 @@ def test_a_missing_stage_output_names_the_stage_to_run_first(cfg):
 
 @pytest.mark.pg
 def test_a_database_stage_without_its_input_is_one_line_naming_the_stage_to_run_first(cfg, pg_dsn):
-    """Issue 21: load (and validate) read an earlier stage's output through ``stage_input``, so
+    """Load (and validate) read an earlier stage's output through ``stage_input``, so
     a missing one is ``StageInputMissing`` -- one line at the CLI -- not a KeyError or a
     Spark trace."""
     from refactx_pipeline.cli.failures import describe_failure

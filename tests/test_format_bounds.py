@@ -113,7 +113,7 @@ def root_with_children(tokens: np.ndarray) -> bytes:
 
 
 def test_two_million_identical_children_in_ten_kb_are_refused_before_allocating():
-    """Issue 27, item 5: the 10.7 KB row of 2,097,151 children that are all the same token
+    """The 10.7 KB row of 2,097,151 children that are all the same token
     cost +118 MB and 0.3 s to decode; its node count is past what its stored size allows."""
     n = fmt.MAX_FRAGMENT_NODES
     row = forge(root_with_children(np.full(n - 1, 7)), n, 1, 4, 1)

@@ -64,7 +64,7 @@ def _run(spark, parsed, tmp_path, policy):
 @pytest.mark.parametrize(
     "policy,expected,outcome",
     [
-        # issue 27, item 9: the default tells the three apart (Q1 and Q3 are both cities: Q1
+        # the default tells the three apart (Q1 and Q3 are both cities: Q1
         # by its country, Q3 by its id; Q6 is a village), the two properties by description
         ("disambiguate",
          {"Q1": f"{PARIS} (country: France)", "Q3": f"{PARIS} (Q3)", "Q6": f"{PARIS} (instance of: village)",

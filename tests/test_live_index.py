@@ -139,7 +139,7 @@ def hold_next_fetch(index, build_id: int):
 
 @pytest.mark.parametrize("switcher", ["another thread", "the follower"])
 def test_a_lookup_in_flight_across_an_activation_and_a_drop_answers_from_the_new_build(pg_dsn, switcher):
-    """Issue 27, item 1: the lookup's build is dropped while it is in flight, and the index was
+    """The lookup's build is dropped while it is in flight, and the index was
     already switched by someone else (another thread's refresh, or the follower): its own
     refresh finds nothing new, yet the served build differs from the one that failed, so it
     retries there and answers."""
@@ -231,7 +231,7 @@ def walk(index, fact):
 
 
 def test_with_follow_off_a_generation_retried_after_build_retired_reads_the_active_build(pg_dsn):
-    """Issue 27, item 2: with follow off, the retry the BuildRetired message asks for (a new
+    """With follow off, the retry the BuildRetired message asks for (a new
     generation from ``root()``) meets the active build, not the dropped one again."""
     old_tree, new_tree = random_sequences(seed=5), random_sequences(seed=6)
     first = load_tree(pg_dsn, "kg", old_tree, threshold=1)
@@ -297,7 +297,7 @@ def test_a_reader_role_serves_across_builds_with_the_loader_grants_only(pg_dsn, 
 
 
 def test_activation_refuses_a_build_its_readers_cannot_read(pg_dsn, reader_role):
-    """Issue 27, item 3: a build loaded without the reader's grant (``pg.reader_role`` empty)
+    """A build loaded without the reader's grant (``pg.reader_role`` empty)
     is refused at activation, in one line saying what the role lacks; the served build serves
     on, its readers never see PermissionDenied, and the name is free for the next build."""
     role, role_dsn = reader_role
@@ -389,7 +389,7 @@ def test_the_shrink_guard_refuses_a_much_smaller_build(pg_dsn):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         refused = conn.execute("SELECT max(build_id) FROM refactx.builds").fetchone()[0]
         assert conn.execute("SELECT build_id FROM refactx.active").fetchone()[0] != refused
-        # the refusal says what to do, and releases the name (issue 27, item 4)
+        # the refusal says what to do, and releases the name
         assert str(refusal.value).endswith(
             "the name is free for the next build. To activate build "
             f"{refused} later: refactx-pipeline build --stages activate --build-id {refused} --set pg.max_shrink=1")

@@ -347,7 +347,7 @@ def test_a_second_load_of_a_name_in_flight_is_refused_and_writes_nothing(spark, 
 
 
 def test_validate_and_activate_work_on_the_build_they_are_given_and_no_other(spark, cfg, pg_dsn):
-    """The build id is an input of validate and activate (issue 11): none given, one of another
+    """The build id is an input of validate and activate: none given, one of another
     index, of another dump date, missing, or in the wrong state is refused with a message that
     says so, and changes nothing."""
     from refactx_pipeline.stages import activate as activate_job
@@ -413,7 +413,7 @@ def _files(path: Path) -> dict[str, bytes]:
 def test_a_second_run_of_a_dump_date_is_refused_before_it_writes(spark, cfg, tmp_path):
     """Two runs of one dump date share its work directory: the first claims it, the second
     (in this process, or a stage of it through the spark-submit entry point) is refused with
-    a message naming the holder, and the first run's outputs are untouched (issue 11)."""
+    a message naming the holder, and the first run's outputs are untouched."""
     from refactx_pipeline.stages import prefix_rows
     from refactx_pipeline.orchestration.pipeline import build as run_build
     from refactx_pipeline.orchestration.workdir import RunConflict, claim_path, claim_work_dir, release_work_dir

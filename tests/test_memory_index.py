@@ -164,7 +164,7 @@ def test_package_import_is_light():
 
 
 def test_a_changed_header_byte_is_caught_by_the_checksum(graph, tmp_path):
-    """Issue 27, item 5: the JSON header (vocabulary, fact prefix, depth) is covered too."""
+    """The JSON header (vocabulary, fact prefix, depth) is covered too."""
     _, _, index = graph
     path = tmp_path / "corp.rfx"
     index.save(path)

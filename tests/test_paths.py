@@ -1,4 +1,4 @@
-"""Reasoning paths (issue 24): an independent oracle (a plain breadth-first enumeration over
+"""Reasoning paths: an independent oracle (a plain breadth-first enumeration over
 the kept statements, with its own reading of the parse and labels outputs and its own caps)
 against the Spark ``paths`` stage and the runtime's per-question ``PathGraph``, on a
 hand-made graph (a 2- and a 3-cycle, a self-loop, a capped hub, literals, inverse edges)

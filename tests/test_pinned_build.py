@@ -1,6 +1,6 @@
 """A request reads one build from its first token to the check of its facts: an activation
 in the middle of it serves the next requests only, and a drop of its build is a
-``BuildRetired``, never an answer from another build (issue 22: "a request stays on the
+``BuildRetired``, never an answer from another build ("a request stays on the
 build it started on"; "an index whose build is dropped mid-request")."""
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def test_threads_share_one_index(pg_dsn):
 
 def test_open_index_leaves_the_global_random_alone(pg_dsn):
     """A caller's seeded ``random`` gives the same sequence whether an index opened its
-    connections meanwhile or not (the pool drew its expiry jitter from it: issue 21)."""
+    connections meanwhile or not (the pool draws its expiry jitter from it)."""
     import random
 
     load_tree(pg_dsn, "kg", {(1, 2), (1, 3)})
@@ -344,7 +344,7 @@ def test_refresh_serves_the_newly_activated_build(pg_dsn):
     ("user", 'role "refactx_absent_[0-9a-f]+" does not exist'),
 ])
 def test_a_wrong_database_or_user_fails_at_once_with_its_cause(pg_server, caplog, wrong, cause):
-    """Issue 27, item 7: no waiting out connect_timeout_s through the pool's retries for
+    """No waiting out connect_timeout_s through the pool's retries for
     what waiting cannot fix, and the server's own words in the error."""
     params = conninfo_to_dict(pg_server)
     params[wrong] = f"refactx_absent_{uuid.uuid4().hex[:8]}"
@@ -356,7 +356,7 @@ def test_a_wrong_database_or_user_fails_at_once_with_its_cause(pg_server, caplog
 
 
 def test_a_version_1_row_forged_into_a_version_2_build_is_refused(pg_dsn):
-    """Issue 27, item 5: a row without a checksum must not pass inside a build whose rows all
+    """A row without a checksum must not pass inside a build whose rows all
     carry one (there a flipped bit would be a silent wrong answer)."""
     from refactx_index.format import decode_prefix
 

@@ -31,7 +31,7 @@ version 1 build only (``decode_fragment(row, version)``: a checksum-less row ins
 2 build is refused). The checksum turns a flipped bit (a token id, a count) into a
 ``FormatError`` instead of a silent wrong answer.
 
-Version 3 (issue 25) is version 2 plus ``flags`` bit 1: the body is raw deflate (no zlib
+Version 3 is version 2 plus ``flags`` bit 1: the body is raw deflate (no zlib
 wrapper: the crc32 already guards it) compressed against the build's *preset dictionary*
 (``zdict``; :class:`PresetDictionary`, at most 32 KiB, deflate's window), made per build from
 a deterministic sample of its own row bodies and stored with the build (the catalog's

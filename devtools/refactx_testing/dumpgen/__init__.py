@@ -25,7 +25,7 @@ titles starting "Crystal structure of", "Effect of", ...), label and description
 sitelink coverage, and a few hostile lines of each kind the parse stage must quarantine.
 
 ``skew_facts`` adds articles whose labels all start with ``HOT_LABEL`` until at least that
-many facts lie below that one prefix (issue 14's skew benchmark).
+many facts lie below that one prefix (the skew benchmark).
 
 ``preset`` picks what the texts and values are drawn from: ``dense`` (the default: small
 word lists) or ``realistic`` (``lexicon``: tens of thousands of title words and names, whose

@@ -1,4 +1,4 @@
-"""How compressible a set of verbalized facts is: the "compression floor" (issue 25).
+"""How compressible a set of verbalized facts is: the "compression floor".
 
 An index stores the sorted, de-duplicated facts; whatever structure it uses, it cannot beat
 a good general compressor on those same sorted facts by much. So the floor is a yardstick

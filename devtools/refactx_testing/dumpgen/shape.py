@@ -79,7 +79,7 @@ NO_VALUE_SHARE = 0.001  # items with an rdf:type .../prop/novalue/P... line
 
 # Line mixes. "real": the 2024 per-entity metadata (9 Special:EntityData lines + rdf:type)
 # and terms in many languages: about 0.12 facts per line, like the full dump (7.5 billion
-# lines, 890 million facts: issue 14). "dense" (the default): rdf:type only and few other
+# lines, 890 million facts). "dense" (the default): rdf:type only and few other
 # languages, about 0.33 facts per line (13M lines with a 1M-fact hot prefix: ~5M facts).
 LINE_MIXES = {
     #         metadata lines per item, mean other languages with a label, share of those with a description
