@@ -287,8 +287,10 @@ def test_entry_point_rejects_an_unknown_stage(tmp_path):
 @pytest.mark.parametrize("path", sorted((ROOT / "conf").glob("*.toml")), ids=lambda p: p.name)
 def test_every_conf_file_loads(path):
     cfg = Config.load(path, env={})
-    assert cfg.input.dumps, f"{path.name} names no dump"
-    assert cfg.tokenize.vocabularies, f"{path.name} names no vocabulary"
+    assert cfg.input.dumps or cfg.graph.triples or cfg.input.facts, f"{path.name} names no input"
+    # a graph's conf may leave the vocabulary to the command line (--vocabulary, --set
+    # tokenize.vocabularies=NAME=PATH): the model's own directory differs by machine
+    assert cfg.tokenize.vocabularies or cfg.graph.format, f"{path.name} names no vocabulary"
     assert cfg.spark.master
 
 
