@@ -460,6 +460,23 @@ def test_refactx_paths_command_ends_a_path_at_a_literal_equal_to_an_entitys_labe
     assert PathGraph.from_fact_texts(read_fact_texts(str(with_kinds))).rejected == 1
 
 
+def test_the_graph_of_an_index_file_reads_objects_by_their_labels(tmp_path):
+    """An index file holds no provenance: its graph is that of its bare fact texts."""
+    from tokenizers import Tokenizer
+
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.paths import PathCaps, PathGraph, graph_of_index
+
+    file = tokenizer_dir("qwen2.5") / "tokenizer.json"
+    texts = [text for text, _ in FIVE_FACTS]
+    MemoryTreeIndex.from_facts(texts, str(file)).save(tmp_path / "five.rfx")
+    graph = graph_of_index(MemoryTreeIndex.load(tmp_path / "five.rfx"), Tokenizer.from_file(str(file)))
+    found, bare = (g.paths(["Douglas Adams", "Dirk Gently"], PathCaps(3))
+                   for g in (graph, PathGraph.from_fact_texts(texts)))
+    assert found == bare and graph.nodes == 4
+    assert "Douglas Adams -> pseudonym -> Dirk Gently -> occupation -> private investigator" in found.paths
+
+
 def test_seeds_from_a_question_file_count_its_malformed_lines(spark, tmp_path):
     from refactx_pipeline.config import PathIndexConfig
     from refactx_pipeline.stages.paths import read_seeds

@@ -139,18 +139,7 @@ class PathGraph:
         """The graph of facts file lines: ``<s> <r> <o> .``, optionally followed by a tab and
         the object's kind (``entity`` or ``literal``; without it the object is read by its
         label). A line that is neither is counted in ``rejected``, not used."""
-        facts: list[tuple[str, str | None]] = []
-        rejected = 0
-        for line in texts:
-            text, _, kind = line.strip().partition("\t")
-            kind = kind.strip()
-            if kind and kind not in OBJECT_KINDS:
-                rejected += 1
-                continue
-            facts.append((text.rstrip(), kind or None))
-        graph = cls.from_facts(facts, not_edges)
-        graph.rejected += rejected
-        return graph
+        return cls.from_facts(map(_fact_and_kind, texts), not_edges)
 
     @classmethod
     def from_facts(cls, facts: Iterable[tuple[str, str | None]],
@@ -507,6 +496,17 @@ def _tree_rows(mat: np.ndarray, lengths: np.ndarray, lcp: np.ndarray, threshold:
         for lo, d, row in zip(leaf_lo, leaf_depth, encoded):
             rows[encode_prefix(mat[lo, :d].tolist())] = row
     return rows
+
+
+def _fact_and_kind(line: str) -> tuple[str, str | None]:
+    """A facts file line as (fact text, object kind or None). A bare fact ends with `` .`` (a
+    tab inside a label stays in it); a kind is the word after the line's last tab."""
+    line = line.strip()
+    if not line.endswith(" .") and "\t" in line:
+        text, _, kind = line.rpartition("\t")
+        if kind.strip() in OBJECT_KINDS:
+            return text.rstrip(), kind.strip()
+    return line, None  # a fact, or a line that from_facts rejects
 
 
 def _goes_on(kind: str | None) -> bool:
