@@ -477,6 +477,46 @@ def test_the_graph_of_an_index_file_reads_objects_by_their_labels(tmp_path):
     assert "Douglas Adams -> pseudonym -> Dirk Gently -> occupation -> private investigator" in found.paths
 
 
+# the sources of FIVE_FACTS as verbalize records them (kind, subject, property, object, value)
+FIVE_SOURCES = [
+    ("statement", "Q42", "P1559", None, "Douglas Adams"),
+    ("statement", "Q42", "P742", None, "Dirk Gently"),
+    ("statement", "Q42", "P800", "Q3107329", None),
+    ("statement", "Q1229213", "P170", "Q42", None),
+    ("statement", "Q1229213", "P106", "Q1058617", None),
+]
+
+
+@pytest.mark.pg
+def test_the_graph_of_a_build_reads_each_objects_kind_from_its_provenance(pg_dsn):
+    """A PostgreSQL build with provenance gives each object's kind: its graph is that of the
+    facts file with kinds; the same build without provenance is read by labels."""
+    from refactx_index.paths import PathCaps, PathGraph, graph_of_index
+    from refactx_index.pg import open_index
+    from refactx_index.provenance import fact_id
+    from refactx_index.vocab import encode_facts, open_tokenizer
+
+    from .pgtree import load_tree, store_provenance_rows
+
+    tokenizer = open_tokenizer(str(tokenizer_dir("qwen2.5")))
+    texts = [text for text, _ in FIVE_FACTS]
+    encoded = encode_facts(tokenizer, texts + ["<Dirk Gently> <description> <a fictional detective> ."], ())
+    sequences = [encoded.ids(i) for i in range(len(texts) + 1)]
+    with_provenance = load_tree(pg_dsn, "five-kinds", sequences, vocab_size=tokenizer.get_vocab_size())
+    store_provenance_rows(pg_dsn, with_provenance, [(fact_id(text), *source) for text, source in zip(texts, FIVE_SOURCES)]
+                          + [(fact_id("<Dirk Gently> <description> <a fictional detective> ."), "description",
+                              "Q1229213", None, None, "a fictional detective")])
+    load_tree(pg_dsn, "five-bare", sequences, vocab_size=tokenizer.get_vocab_size())
+    seeds, caps = ["Douglas Adams", "Dirk Gently"], PathCaps(3)
+    with open_index(pg_dsn, "five-kinds") as index:
+        kinds = graph_of_index(index, tokenizer).paths(seeds, caps)
+    with open_index(pg_dsn, "five-bare") as index:
+        bare = graph_of_index(index, tokenizer).paths(seeds, caps)
+    assert kinds == PathGraph.from_fact_texts(f"{text}\t{kind}" for text, kind in FIVE_FACTS).paths(seeds, caps)
+    assert bare == PathGraph.from_fact_texts(texts).paths(seeds, caps) != kinds
+    assert "Douglas Adams -> name in native language -> Douglas Adams" in kinds.paths
+
+
 def test_seeds_from_a_question_file_count_its_malformed_lines(spark, tmp_path):
     from refactx_pipeline.config import PathIndexConfig
     from refactx_pipeline.stages.paths import read_seeds

@@ -399,7 +399,8 @@ def _index_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _path_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--facts", help="the graph as a facts file, one '<s> <r> <o> .' a line (instead of the index's)")
+    p.add_argument("--facts", help="the graph as a facts file, one '<s> <r> <o> .' a line, optionally a tab and "
+                                   "the object's kind, entity or literal (instead of the index's)")
     p.add_argument("--labels", help="an ID<TAB>LABEL file: seeds given as ids are read as their labels")
     p.add_argument("--hops", type=int, default=2, help="L, the longest path in edges, 1 to 4 (default 2)")
     p.add_argument("--max-fanout", type=int, default=100, help="edges followed per node (default 100)")
