@@ -123,10 +123,13 @@ class PathGraph:
 
     def __init__(self, edges: Mapping[str, Iterable[tuple[str, str] | tuple[str, str, str | None]]],
                  rejected: int = 0) -> None:
+        self._hold({node: {(edge[0], edge[1], _goes_on(edge[2] if len(edge) > 2 else None)) for edge in out}
+                    for node, out in edges.items()}, rejected)
+
+    def _hold(self, out: Mapping[str, Iterable[tuple[str, str, bool]]], rejected: int) -> None:
+        """Keep ``out``: per subject label its (relation, target, whether paths go on) edges."""
         self.rejected = rejected
-        self._out: dict[str, list[tuple[str, str, bool]]] = {
-            node: sorted({(edge[0], edge[1], _goes_on(edge[2] if len(edge) > 2 else None)) for edge in out})
-            for node, out in edges.items()}
+        self._out: dict[str, list[tuple[str, str, bool]]] = {node: sorted(set(edges)) for node, edges in out.items()}
         self._targets = {t for out in self._out.values() for _, t, goes_on in out if goes_on}
         self._literals = {t for out in self._out.values() for _, t, goes_on in out if not goes_on}
         # what does not depend on the question: the opened vocabulary, each label's ids
@@ -148,7 +151,7 @@ class PathGraph:
         None (unknown: the object is the node of its label). A fact with sources of both kinds
         is given twice, once with each. A text that is not ``<s> <r> <o> .`` is counted in
         ``rejected``, not used."""
-        edges: dict[str, set[tuple[str, str, str | None]]] = {}
+        edges: dict[str, set[tuple[str, str, bool]]] = {}
         rejected = 0
         skipped = frozenset(not_edges)
         for text, kind in facts:
@@ -158,8 +161,11 @@ class PathGraph:
                 continue
             subject, relation, obj = match.groups()
             if relation not in skipped:
-                edges.setdefault(subject, set()).add((relation, obj, kind))
-        return cls(edges, rejected)
+                goes_on = _GOES_ON.get(kind)
+                edges.setdefault(subject, set()).add((relation, obj, _goes_on(kind) if goes_on is None else goes_on))
+        graph = cls.__new__(cls)
+        graph._hold(edges, rejected)
+        return graph
 
     @property
     def nodes(self) -> int:
@@ -507,6 +513,10 @@ def _fact_and_kind(line: str) -> tuple[str, str | None]:
         if kind.strip() in OBJECT_KINDS:
             return text.rstrip(), kind.strip()
     return line, None  # a fact, or a line that from_facts rejects
+
+
+# whether paths go on from an object of a kind (None: unknown, the node of its label)
+_GOES_ON = {None: True, ENTITY: True, LITERAL: False}
 
 
 def _goes_on(kind: str | None) -> bool:
