@@ -25,14 +25,18 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..ask import GeneratedFact, read_reply
-from ..engines.core import FactConstraint, index_triggers
+from ..ask import GeneratedFact, read_facts
+from ..engines.core import FactConstraint
 from ..index import TreeIndex
 from ..models import LoadedModel
+from ..vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +71,8 @@ class Engine(Protocol):
     """What the HTTP layer needs of an engine: :class:`TransformersEngine` here, or
     :class:`~refactx_index.server.vllm_engine.VllmEngine`."""
 
-    tokenizer: Any
+    tokenizer: "PreTrainedTokenizerBase"  # renders chat prompts, decodes replies
+    vocabulary: Vocabulary  # the model's: end ids, the facts' encoding (the engine's worker's too)
     indexes: dict[str, TreeIndex]
     context_length: int | None  # the longest prompt + answer; None: unknown
     constraint_seconds: float  # the fact constraint's time seen by this process
@@ -176,13 +181,13 @@ class TransformersEngine:
     def __init__(self, loaded: LoadedModel, indexes: dict[str, TreeIndex], *, max_batch: int = 16) -> None:
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
+        self.vocabulary = loaded.vocabulary
         self.indexes = dict(indexes)
         self.max_batch = max_batch
         # the longest prompt + answer the model takes (the server's prompt limit derives from it)
         self.context_length: int | None = getattr(loaded.model.config, "max_position_embeddings", None)
-        self.eos = frozenset(loaded.eos_token_ids)
-        self.constraint = FactConstraint(self.indexes, index_triggers(self.tokenizer, self.indexes), sorted(self.eos),
-                                         vocab_size=len(self.tokenizer))
+        self.eos = frozenset(self.vocabulary.eos_ids)
+        self.constraint = FactConstraint.for_vocabulary(self.indexes, self.vocabulary)
         self.constraint_seconds = 0.0
         self.batches = 0
         self._pending: list[Job] = []
@@ -308,12 +313,11 @@ class TransformersEngine:
         # the facts are read and checked on the build the generation read (pinned when the
         # request entered), whatever was activated since
         build = self.constraint.build_of(slot)
-        # read_reply scans the row with the batch matcher's own FactMatcher (its .matcher)
-        batch = self.constraint.matchers[job.index]  # type: ignore[index]
-        _, job.facts = read_reply(batch, self.tokenizer, index, row, len(job.prompt_ids), build=build)
+        matcher = self.constraint.matchers[job.index].matcher  # type: ignore[index]
+        job.facts = read_facts(matcher, self.vocabulary, index, row, len(job.prompt_ids), build=build)
         job.build_id = (build.info if build is not None else index.info).build_id
 
 
-def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+def encode_chat(tokenizer: "PreTrainedTokenizerBase", messages: Sequence[dict[str, str]]) -> list[int]:
     text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
