@@ -321,7 +321,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"refactx: --default-index {default!r} is not among {sorted(indexes)}")
     if args.engine == "vllm":
         from .models import model_directory
-        from .server.vllm_engine import VllmEngine
+        from .server.backend_vllm import VllmEngine
         from .vocab import open_model_vocabulary
 
         model_dir = str(model_directory(args.model))
@@ -334,7 +334,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             enforce_eager=args.enforce_eager)
     else:
         from .models import load_model
-        from .server.engine import TransformersEngine
+        from .server.backend_transformers import TransformersEngine
 
         loaded = load_model(args.model)
         for index in indexes.values():  # a model that does not write an index's ids is refused here
