@@ -6,7 +6,9 @@ constraint. Sections (``--sections``, default all that can run here):
 * ``matcher`` -- the batch matcher alone over the shared sample's facts (Qwen2.5's
   vocabulary of 151,665 ids): per row per step, a step plus its mask, for 1, 4, 16, 64 and
   256 rows walking leaf-weighted facts, with a cold arena (first requests) and a warm one
-  (the rows already crossed), beside the row-by-row reference matcher in the same run;
+  (the rows already crossed), for each step this runtime has (numpy's, and the compiled
+  ``_step.c`` where built: a step's fixed cost and cost per row, fitted over the batch sizes),
+  beside the row-by-row reference matcher in the same run;
   index lookups and round trips per step; and the mask applied to the batch's logits two
   ways -- the flattened ``(row, token)`` index (what the engines use) and a packed bitmask
   (numpy, and xgrammar's ``apply_token_bitmask_inplace`` where importable).
@@ -88,27 +90,40 @@ def bench_matcher(texts: list[str], batches: list[int], repeat: int) -> dict:
     prompt = tok.encode("Question? Fact:", add_special_tokens=False).ids
     out: dict = {"facts": len(facts), "vocab": vocab, "tokens_per_fact": float(np.mean([len(f) for f in facts])),
                  "rows": {}}
+    from refactx_index.batch import STEPPERS
+
     for rows in batches:
         slots = np.arange(rows)
-        bm = BatchMatcher(FactMatcher(index, trigger, eos))
         figures = {}
-        for phase in range(repeat + 1):  # phase 0: a cold arena; then warm, best of `repeat`
-            walks = _walks(facts, rows, seed=rows * 100 + phase)
-            steps = min(len(w) for w in walks) - 1
-            cols = [np.asarray([w[s] for w in walks], dtype=np.int64) for s in range(steps)]
-            bm.add(slots, [prompt] * rows)
-            stats0 = (index.stats.lookups, index.stats.round_trips)
-            started = time.perf_counter()
-            for col in cols:
-                bm.step(slots, col)
-                bm.mask(slots, vocab)
-            per_row = (time.perf_counter() - started) / steps / rows * 1e6
-            key = "cold_us_per_row" if phase == 0 else "warm_us_per_row"
-            figures[key] = min(figures.get(key, 1e18), per_row)
-            if phase == 0:
-                figures["round_trips_per_step_cold"] = (index.stats.round_trips - stats0[1]) / steps
-            else:
-                figures["round_trips_per_step_warm"] = (index.stats.round_trips - stats0[1]) / steps
+        # numpy first, on the index's cold cache (its figures keep the plain names; the compiled
+        # step's end in _compiled, and its cold figure finds the index's rows cached)
+        for stepper in sorted(STEPPERS, key=lambda s: s != "numpy"):
+            bm = BatchMatcher(FactMatcher(index, trigger, eos), stepper=stepper)
+            suffix = "" if stepper == "numpy" else f"_{stepper}"
+            for phase in range(repeat + 1):  # phase 0: a cold arena; then warm, best of `repeat`
+                walks = _walks(facts, rows, seed=rows * 100 + phase)
+                steps = min(len(w) for w in walks) - 1
+                cols = [np.asarray([w[s] for w in walks], dtype=np.int64) for s in range(steps)]
+                bm.add(slots, [prompt] * rows)
+                stats0 = (index.stats.lookups, index.stats.round_trips)
+                step_s = mask_s = 0.0
+                for col in cols:
+                    t0 = time.perf_counter()
+                    bm.step(slots, col)
+                    t1 = time.perf_counter()
+                    bm.mask(slots, vocab)
+                    mask_s += time.perf_counter() - t1
+                    step_s += t1 - t0
+                per_row = (step_s + mask_s) / steps / rows * 1e6
+                if phase == 0:
+                    figures[f"cold_us_per_row{suffix}"] = per_row
+                    figures[f"round_trips_per_step_cold{suffix}"] = (index.stats.round_trips - stats0[1]) / steps
+                    continue
+                figures[f"round_trips_per_step_warm{suffix}"] = (index.stats.round_trips - stats0[1]) / steps
+                if per_row < figures.get(f"warm_us_per_row{suffix}", 1e18):
+                    figures[f"warm_us_per_row{suffix}"] = per_row
+                    figures[f"warm_step_us{suffix}"] = step_s / steps * 1e6
+                    figures[f"warm_collect_us{suffix}"] = mask_s / steps * 1e6
         # the reference, row by row, over the same walks (warm cache)
         ref = FactMatcher(index, trigger, eos)
         walks = _walks(facts, rows, seed=rows * 100 + 1)
@@ -121,6 +136,7 @@ def bench_matcher(texts: list[str], batches: list[int], repeat: int) -> dict:
             [ref.allowed(st) for st in states]
         figures["reference_us_per_row"] = (time.perf_counter() - started) / steps / rows * 1e6
         # the mask on the batch's logits, for the allowed sets of one step inside the facts
+        bm = BatchMatcher(FactMatcher(index, trigger, eos))
         bm.add(slots, [prompt] * rows)
         for s in range(2):
             bm.step(slots, np.asarray([w[s] for w in walks]))
@@ -140,7 +156,34 @@ def bench_matcher(texts: list[str], batches: list[int], repeat: int) -> dict:
               f"{figures['round_trips_per_step_warm']:.2f}; mask index {figures['mask_index_us']:8.1f} µs, "
               f"bitmask {figures['mask_bitmask_numpy_us']:8.1f} µs"
               + (f", xgrammar {figures['mask_bitmask_xgrammar_us']:8.1f} µs" if xgr else ""), flush=True)
+        for stepper in STEPPERS:
+            suffix = "" if stepper == "numpy" else f"_{stepper}"
+            print(f"  {stepper:8s} rows {rows:4d}: warm step {figures[f'warm_step_us{suffix}']:8.1f} µs + "
+                  f"allowed ids {figures[f'warm_collect_us{suffix}']:7.1f} µs a step "
+                  f"({figures[f'warm_us_per_row{suffix}']:6.2f} µs/row), cold {figures[f'cold_us_per_row{suffix}']:6.2f} "
+                  f"µs/row", flush=True)
+    out["steppers"] = {stepper: _fixed_and_per_row(out["rows"], "" if stepper == "numpy" else f"_{stepper}")
+                       for stepper in STEPPERS}
+    for stepper, fit in out["steppers"].items():
+        print(f"matcher {stepper:8s}: fixed {fit['fixed_us']:6.1f} µs a step + {fit['per_row_us']:5.3f} µs a row "
+              f"(least squares over {', '.join(map(str, batches))} rows, warm, step and allowed ids, the "
+              f"mask on the logits apart); at {batches[-1]} rows {fit['us_per_row_at_largest']:5.3f} µs/row",
+              flush=True)
     return out
+
+
+def _fixed_and_per_row(rows: dict, suffix: str) -> dict:
+    """A warm step's cost (the step and its allowed ids) as fixed + per row: the least-squares
+    line through the microseconds a step at each batch size."""
+    import numpy as np
+
+    sizes = np.asarray(sorted(rows), dtype=float)
+    per_step = np.asarray([rows[int(n)][f"warm_step_us{suffix}"] + rows[int(n)][f"warm_collect_us{suffix}"]
+                           for n in sizes])
+    slope, intercept = np.polyfit(sizes, per_step, 1)
+    return {"fixed_us": float(intercept), "per_row_us": float(slope),
+            "us_at_one_row": float(per_step[0]),
+            "us_per_row_at_largest": float(per_step[-1] / sizes[-1])}
 
 
 def _best(fn, n: int) -> float:
