@@ -26,9 +26,8 @@ facts its tokens wrote, as the matcher read them).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -37,9 +36,8 @@ from ..index import TreeIndex
 from ..matcher import FACT, FactMatcher
 from .core import index_trigger, trigger_variants
 
-log = logging.getLogger(__name__)
 
-__all__ = ["BeamHypothesis", "beam_search"]
+__all__ = ["BeamHypothesis", "beam_search", "constrained_beams"]
 
 # vLLM's bound on one request's logprob_token_ids (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS)
 MAX_IDS_PER_REQUEST = 128
@@ -67,10 +65,46 @@ def beam_search(llm: Any, prompts: Sequence[Sequence[int]], index: TreeIndex, *,
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    def score(requests: list[tuple[list[int], np.ndarray | None]], top: int) -> list[dict[int, float]]:
+        """One step of the engine: per request, the log-probabilities of its allowed ids, or
+        its ``top`` best ones where it is unconstrained."""
+        prompts_, params, owners = [], [], []
+        free = SamplingParams(max_tokens=1, temperature=0, logprobs=top, detokenize=False)
+        for k, (ids, allowed) in enumerate(requests):
+            if allowed is None:
+                prompts_.append(TokensPrompt(prompt_token_ids=ids))
+                params.append(free)
+                owners.append((k, None))
+                continue
+            for at in range(0, max(allowed.size, 1), MAX_IDS_PER_REQUEST):
+                chunk = allowed[at: at + MAX_IDS_PER_REQUEST].tolist()
+                prompts_.append(TokensPrompt(prompt_token_ids=ids))
+                params.append(SamplingParams(max_tokens=1, temperature=0, logprob_token_ids=chunk, detokenize=False))
+                owners.append((k, set(chunk)))
+        got: list[dict[int, float]] = [{} for _ in requests]
+        for (k, allowed_set), out in zip(owners, llm.generate(prompts_, params, use_tqdm=False)):
+            for tok, lp in out.outputs[0].logprobs[0].items():
+                if allowed_set is None or tok in allowed_set:  # the sampled token may be outside them
+                    got[k].setdefault(int(tok), lp.logprob)
+        return got
+
     tokenizer = llm.get_tokenizer()
-    if eos_ids is None:
-        eos_ids = [tokenizer.eos_token_id]
+    return constrained_beams(score, tokenizer, prompts, index, beam_width=beam_width, max_tokens=max_tokens,
+                             length_penalty=length_penalty,
+                             eos_ids=[tokenizer.eos_token_id] if eos_ids is None else eos_ids,
+                             trigger=trigger, in_fact=in_fact)
+
+
+def constrained_beams(score: Callable[[list[tuple[list[int], np.ndarray | None]], int], list[dict[int, float]]],
+                      tokenizer: Any, prompts: Sequence[Sequence[int]], index: TreeIndex, *, beam_width: int,
+                      max_tokens: int, length_penalty: float, eos_ids: Sequence[int], trigger: str | None = None,
+                      in_fact: Sequence[bool] | None = None) -> list[list[BeamHypothesis]]:
+    """The search itself, over any engine: ``score(requests, top)`` gives, for each request
+    ``(token ids, allowed ids or None)``, the log-probabilities of the next token -- of the
+    allowed ids, or the ``top`` best where unconstrained (:func:`beam_search` asks vLLM)."""
     eos = {int(e) for e in eos_ids}
+    if not eos:
+        raise ValueError("an end-of-sequence id is required")
     vocab = len(tokenizer)
     width = max(beam_width, 1)
     keep = max(2, 1 + len(eos)) * width
@@ -86,40 +120,22 @@ def beam_search(llm: Any, prompts: Sequence[Sequence[int]], index: TreeIndex, *,
     finished: list[list[BeamHypothesis]] = [[] for _ in range(n)]
     searching = [True] * n  # transformers' early-stop heuristic not yet satisfied
 
-    free = SamplingParams(max_tokens=1, temperature=0, logprobs=keep, detokenize=False)
     for step in range(max_tokens):
-        requests, params, owners = [], [], []
         mask = matcher.mask(slots, vocab)
-        allowed_of = {int(r): mask.tokens[mask.token_rows == r] for r in mask.rows.tolist()}
+        allowed_of = {int(r): np.unique(mask.tokens[mask.token_rows == r]) for r in mask.rows.tolist()}
+        requests, owners = [], []
         for p in range(n):
-            if not searching[p]:
-                continue
-            for j, beam in enumerate(running[p]):
-                slot = p * width + j
-                ids = TokensPrompt(prompt_token_ids=prompts[p] + beam.tokens)
-                allowed = allowed_of.get(slot)
-                if allowed is None:
-                    requests.append(ids)
-                    params.append(free)
-                    owners.append((p, j, None))
-                    continue
-                allowed = np.unique(allowed)
-                for at in range(0, max(allowed.size, 1), MAX_IDS_PER_REQUEST):
-                    chunk = allowed[at: at + MAX_IDS_PER_REQUEST].tolist()
-                    requests.append(ids)
-                    params.append(SamplingParams(max_tokens=1, temperature=0, logprob_token_ids=chunk,
-                                                 detokenize=False))
-                    owners.append((p, j, set(chunk)))
+            if searching[p]:
+                for j, beam in enumerate(running[p]):
+                    requests.append((prompts[p] + beam.tokens, allowed_of.get(p * width + j)))
+                    owners.append((p, j))
         if not requests:
             break
-        outputs = llm.generate(requests, params, use_tqdm=False)
         candidates: list[dict[tuple[int, int], float]] = [{} for _ in range(n)]  # (beam, token) -> logprob
-        for (p, j, allowed_set), out in zip(owners, outputs):
+        for (p, j), logprobs in zip(owners, score(requests, keep)):
             base = running[p][j].logprob
-            for tok, lp in out.outputs[0].logprobs[0].items():
-                if allowed_set is not None and tok not in allowed_set:
-                    continue  # the sampled token, outside what the matcher allows
-                candidates[p].setdefault((j, int(tok)), base + lp.logprob)
+            for tok, lp in logprobs.items():
+                candidates[p][(j, tok)] = base + lp
         parents = slots.copy()
         chosen = np.zeros(slots.size, dtype=np.int64)
         alive = np.zeros(slots.size, dtype=bool)
