@@ -1,4 +1,4 @@
-"""The matcher's rules over a whole batch at once: state per slot, one numpy pass per step.
+"""The matcher's rules over a whole batch at once: state per slot, one pass per step.
 
 :class:`~refactx_index.matcher.FactMatcher` states the rules and applies them row by row
 (its :meth:`~refactx_index.matcher.FactMatcher.scan` is the reference). A serving engine
@@ -21,6 +21,10 @@ rows of a step with a constant number of numpy calls:
   prefix (their continuations are net of those facts, as the rules say).
 * **Triggers** are found by comparing each slot's last few ids (a small history array)
   with every tokenization of the trigger: a constant number of array compares.
+
+Where the runtime was built with a C compiler, the common rows of a step and the mask's
+allowed ids are a compiled loop (``_step.c``; ``STEPPER`` below); the rare rows go through
+the same numpy code either way.
 
 :meth:`BatchMatcher.mask` gives the step's allowed ids as one flattened ``(row, token)``
 list (:class:`StepMask`), which :mod:`refactx_index.masking` applies to the logits of the
