@@ -375,7 +375,8 @@ class TreeConfig(Section):
     # packed rows: an expanded prefix of at most pack_facts facts (and pack_facts x B / T
     # tokens) stores whole, in its own row, its children of at most pack_child_facts facts,
     # so a row of a few facts does not pay a row's overhead on its own (docs/tree.md).
-    # Unset: 4 x T and T / 64 (memory.pack_bounds); 0: every child of an expanded prefix is a row
+    # Unset: 4 x T and T / 16, none below T = 64 (memory.pack_bounds); 0: every child of an
+    # expanded prefix is a row
     pack_facts: int | None = Field(None, ge=0)
     pack_child_facts: int | None = Field(None, ge=0)
 

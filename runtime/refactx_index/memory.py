@@ -67,13 +67,18 @@ DEFAULT_SUBTREE_THRESHOLD = 1024
 DEFAULT_MAX_SUBTREE_TOKENS = 32768
 # packed rows (docs/tree.md, "The cut rule"), the pipeline's defaults: an expanded prefix of at
 # most PACK_FACTS_PER_THRESHOLD x T facts stores whole its children of at most
-# T / PACK_CHILD_DIVISOR facts (none below T = 64: small test trees keep their plain cut)
+# T / PACK_CHILD_DIVISOR facts; none below T = PACK_MIN_THRESHOLD (small test trees keep the
+# plain cut). Measured on the wikidata preset's 235k facts (docs/scale.md, "The wikidata
+# preset"): children of at most 64 facts 0.019 rows/fact, of at most 16 0.024, plain cut 0.045
 PACK_FACTS_PER_THRESHOLD = 4
-PACK_CHILD_DIVISOR = 64
+PACK_CHILD_DIVISOR = 16
+PACK_MIN_THRESHOLD = 64
 
 
 def pack_bounds(threshold: int) -> tuple[int, int]:
     """The pipeline's default packed-row bounds for ``threshold`` (T): (facts, child facts)."""
+    if threshold < PACK_MIN_THRESHOLD:
+        return 0, 0
     return PACK_FACTS_PER_THRESHOLD * threshold, threshold // PACK_CHILD_DIVISOR
 
 
