@@ -379,14 +379,14 @@ class TreeConfig(Section):
     # expanded prefix is a row
     pack_facts: int | None = Field(None, ge=0)
     pack_child_facts: int | None = Field(None, ge=0)
+    # the prefix rows job sorts facts into range partitions of at most this many (one per task)
+    facts_per_partition: int = Field(200_000, ge=1)
 
     def pack_bounds(self) -> tuple[int, int]:
         """(pack_facts, pack_child_facts), the defaults derived from T where unset."""
         facts, child = pack_bounds(self.subtree_threshold)
         return (facts if self.pack_facts is None else self.pack_facts,
                 child if self.pack_child_facts is None else self.pack_child_facts)
-    # the prefix rows job sorts facts into range partitions of at most this many (one per task)
-    facts_per_partition: int = Field(200_000, ge=1)
 
 
 class PgConfig(Section):
