@@ -209,12 +209,15 @@ class MemoryTreeIndex(RowTreeIndex):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         dictionary: bool = True,
         index_kind: str = "facts",
+        pack: tuple[int, int] = (0, 0),
     ) -> "MemoryTreeIndex":
         """An index of token sequences (already tokenized facts); ``dictionary``: rows
         compressed against a preset dictionary of the build (format version 4); ``index_kind``:
-        ``paths`` for reasoning paths (``IndexInfo.index_kind``)."""
+        ``paths`` for reasoning paths (``IndexInfo.index_kind``); ``pack``: ``build_rows``'s
+        (pack_facts, pack_child_facts)."""
         seqs = {tuple(map(int, s)) for s in sequences}
-        rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
+        rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens,
+                          pack_facts=pack[0], pack_child_facts=pack[1])
         preset = None
         if dictionary:
             rows, preset = compress_rows(rows)
