@@ -546,6 +546,25 @@ def encode_packed(
     The same fragment as ever (any node of a row may be external); only the cut differs from
     an expanded row's, whose children are all external."""
     seqs = [np.asarray(x, dtype=np.int64) for x in suffixes]
+    stops = np.cumsum([x.size for x in seqs], dtype=np.int64)
+    values = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+    return encode_packed_ranges(values, stops - np.array([x.size for x in seqs], dtype=np.int64), stops,
+                                child_tokens, child_leaves, compress=compress)
+
+
+def encode_packed_ranges(
+    values: np.ndarray,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    child_tokens: Sequence[int] | np.ndarray,
+    child_leaves: Sequence[int] | np.ndarray,
+    *,
+    compress: bool = True,
+) -> bytes:
+    """``encode_packed`` over suffixes ``values[starts[i]:stops[i]]`` (the prefix rows job's
+    path: no per-suffix Python objects)."""
+    values = np.asarray(values, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
     toks = np.asarray(child_tokens, dtype=np.int64)
     leaves = np.asarray(child_leaves, dtype=np.int64)
     if toks.size != leaves.size:
@@ -553,14 +572,17 @@ def encode_packed(
     if np.any(leaves < 1):
         raise ValueError("every child must have at least one leaf")
     # an external child is a one-token suffix, marked external once the trie is built
-    seqs += [np.array([t], dtype=np.int64) for t in toks.tolist()]
-    lengths = np.array([x.size for x in seqs], dtype=np.int64)
+    lengths = np.concatenate((np.asarray(stops, dtype=np.int64) - starts, np.ones(toks.size, dtype=np.int64)))
     width = int(lengths.max()) if lengths.size else 0
     mat = np.full((lengths.size, width), -1, dtype=np.int64)
+    inline = starts.size
     if width:
-        mat[np.arange(width)[None, :] < lengths[:, None]] = np.concatenate(seqs)
-    inline_first = {int(x[0]) for x in seqs[: lengths.size - toks.size] if x.size}
-    if inline_first & set(toks.tolist()) or np.unique(toks).size != toks.size:
+        cols = np.arange(width)
+        mask = cols[None, :] < lengths[:inline, None]
+        mat[:inline][mask] = values[(starts[:, None] + cols[None, :])[mask]]
+        mat[inline:, 0] = toks
+    firsts = mat[:inline, 0]
+    if np.isin(toks, firsts[firsts >= 0]).any() or np.unique(toks).size != toks.size:
         raise ValueError("a child is either stored whole or external, and once")
     return _encode_suffix_matrix(mat, lengths, compress, external=dict(zip(toks.tolist(), leaves.tolist())))
 

@@ -309,17 +309,23 @@ class _ShareWriter:
 
     def expanded(self, part: _Partition, lo: int, depth: int, leaves: int, ends: bool,
                  child_tokens: np.ndarray, child_leaves: np.ndarray, crossing: bool,
-                 suffixes: list[list[int]] | None = None) -> None:
-        """An expanded row, or its share; ``suffixes``: the facts of the children it stores
-        whole (a packed row), after its prefix."""
+                 whole: np.ndarray | None = None) -> None:
+        """An expanded row, or its share; ``whole``: the facts (partition indices) of the
+        children it stores whole (a packed row)."""
         key = part.key(lo, depth)
         if crossing:
+            suffixes = None if whole is None else [
+                part.values[x:y].tolist() for x, y in zip((part.start[whole] + depth).tolist(),
+                                                          part.stop[whole].tolist())]
             self._add(key, None, depth, leaves, EXPANDED_SHARE, ends,
                       child_tokens=child_tokens.tolist(), child_leaves=child_leaves.tolist(),
                       suffixes=suffixes)
-        elif suffixes:
-            node = fmt.encode_packed(suffixes + [[]] if ends else suffixes, child_tokens, child_leaves,
-                                     compress=self._compress)
+        elif whole is not None:
+            # the fact equal to the prefix (ends) is an empty suffix: its own index, from its start
+            facts = np.concatenate(([lo], whole)) if ends else whole
+            starts = part.start[facts] + depth
+            node = fmt.encode_packed_ranges(part.values, starts, np.maximum(part.stop[facts], starts),
+                                            child_tokens, child_leaves, compress=self._compress)
             self._add(key, node, depth, leaves, WHOLE, ends)
         else:
             self._add(key, fmt.encode_children(child_tokens, child_leaves, ends, compress=self._compress), depth,
@@ -399,13 +405,9 @@ def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int
             for j in range(prs.size):
                 a, b = int(bounds[j]), int(bounds[j + 1])
                 inl = inline[a:b]
-                suffixes = None
-                if inl.any():
-                    facts = _ranges(crs[a:b][inl], cre[a:b][inl])
-                    suffixes = [part.values[x:y].tolist() for x, y in
-                                zip((part.start[facts] + depth).tolist(), part.stop[facts].tolist())]
+                facts = _ranges(crs[a:b][inl], cre[a:b][inl]) if inl.any() else None
                 out.expanded(part, int(prs[j]), depth, int(pre[j] - prs[j]), bool(pends[j]),
-                             ctoken[a:b][~inl], cleaves[a:b][~inl], bool(pcross[j]), suffixes)
+                             ctoken[a:b][~inl], cleaves[a:b][~inl], bool(pcross[j]), facts)
             rs, re = crs[~inline], cre[~inline]
             depth += 1
             if len(out) >= 4096:
