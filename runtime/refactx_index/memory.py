@@ -36,6 +36,7 @@ from .format import (
     READABLE_VERSIONS,
     PresetDictionary,
     encode_children,
+    encode_packed,
     encode_prefix,
     encode_subtree,
     make_dictionary,
@@ -64,6 +65,21 @@ DEFAULT_CACHE_BYTES = 64 << 20
 # measurement (docs/scale.md, "Index size")
 DEFAULT_SUBTREE_THRESHOLD = 1024
 DEFAULT_MAX_SUBTREE_TOKENS = 32768
+# packed rows (docs/tree.md, "The cut rule"), the pipeline's defaults: an expanded prefix of at
+# most PACK_FACTS_PER_THRESHOLD x T facts stores whole its children of at most
+# T / PACK_CHILD_DIVISOR facts; none below T = PACK_MIN_THRESHOLD (small test trees keep the
+# plain cut). Measured on the wikidata preset's 235k facts (docs/scale.md, "The wikidata
+# preset"): children of at most 64 facts 0.019 rows/fact, of at most 16 0.024, plain cut 0.045
+PACK_FACTS_PER_THRESHOLD = 4
+PACK_CHILD_DIVISOR = 16
+PACK_MIN_THRESHOLD = 64
+
+
+def pack_bounds(threshold: int) -> tuple[int, int]:
+    """The pipeline's default packed-row bounds for ``threshold`` (T): (facts, child facts)."""
+    if threshold < PACK_MIN_THRESHOLD:
+        return 0, 0
+    return PACK_FACTS_PER_THRESHOLD * threshold, threshold // PACK_CHILD_DIVISOR
 
 
 def build_rows(
@@ -71,14 +87,20 @@ def build_rows(
     *,
     threshold: int = DEFAULT_SUBTREE_THRESHOLD,
     max_subtree_tokens: int = DEFAULT_MAX_SUBTREE_TOKENS,
+    pack_facts: int = 0,
+    pack_child_facts: int = 0,
 ) -> dict[bytes, bytes]:
     """The rows ``{prefix key: fragment}`` of the tree of ``sequences`` under the cut rule.
 
     A prefix is *expanded* (its row lists its children, each an external row of its
     own) when more than ``threshold`` facts lie below it or their tokens after the
     prefix number more than ``max_subtree_tokens``; any other row stores its whole
-    subtree, so every row is bounded by facts and bytes at any depth. Duplicate
-    sequences collapse. This is the reference the Spark job must agree with, row for row.
+    subtree, so every row is bounded by facts and bytes at any depth. An expanded prefix
+    of at most ``pack_facts`` facts (and ``max_subtree_tokens x pack_facts / threshold``
+    tokens) is *packed*: its children of at most ``pack_child_facts`` facts (and
+    ``max_subtree_tokens`` tokens) are stored whole in its row, the others are external
+    (``pack_facts=0``: none is packed). Duplicate sequences collapse. This is the reference
+    the Spark job must agree with, row for row.
     """
     if threshold < 1:
         raise InputRefused("threshold must be >= 1")
@@ -93,6 +115,7 @@ def build_rows(
     total = [0]
     for n in lengths:
         total.append(total[-1] + n)
+    pack_tokens = max_subtree_tokens * pack_facts // threshold
     rows: dict[bytes, bytes] = {}
     # explicit stack: (lo, hi, d) -- seqs[lo:hi] share their first d tokens
     stack = [(0, len(seqs), 0)]
@@ -104,19 +127,27 @@ def build_rows(
             rows[key] = encode_subtree([s[d:] for s in seqs[lo:hi]])
             continue
         ends = len(seqs[lo]) == d  # sorted: the prefix itself comes first
+        packs = hi - lo <= pack_facts and below_tokens <= pack_tokens
         i = lo + 1 if ends else lo
         toks: list[int] = []
         counts: list[int] = []
+        inline: list[Sequence[int]] = [()] if ends else []
         while i < hi:
             tok = seqs[i][d]
             j = i + 1
             while j < hi and seqs[j][d] == tok:
                 j += 1
-            toks.append(tok)
-            counts.append(j - i)
-            stack.append((i, j, d + 1))
+            if packs and j - i <= pack_child_facts and total[j] - total[i] - (d + 1) * (j - i) <= max_subtree_tokens:
+                inline.extend(s[d:] for s in seqs[i:j])
+            else:
+                toks.append(tok)
+                counts.append(j - i)
+                stack.append((i, j, d + 1))
             i = j
-        rows[key] = encode_children(toks, counts, ends)
+        if packs and len(inline) > int(ends):
+            rows[key] = encode_packed(inline, toks, counts)
+        else:
+            rows[key] = encode_children(toks, counts, ends)
     return rows
 
 
@@ -175,12 +206,15 @@ class MemoryTreeIndex(RowTreeIndex):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         dictionary: bool = True,
         index_kind: str = "facts",
+        pack: tuple[int, int] = (0, 0),
     ) -> "MemoryTreeIndex":
         """An index of token sequences (already tokenized facts); ``dictionary``: rows
         compressed against a preset dictionary of the build (format version 4); ``index_kind``:
-        ``paths`` for reasoning paths (``IndexInfo.index_kind``)."""
+        ``paths`` for reasoning paths (``IndexInfo.index_kind``); ``pack``: ``build_rows``'s
+        (pack_facts, pack_child_facts)."""
         seqs = {tuple(map(int, s)) for s in sequences}
-        rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
+        rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens,
+                          pack_facts=pack[0], pack_child_facts=pack[1])
         preset = None
         if dictionary:
             rows, preset = compress_rows(rows)
