@@ -89,8 +89,9 @@ def hops_of(text: str) -> int:
 
 # ---------------------------------------------------------------- a hand-made graph
 ENTITIES = {"Q1": "Alpha", "Q2": "Beta", "Q3": "Gamma", "Q4": "Hub", "Q10": "Self",
-            **{f"Q{i}": f"Leaf {i}" for i in range(5, 10)}}
-PROPERTIES = {"P1": "knows", "P2": "part of", "P3": "born"}
+            **{f"Q{i}": f"Leaf {i}" for i in range(5, 10)}, "Q42": "Douglas Adams", "Q43": "Dirk Gently"}
+PROPERTIES = {"P1": "knows", "P2": "part of", "P3": "born", "P1559": "name in native language",
+              "P742": "pseudonym"}
 
 
 def _st(subject, prop, item=None, kind="item", value=None):
@@ -107,8 +108,12 @@ STATEMENTS = [
     _st("Q2", "P3", kind="quantity", value="+10"),
     _st("Q9", "P1", "Q1"),
     _st("Q3", "P1", "Q404"),  # an object without a label: not a kept statement
+    # literals equal to an entity's label: the subject's own, another entity's with edges
+    _st("Q42", "P1559", kind="monolingual", value="Douglas Adams"),
+    _st("Q42", "P742", kind="string", value="Dirk Gently"),
+    _st("Q43", "P1", "Q3"),
 ]
-SEEDS = ["Q1", "Q10", "Q4", "Q404"]
+SEEDS = ["Q1", "Q10", "Q4", "Q42", "Q404"]
 INVERSE = {"P2": "has part"}
 FANOUT, BUDGET = 3, 7
 
@@ -153,6 +158,21 @@ def _runtime_graph(fact_texts):
     return PathGraph.from_fact_texts(fact_texts)
 
 
+def facts_file_lines(cfg) -> list[str]:
+    """The verbalize stage's facts as a facts file with object kinds (``TEXT<TAB>KIND``, a
+    line per kind), the kinds read from its provenance by the runtime's own readers."""
+    from refactx_index.paths import object_kinds
+    from refactx_index.provenance import group_sources
+
+    facts = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(
+        columns=["fact_id", "text"]).to_pylist()
+    columns = ["fact_id", "kind", "subject", "property", "object", "value"]
+    sources = ds.dataset(str(cfg.stage_dir("verbalize") / "provenance"), format="parquet").to_table(
+        columns=columns).to_pylist()
+    found = group_sources([f["fact_id"] for f in facts], ([r[c] for c in columns] for r in sources))
+    return [f"{f['text']}\t{kind}" for f, provenance in zip(facts, found) for kind in object_kinds(provenance)]
+
+
 def test_tiny_graph_oracle_spark_and_runtime_agree_for_l_1_2_3(tiny):
     from refactx_index.paths import PathCaps
 
@@ -161,7 +181,8 @@ def test_tiny_graph_oracle_spark_and_runtime_agree_for_l_1_2_3(tiny):
     spark_texts = _texts(cfg.stage_dir("paths") / "paths")
     assert all(t.endswith(END) for t in spark_texts)
     spark_paths = sorted(t[:-len(END)] for t in spark_texts)
-    graph = _runtime_graph(_texts(cfg.stage_dir("verbalize") / "facts"))
+    graph = _runtime_graph(facts_file_lines(cfg))
+    assert graph.rejected == 0
     for hops in (1, 2, 3):
         expected, expected_counts = oracle_paths(edges, ENTITIES, SEEDS, hops, FANOUT, BUDGET)
         assert len(expected) == len(set(expected))
@@ -174,9 +195,26 @@ def test_tiny_graph_oracle_spark_and_runtime_agree_for_l_1_2_3(tiny):
     assert expected_counts["not_simple"] > 0 and expected_counts["fanout"] > 0 and expected_counts["max_paths"] > 0
     assert "Self" not in {t.split(SEP)[0] for t in expected}  # its only edge is the self-loop
     assert "Alpha -> part of -> Hub -> born -> 1952-03-11" in expected  # a literal ends a path
+    # a literal equal to an entity's label is a literal: not a cycle, and the path ends there
+    assert "Douglas Adams -> name in native language -> Douglas Adams" in expected
+    assert "Douglas Adams -> pseudonym -> Dirk Gently" in expected
+    assert not any(t.startswith("Douglas Adams -> pseudonym -> Dirk Gently -> ") for t in expected)
     assert {**counts["capped"], "not_simple": counts["not_simple"]} == expected_counts
-    assert counts["seeds"] == {"given": 4, "used": 3, "unknown": 1, "malformed_question_lines": 0}
+    assert counts["seeds"] == {"given": 5, "used": 4, "unknown": 1, "malformed_question_lines": 0}
     assert counts["paths"] == len(expected) == counts["written"]
+
+
+def test_fact_texts_without_object_kinds_read_literals_by_their_labels(tiny):
+    """Bare fact texts (a facts file without kinds, a build without provenance) say nothing of
+    an object's kind: a literal is the node of its text, so the one equal to its subject's
+    label is a cycle and the one equal to another entity's label goes on through it."""
+    from refactx_index.paths import PathCaps
+
+    cfg = tiny[0]
+    found = _runtime_graph(_texts(cfg.stage_dir("verbalize") / "facts")).paths(["Douglas Adams"], PathCaps(2))
+    assert found.paths == ["Douglas Adams -> pseudonym -> Dirk Gently",
+                           "Douglas Adams -> pseudonym -> Dirk Gently -> knows -> Gamma"]
+    assert found.not_simple == 1
 
 
 def test_a_path_build_needs_seeds_and_tokenizes_its_own_texts(tiny):
@@ -238,7 +276,7 @@ def _sample_oracle_inputs(cfg):
     return rows("parse", "statements"), labels, properties
 
 
-def test_sample_oracle_spark_and_runtime_agree_for_l_1_2_3(sample_paths, sample_fact_texts):
+def test_sample_oracle_spark_and_runtime_agree_for_l_1_2_3(sample_paths):
     from refactx_index.paths import PathCaps
 
     cfg, counts = sample_paths
@@ -252,7 +290,7 @@ def test_sample_oracle_spark_and_runtime_agree_for_l_1_2_3(sample_paths, sample_
     seeds = sorted(s for s, n in kept_by_subject.items() if n >= SAMPLE_MIN_FACTS)
     assert len(seeds) >= 5
     spark_paths = sorted(t[:-len(END)] for t in _texts(cfg.stage_dir("paths") / "paths"))
-    graph = _runtime_graph(sample_fact_texts)
+    graph = _runtime_graph(facts_file_lines(cfg))
     for hops in (1, 2, 3):
         expected, expected_counts = oracle_paths(edges, labels, seeds, hops, SAMPLE_FANOUT, SAMPLE_BUDGET)
         assert sorted(t for t in spark_paths if hops_of(t) <= hops) == sorted(expected), hops
@@ -382,6 +420,61 @@ def test_refactx_paths_command_lists_a_seeds_paths_and_names_a_missing_file(tmp_
     assert main(["paths", "--facts", str(tmp_path / "absent.txt"), "--seed", "Alpha"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("refactx: facts file") and "absent.txt" in err[-1]
+
+
+FIVE_FACTS = [  # Q42's native name is its label; a pseudonym equals a character's label
+    ("<Douglas Adams> <name in native language> <Douglas Adams> .", "literal"),
+    ("<Douglas Adams> <pseudonym> <Dirk Gently> .", "literal"),
+    ("<Douglas Adams> <notable work> <The Hitchhiker's Guide to the Galaxy> .", "entity"),
+    ("<Dirk Gently> <creator> <Douglas Adams> .", "entity"),
+    ("<Dirk Gently> <occupation> <private investigator> .", "entity"),
+]
+
+
+def test_refactx_paths_command_ends_a_path_at_a_literal_equal_to_an_entitys_label(tmp_path, capsys):
+    """With the objects' kinds in the facts file, a literal ends the path and is never a
+    cycle; a line of an unknown kind is rejected. Without kinds, the same texts are read by
+    their labels (docs/paths.md)."""
+    import json
+
+    from refactx_index.cli import main
+
+    with_kinds, bare = tmp_path / "facts.tsv", tmp_path / "facts.txt"
+    with_kinds.write_text("".join(f"{text}\t{kind}\n" for text, kind in FIVE_FACTS)
+                          + "<Dirk Gently> <genre> <detective fiction> .\tsomething\n", encoding="utf-8")
+    bare.write_text("".join(f"{text}\n" for text, _ in FIVE_FACTS), encoding="utf-8")
+    assert main(["paths", "--facts", str(with_kinds), "--seed", "Douglas Adams", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["texts"] == ["Douglas Adams -> name in native language -> Douglas Adams",
+                            "Douglas Adams -> notable work -> The Hitchhiker's Guide to the Galaxy",
+                            "Douglas Adams -> pseudonym -> Dirk Gently"]
+    assert out["not_simple"] == 0 and out["by_hops"] == {"1": 3, "2": 0}
+    assert main(["paths", "--facts", str(bare), "--seed", "Douglas Adams", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["texts"] == ["Douglas Adams -> notable work -> The Hitchhiker's Guide to the Galaxy",
+                            "Douglas Adams -> pseudonym -> Dirk Gently",
+                            "Douglas Adams -> pseudonym -> Dirk Gently -> occupation -> private investigator"]
+    assert out["not_simple"] == 2  # its native name, and Dirk Gently's creator
+    from refactx_index.paths import PathGraph, read_fact_texts
+
+    assert PathGraph.from_fact_texts(read_fact_texts(str(with_kinds))).rejected == 1
+
+
+def test_the_graph_of_an_index_file_reads_objects_by_their_labels(tmp_path):
+    """An index file holds no provenance: its graph is that of its bare fact texts."""
+    from tokenizers import Tokenizer
+
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.paths import PathCaps, PathGraph, graph_of_index
+
+    file = tokenizer_dir("qwen2.5") / "tokenizer.json"
+    texts = [text for text, _ in FIVE_FACTS]
+    MemoryTreeIndex.from_facts(texts, str(file)).save(tmp_path / "five.rfx")
+    graph = graph_of_index(MemoryTreeIndex.load(tmp_path / "five.rfx"), Tokenizer.from_file(str(file)))
+    found, bare = (g.paths(["Douglas Adams", "Dirk Gently"], PathCaps(3))
+                   for g in (graph, PathGraph.from_fact_texts(texts)))
+    assert found == bare and graph.nodes == 4
+    assert "Douglas Adams -> pseudonym -> Dirk Gently -> occupation -> private investigator" in found.paths
 
 
 def test_seeds_from_a_question_file_count_its_malformed_lines(spark, tmp_path):

@@ -122,6 +122,29 @@ def test_runtime_reads_every_facts_provenance_in_one_round_trip(spark, built, mo
         assert got == expected[fid], text
 
 
+def test_the_path_graph_of_a_build_reads_each_objects_kind_from_its_provenance(built, module_db):
+    """``graph_of_index`` over a build with provenance is the graph of the verbalize stage's
+    facts file with kinds: the same nodes, the same paths from every subject."""
+    from refactx_index.models import model_directory
+    from refactx_index.paths import PathCaps, PathGraph, graph_of_index
+    from refactx_index.pg import open_index
+    from refactx_index.vocab import open_tokenizer
+
+    from .test_paths import facts_file_lines
+
+    cfg, _ = built
+    lines = facts_file_lines(cfg)
+    with open_index(module_db, cfg.index_name("smollm2")) as index:
+        graph = graph_of_index(index, open_tokenizer(str(model_directory("smollm2") / "tokenizer.json")))
+    from_file = PathGraph.from_fact_texts(lines)
+    assert {line.rpartition("\t")[2] for line in lines} == {"entity", "literal"}
+    subjects = sorted({line[1:line.index("> <")] for line in lines})
+    caps = PathCaps(max_hops=2, max_fanout=5, max_paths=50)
+    found = graph.paths(subjects, caps)
+    assert graph.nodes == from_file.nodes and found == from_file.paths(subjects, caps)
+    assert found.by_hops[2] > 0 and not found.unknown_seeds
+
+
 @pytest.mark.parametrize("layout_named", [False, True], ids=["catalog-without-layout", "rows"])
 def test_a_rows_layout_build_gives_every_fact_the_sources_the_blocks_give(spark, built, module_db, layout_named):
     """The same provenance in layout ``rows`` (a text row per source, as builds loaded before the

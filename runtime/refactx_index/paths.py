@@ -1,17 +1,22 @@
 """Reasoning paths per question: GCR's KG-Trie from the served facts, in memory.
 
 A :class:`PathGraph` is the graph of fact texts ``<subject> <relation> <object> .`` (an
-index's facts, or a facts file): one node per label, one edge per fact (description facts
-are not edges). Without entity ids per fact, nodes are display labels, unique by the labels
-stage's rule (a colliding label is qualified or dropped), and a literal object is the node
-of its rendered text. For a question's seed labels (or ids through an id -> label map) and
-L, :meth:`PathGraph.paths` enumerates the simple paths of 1..L edges with the pipeline's
-caps (``refactx_pipeline/stages/paths.py``, docs/paths.md):
+index's facts, or a facts file): one node per entity label, one edge per fact (description
+facts are not edges). Entities are named by their display labels, unique by the labels
+stage's rule (a colliding label is qualified or dropped). Each edge knows its object's kind
+where the facts say it (a facts file's kind column, a build's provenance): an entity is a
+node that paths go on from, a literal ends the path, whatever its text, as in the pipeline.
+An object of unknown kind (a bare fact text, a build without provenance) is the node of its
+label: a literal whose text equals an entity's label is taken for that entity. For a
+question's seed labels (or ids through an id -> label map) and L, :meth:`PathGraph.paths`
+enumerates the simple paths of 1..L edges with the pipeline's caps
+(``refactx_pipeline/stages/paths.py``, docs/paths.md):
 
-* ``max_fanout`` F: a node's edges are ranked by (relation, target) and only the first F
-  are followed; a path reaching a node of d > F edges counts d - F paths capped by
-  ``fanout``;
-* an edge back to a node already on the path counts as ``not_simple``;
+* ``max_fanout`` F: a node's edges are ranked by (relation, target, literal first) and only
+  the first F are followed; a path reaching a node of d > F edges counts d - F paths capped
+  by ``fanout``;
+* an edge back to an entity already on the path counts as ``not_simple`` (a literal never
+  does);
 * ``max_paths`` P per seed: each hop's new paths are ranked by text and kept while the seed
   holds fewer than P; the rest count as capped by ``max_paths`` and are not extended.
 
@@ -40,6 +45,7 @@ from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtr
 from .index import IndexInfo, TreeIndex, vocabulary_size
 from .memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD, MemoryTreeIndex, deepest_row
 from .prompt import UNKNOWN, Prompt
+from .provenance import Provenance
 from .vocab import PROBE_LABELS, VocabularyLike, encode_flat, gather_pieces, has_space, spaces_start_pretokens
 
 TRIGGER = "Path:"
@@ -62,13 +68,19 @@ PATH_PROMPT = Prompt(
     ),
 )
 log = logging.getLogger(__name__)
-# a path as it is enumerated: its text (without the end), its nodes, its relations
-_Path = tuple[str, tuple[str, ...], tuple[str, ...]]
-_TEXT, _NODES, _RELATIONS = (operator.itemgetter(i) for i in range(3))
+# a path as it is enumerated: its text (without the end), its nodes, its relations, and
+# whether it may go on (its last node is an entity, not a literal)
+_Path = tuple[str, tuple[str, ...], tuple[str, ...], bool]
+_TEXT, _NODES, _RELATIONS, _GOES_ON = (operator.itemgetter(i) for i in range(4))
 
 # facts about an entity that are not edges to another node
 NOT_EDGES = ("description", "short description")
 _FACT = re.compile(r"^<(.+?)> <(.+?)> <(.*)> \.$")
+# an object's kind, as a facts file's second column and the provenance say it
+ENTITY, LITERAL = "entity", "literal"
+OBJECT_KINDS = (ENTITY, LITERAL)
+# the provenance kinds whose sources are edges (descriptions are not)
+_EDGE_SOURCES = ("statement", "inverse")
 
 
 @dataclass(frozen=True)
@@ -100,13 +112,23 @@ class PathSet:
 
 
 class PathGraph:
-    """Labels and their out-edges (relation, target), each node's sorted and distinct;
-    ``rejected``: the fact texts it was read from that are not ``<s> <r> <o> .``."""
+    """Labels and their out-edges (relation, target, whether the target is an entity that
+    paths go on from), each node's sorted (a literal before an entity of the same label, as
+    the pipeline ranks them) and distinct; ``rejected``: the facts it was read from that are
+    not ``<s> <r> <o> .`` or name an unknown object kind.
 
-    def __init__(self, edges: Mapping[str, Iterable[tuple[str, str]]], rejected: int = 0) -> None:
+    ``edges`` maps a subject label to its edges: ``(relation, target)``, a target of unknown
+    kind (read as the node of its label), or ``(relation, target, kind)`` with ``kind`` one of
+    ``OBJECT_KINDS`` or None (unknown)."""
+
+    def __init__(self, edges: Mapping[str, Iterable[tuple[str, str] | tuple[str, str, str | None]]],
+                 rejected: int = 0) -> None:
         self.rejected = rejected
-        self._out: dict[str, list[tuple[str, str]]] = {node: sorted(set(out)) for node, out in edges.items()}
-        self._targets = {t for out in self._out.values() for _, t in out}
+        self._out: dict[str, list[tuple[str, str, bool]]] = {
+            node: sorted({(edge[0], edge[1], _goes_on(edge[2] if len(edge) > 2 else None)) for edge in out})
+            for node, out in edges.items()}
+        self._targets = {t for out in self._out.values() for _, t, goes_on in out if goes_on}
+        self._literals = {t for out in self._out.values() for _, t, goes_on in out if not goes_on}
         # what does not depend on the question: the opened vocabulary, each label's ids
         self._vocabularies: dict[tuple[str, int, int], tuple[str, str, object, tuple[int, ...], int]] = {}
         self._segments: dict[int, _SegmentIds] = {}
@@ -114,29 +136,41 @@ class PathGraph:
 
     @classmethod
     def from_fact_texts(cls, texts: Iterable[str], not_edges: Sequence[str] = NOT_EDGES) -> "PathGraph":
-        """The graph of fact texts; a text that is not ``<s> <r> <o> .`` is counted in
+        """The graph of facts file lines: ``<s> <r> <o> .``, optionally followed by a tab and
+        the object's kind (``entity`` or ``literal``; without it the object is read by its
+        label). A line that is neither is counted in ``rejected``, not used."""
+        return cls.from_facts(map(_fact_and_kind, texts), not_edges)
+
+    @classmethod
+    def from_facts(cls, facts: Iterable[tuple[str, str | None]],
+                   not_edges: Sequence[str] = NOT_EDGES) -> "PathGraph":
+        """The graph of ``(fact text, object kind)`` pairs, the kind one of ``OBJECT_KINDS`` or
+        None (unknown: the object is the node of its label). A fact with sources of both kinds
+        is given twice, once with each. A text that is not ``<s> <r> <o> .`` is counted in
         ``rejected``, not used."""
-        edges: dict[str, set[tuple[str, str]]] = {}
+        edges: dict[str, set[tuple[str, str, str | None]]] = {}
         rejected = 0
         skipped = frozenset(not_edges)
-        for text in texts:
+        for text, kind in facts:
             match = _FACT.match(text.strip())
             if match is None:
                 rejected += 1
                 continue
             subject, relation, obj = match.groups()
             if relation not in skipped:
-                edges.setdefault(subject, set()).add((relation, obj))
+                edges.setdefault(subject, set()).add((relation, obj, kind))
         return cls(edges, rejected)
 
     @property
     def nodes(self) -> int:
-        return len(self._out.keys() | self._targets)
+        """Entities (and objects of unknown kind) by label, plus distinct literal texts."""
+        return len(self._out.keys() | self._targets) + len(self._literals)
 
     def degree(self, label: str) -> int:
         return len(self._out.get(label, ()))
 
     def has_node(self, label: str) -> bool:
+        """Whether ``label`` is an entity's (or an object's of unknown kind): a seed of paths."""
         return label in self._out or label in self._targets
 
     def paths(self, seeds: Sequence[str], caps: PathCaps = PathCaps(), separator: str = SEPARATOR) -> PathSet:
@@ -153,20 +187,21 @@ class PathGraph:
             if not self.has_node(seed):
                 found.unknown_seeds.append(seed)
                 continue
-            frontier: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [(seed, (seed,), ())]
+            frontier: list[_Path] = [(seed, (seed,), (), True)]
             held = 0
             for hop in range(1, caps.max_hops + 1):
-                extended: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
-                for text, nodes, relations in frontier:
+                extended: list[_Path] = []
+                for text, nodes, relations, _ in frontier:
                     out = self._out.get(nodes[-1], ())
                     if len(out) > fanout:
                         found.capped["fanout"] += len(out) - fanout
-                    for relation, target in out[:fanout]:
-                        if target in nodes:
+                    for relation, target, goes_on in out[:fanout]:
+                        # nodes before the last are entities: a literal is never on the path
+                        if goes_on and target in nodes:
                             found.not_simple += 1
                         else:
                             extended.append((f"{text}{separator}{relation}{separator}{target}",
-                                             nodes + (target,), relations + (relation,)))
+                                             nodes + (target,), relations + (relation,), goes_on))
                 # ranked by text (ties by nodes; paths equal in both write the same text)
                 extended.sort()
                 kept = extended[:budget - held]
@@ -175,7 +210,8 @@ class PathGraph:
                 found.by_hops[hop] = found.by_hops.get(hop, 0) + len(kept)
                 found.paths.extend(map(_TEXT, kept))
                 parts.extend(kept)
-                frontier = kept
+                # a path that ends at a literal is not extended
+                frontier = [path for path in kept if path[3]]
                 if not frontier:
                     break
         return found, parts
@@ -219,8 +255,9 @@ class PathGraph:
             store = self._segment_store(backend, separator, end)
             if store is None:
                 return 0
-            relations = (relation for out in self._out.values() for relation, _ in out)
-            labels = [label for label in dict.fromkeys(itertools.chain(self._out, self._targets, relations))
+            relations = (relation for out in self._out.values() for relation, _, _ in out)
+            labels = [label for label in dict.fromkeys(itertools.chain(self._out, self._targets, self._literals,
+                                                                       relations))
                       if label and not label[0].isspace() and not label[-1].isspace() and label not in store.row]
             if labels:
                 store._add(labels)
@@ -300,8 +337,8 @@ def segments_concatenate(tokenizer: VocabularyLike, separator: str = SEPARATOR, 
     probe = _SegmentIds(tokenizer, exact=True)
     shapes = [((a, b), ("r",)) for a, b in zip(PROBE_LABELS, PROBE_LABELS[1:] + PROBE_LABELS[:1])]
     shapes += [((a, "B", c), (b, "part of")) for a, b, c in zip(PROBE_LABELS, PROBE_LABELS[3:], PROBE_LABELS[5:])]
-    parts = [(separator.join(_interleave(nodes, relations)), nodes, relations) for nodes, relations in shapes]
-    texts = [text + end for text, _, _ in parts]
+    parts = [(separator.join(_interleave(nodes, relations)), nodes, relations, True) for nodes, relations in shapes]
+    texts = [text + end for text, _, _, _ in parts]
     whole = encode_facts(tokenizer, texts, ())
     pieces = probe.path_ids(parts, separator, end, ())
     agree = (pieces is not None and bool((whole.status == 0).all())
@@ -384,7 +421,7 @@ class _SegmentIds:
             bad = np.isin(flat_ids, np.asarray(forbidden, dtype=np.int32))
             if bad.any():
                 rows_bad = np.unique(np.searchsorted(offsets, np.flatnonzero(bad), side="right") - 1)
-                _, nodes, relations = parts[int(rows_bad[0])]
+                _, nodes, relations, _ = parts[int(rows_bad[0])]
                 raise ValueError(f"{len(rows_bad)} facts cannot be stored (special tokens, or fused with the "
                                  f"trigger), e.g. {separator.join(_interleave(nodes, relations)) + end!r}")
         return flat_ids.astype(np.int64), offsets
@@ -464,12 +501,54 @@ def _tree_rows(mat: np.ndarray, lengths: np.ndarray, lcp: np.ndarray, threshold:
     return rows
 
 
+def _fact_and_kind(line: str) -> tuple[str, str | None]:
+    """A facts file line as (fact text, object kind or None). A bare fact ends with `` .`` (a
+    tab inside a label stays in it); a kind is the word after the line's last tab."""
+    line = line.strip()
+    if not line.endswith(" .") and "\t" in line:
+        text, _, kind = line.rpartition("\t")
+        if kind.strip() in OBJECT_KINDS:
+            return text.rstrip(), kind.strip()
+    return line, None  # a fact, or a line that from_facts rejects
+
+
+def _goes_on(kind: str | None) -> bool:
+    """Whether paths go on from an object of ``kind``: an entity, or a label of unknown kind."""
+    if kind is not None and kind not in OBJECT_KINDS:
+        raise ConfigError(f"object kind {kind!r}: expected one of {', '.join(OBJECT_KINDS)} or None")
+    return kind != LITERAL
+
+
+def object_kinds(provenance: Provenance) -> list[str]:
+    """The kinds of a stored fact's object, one per kind of its edge sources (a statement's
+    item object or an inverse fact's subject: ``entity``; a statement's literal value:
+    ``literal``); none for a description."""
+    kinds = {ENTITY if source.kind == "inverse" or source.object is not None else LITERAL
+             for source in provenance.sources if source.kind in _EDGE_SOURCES}
+    return sorted(kinds)
+
+
+# facts whose provenance is read at once while an index's graph is read
+_PROVENANCE_BATCH = 50_000
+
+
 def graph_of_index(index: TreeIndex, tokenizer: VocabularyLike) -> PathGraph:
-    """The graph of every fact of a (small) index, walked once: an index file's facts. A
-    PostgreSQL build of Wikidata is too large to walk; give its facts as a file instead."""
+    """The graph of every fact of a (small) index, walked once: an index file's facts. With
+    the build's provenance, each object's kind is read from its sources (descriptions are
+    not edges); without it (an index file, a build loaded without provenance) objects are
+    read by their labels. A PostgreSQL build of Wikidata is too large to walk; give its
+    facts as a file instead."""
     from .explore import enumerate_facts
 
-    return PathGraph.from_fact_texts(text for text, _ in enumerate_facts(index, tokenizer))
+    texts = [text for text, _ in enumerate_facts(index, tokenizer)]
+    facts: list[tuple[str, str | None]] = []
+    for start in range(0, len(texts), _PROVENANCE_BATCH):
+        chunk = texts[start:start + _PROVENANCE_BATCH]
+        found = index.provenance(chunk)
+        if found is None:
+            return PathGraph.from_facts((text, None) for text in texts)
+        facts += [(text, kind) for text, provenance in zip(chunk, found) for kind in object_kinds(provenance)]
+    return PathGraph.from_facts(facts)
 
 
 def read_fact_texts(path: str) -> list[str]:
