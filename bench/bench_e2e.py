@@ -299,12 +299,12 @@ def walk_figures(dsn: str, schema: str, index_name: str, walks: int, prefetch: l
 
 
 def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler,
-              java_options: str | None = None) -> dict:
+              java_options: str | None = None, tree: dict[str, Any] | None = None) -> dict:
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.orchestration.pipeline import build
 
     cfg = dump_config(dump, work / f"build-local{cores}", cores, vocab, java_options)
-    cfg = cfg.updated({"pg.schema": f"bench_e2e_{cores}"})
+    cfg = cfg.updated({"pg.schema": f"bench_e2e_{cores}", **(tree or {})})
     stages: dict[str, dict[str, Any]] = {}
     marks: dict[str, tuple[float, float]] = {}
 
@@ -346,11 +346,18 @@ def summarize(build: dict, cores: int) -> dict[str, Any]:
             "s_per_1m_facts": round(s["wall_s"] / facts * 1e6, 1),
             "rows_in_out": rows_in_out(name, s["counts"]),
         }
+    prov = load.get("provenance") or {}
+    prov_bytes = (prov.get("table_bytes") or 0) + (prov.get("index_bytes") or 0)
     out["index"] = {
         "bytes_per_fact": (load["table_bytes"] + load["index_bytes"]) / facts,
         "table_bytes_per_fact": load["table_bytes"] / facts,
         "index_bytes_per_fact": load["index_bytes"] / facts,
+        "provenance_bytes_per_fact": prov_bytes / facts,
+        "total_bytes_per_fact": (load["table_bytes"] + load["index_bytes"] + prov_bytes) / facts,
         "rows_per_fact": vocab_counts["rows"] / facts,
+        "facts_per_row": facts_per_row(vocab_counts["path"]),
+        "pack_facts": tree_counts_of(stages).get("pack_facts"),
+        "pack_child_facts": tree_counts_of(stages).get("pack_child_facts"),
         "largest_row_bytes": vocab_counts["largest_row_bytes"],
         "p99_row_bytes": vocab_counts["p99_row_bytes"],
         "deepest_row": vocab_counts["max_depth"],
@@ -358,6 +365,40 @@ def summarize(build: dict, cores: int) -> dict[str, Any]:
     out["total_wall_s"] = round(sum(s["wall_s"] for s in stages.values()), 1)
     out["total_s_per_1m_facts"] = round(out["total_wall_s"] / facts * 1e6, 1)
     out["tokenize_prefix_load_s"] = sum(stages[n]["wall_s"] for n in PER_FACT_STAGES)
+    return out
+
+
+def tree_counts_of(stages: dict[str, Any]) -> dict[str, Any]:
+    return stages["prefix_rows"]["counts"]
+
+
+# facts stored in a row (not below its external nodes): the histogram's bins, upper bounds
+FACTS_PER_ROW_BINS = (1, 2, 5, 10, 50, 200, 1024, 4096, 2**62)
+
+
+def facts_per_row(rows_path: str) -> dict[str, int]:
+    """How many rows store how many facts of their own (a row's leaves less those below its
+    external nodes), binned; "0" counts rows that store none (an expanded row's children all
+    external)."""
+    import numpy as np
+    import pyarrow.dataset as ds
+
+    from refactx_index import format as fmt
+
+    path = Path(rows_path)
+    dictionary_file = path.parent / "dictionary.bin"
+    dictionary = fmt.PresetDictionary(dictionary_file.read_bytes()) if dictionary_file.exists() else None
+    own = []
+    for batch in ds.dataset(str(path), format="parquet").to_batches(columns=["node"]):
+        for node in batch.column("node").to_pylist():
+            frag = fmt.decode_fragment(node, dictionary=dictionary)
+            own.append(int(frag.leaves[0]) - int(frag.leaves[frag.external].sum()))
+    counts = np.asarray(own)
+    out = {"0": int((counts == 0).sum())}
+    low = 0
+    for high in FACTS_PER_ROW_BINS:
+        out[f"{low + 1}-{high}" if high < 2**62 else f"{low + 1}+"] = int(((counts > low) & (counts <= high)).sum())
+        low = high
     return out
 
 
@@ -410,8 +451,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=13_500_000, help="dump lines to generate (13.5M: just over 5M facts)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--preset", default="realistic", choices=["realistic", "dense"],
-                        help="the dump generator's preset (docs/scale.md, 'The realistic preset')")
+    parser.add_argument("--preset", default="realistic", choices=["realistic", "dense", "wikidata"],
+                        help="the dump generator's preset (docs/scale.md, 'The realistic preset', 'The "
+                             "wikidata preset')")
     parser.add_argument("--skew", type=int, default=1_000_000,
                         help="facts below one hot label prefix (0: none)")
     parser.add_argument("--cores", default="1,2", help="comma-separated local[N] runs")
@@ -426,6 +468,9 @@ def main() -> None:
     parser.add_argument("--java-options", default=None,
                         help="the build JVM's options (spark.java_options; default: the config's, "
                              "-XX:+UseParallelGC); --java-options=-XX:+UseG1GC is the JDK's own default")
+    parser.add_argument("--pack-facts", type=int, default=None,
+                        help="tree.pack_facts (default: the config's, 4 x T; 0: every child of an "
+                             "expanded prefix a row of its own, the plain cut)")
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_e2e"), help="dump and build folder")
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="a server where a scratch database may be created and dropped")
@@ -468,7 +513,8 @@ def main() -> None:
     results["baselines"]["bz2"] = bz2_baseline(dump / manifest["truthy"])
     with fresh_database(args.dsn, "refactx_bench_e2e") as dsn, ProcessTreeSampler() as sampler:
         for cores in [int(c) for c in args.cores.split(",")]:
-            build = run_build(dump, work, cores, args.vocab, dsn, sampler, args.java_options)
+            tree = {} if args.pack_facts is None else {"tree.pack_facts": args.pack_facts}
+            build = run_build(dump, work, cores, args.vocab, dsn, sampler, args.java_options, tree)
             results["java_options"] = build["cfg"].spark.java_options
             summary = summarize(build, cores)
             summary["encoder"] = encoder_baseline(build["cfg"], cores)
@@ -506,6 +552,10 @@ def print_table(results: dict[str, Any]) -> None:
         print(f"index: {idx['bytes_per_fact']:.1f} B/fact (table {idx['table_bytes_per_fact']:.1f} + "
               f"B-tree {idx['index_bytes_per_fact']:.1f}), {idx['rows_per_fact']:.3f} rows/fact, "
               f"largest row {idx['largest_row_bytes']:,} B, p99 {idx['p99_row_bytes']:,} B")
+        if "total_bytes_per_fact" in idx:
+            print(f"provenance: {idx['provenance_bytes_per_fact']:.1f} B/fact; tree + provenance: "
+                  f"{idx['total_bytes_per_fact']:.1f} B/fact")
+            print(f"facts stored per row (rows): {idx['facts_per_row']}")
         floor = results.get("zstd_floor")
         if floor:
             print(f"zstd floor (sorted token ids, level {floor['zstd_level']}): {floor['bytes_per_fact']:.1f} B/fact "

@@ -6,7 +6,9 @@ constraint. Sections (``--sections``, default all that can run here):
 * ``matcher`` -- the batch matcher alone over the shared sample's facts (Qwen2.5's
   vocabulary of 151,665 ids): per row per step, a step plus its mask, for 1, 4, 16, 64 and
   256 rows walking leaf-weighted facts, with a cold arena (first requests) and a warm one
-  (the rows already crossed), beside the row-by-row reference matcher in the same run;
+  (the rows already crossed), for each step this runtime has (numpy's, and the compiled
+  ``_step.c`` where built: a step's fixed cost and cost per row, fitted over the batch sizes),
+  beside the row-by-row reference matcher in the same run;
   index lookups and round trips per step; and the mask applied to the batch's logits two
   ways -- the flattened ``(row, token)`` index (what the engines use) and a packed bitmask
   (numpy, and xgrammar's ``apply_token_bitmask_inplace`` where importable).
@@ -16,13 +18,16 @@ constraint. Sections (``--sections``, default all that can run here):
 * ``vllm`` -- the same model in vLLM on this CPU (``.venv-vllm``, bf16): milliseconds per
   step for requests with and without the switch, in one engine; then the processor's own
   time, replayed over the tokens the engine wrote through vLLM's own ``BatchUpdate``.
+* ``beams`` -- constrained beam search over vLLM (``engines/vllm_beams.py``: one request per
+  beam and step, 3 beams) against constrained greedy decoding in the same engine (float32,
+  prefix caching), milliseconds per generated token and prompt.
 * ``--cuda`` -- on any CUDA machine, nothing to download: a model of Qwen2.5-0.5B's and
   Qwen2.5-7B's shape with random weights (``--shapes``), an index of the sample's facts
   in memory, ``generate`` with and without the constraint per batch size, the processor's
   time per step, and its share of an unconstrained step.
 
 Run: ./dev demo --no-question (once: the sample's facts), then
-     .venv/bin/python bench/bench_engines.py [--sections matcher,transformers,vllm] [--json out.json]
+     .venv/bin/python bench/bench_engines.py [--sections matcher,transformers,vllm,beams] [--json out.json]
      python bench/bench_engines.py --cuda --facts FACTS.txt   (a GPU machine)
 """
 
@@ -88,27 +93,40 @@ def bench_matcher(texts: list[str], batches: list[int], repeat: int) -> dict:
     prompt = tok.encode("Question? Fact:", add_special_tokens=False).ids
     out: dict = {"facts": len(facts), "vocab": vocab, "tokens_per_fact": float(np.mean([len(f) for f in facts])),
                  "rows": {}}
+    from refactx_index.batch import STEPPERS
+
     for rows in batches:
         slots = np.arange(rows)
-        bm = BatchMatcher(FactMatcher(index, trigger, eos))
         figures = {}
-        for phase in range(repeat + 1):  # phase 0: a cold arena; then warm, best of `repeat`
-            walks = _walks(facts, rows, seed=rows * 100 + phase)
-            steps = min(len(w) for w in walks) - 1
-            cols = [np.asarray([w[s] for w in walks], dtype=np.int64) for s in range(steps)]
-            bm.add(slots, [prompt] * rows)
-            stats0 = (index.stats.lookups, index.stats.round_trips)
-            started = time.perf_counter()
-            for col in cols:
-                bm.step(slots, col)
-                bm.mask(slots, vocab)
-            per_row = (time.perf_counter() - started) / steps / rows * 1e6
-            key = "cold_us_per_row" if phase == 0 else "warm_us_per_row"
-            figures[key] = min(figures.get(key, 1e18), per_row)
-            if phase == 0:
-                figures["round_trips_per_step_cold"] = (index.stats.round_trips - stats0[1]) / steps
-            else:
-                figures["round_trips_per_step_warm"] = (index.stats.round_trips - stats0[1]) / steps
+        # numpy first, on the index's cold cache (its figures keep the plain names; the compiled
+        # step's end in _compiled, and its cold figure finds the index's rows cached)
+        for stepper in sorted(STEPPERS, key=lambda s: s != "numpy"):
+            bm = BatchMatcher(FactMatcher(index, trigger, eos), stepper=stepper)
+            suffix = "" if stepper == "numpy" else f"_{stepper}"
+            for phase in range(repeat + 1):  # phase 0: a cold arena; then warm, best of `repeat`
+                walks = _walks(facts, rows, seed=rows * 100 + phase)
+                steps = min(len(w) for w in walks) - 1
+                cols = [np.asarray([w[s] for w in walks], dtype=np.int64) for s in range(steps)]
+                bm.add(slots, [prompt] * rows)
+                stats0 = (index.stats.lookups, index.stats.round_trips)
+                step_s = mask_s = 0.0
+                for col in cols:
+                    t0 = time.perf_counter()
+                    bm.step(slots, col)
+                    t1 = time.perf_counter()
+                    bm.mask(slots, vocab)
+                    mask_s += time.perf_counter() - t1
+                    step_s += t1 - t0
+                per_row = (step_s + mask_s) / steps / rows * 1e6
+                if phase == 0:
+                    figures[f"cold_us_per_row{suffix}"] = per_row
+                    figures[f"round_trips_per_step_cold{suffix}"] = (index.stats.round_trips - stats0[1]) / steps
+                    continue
+                figures[f"round_trips_per_step_warm{suffix}"] = (index.stats.round_trips - stats0[1]) / steps
+                if per_row < figures.get(f"warm_us_per_row{suffix}", 1e18):
+                    figures[f"warm_us_per_row{suffix}"] = per_row
+                    figures[f"warm_step_us{suffix}"] = step_s / steps * 1e6
+                    figures[f"warm_collect_us{suffix}"] = mask_s / steps * 1e6
         # the reference, row by row, over the same walks (warm cache)
         ref = FactMatcher(index, trigger, eos)
         walks = _walks(facts, rows, seed=rows * 100 + 1)
@@ -121,6 +139,7 @@ def bench_matcher(texts: list[str], batches: list[int], repeat: int) -> dict:
             [ref.allowed(st) for st in states]
         figures["reference_us_per_row"] = (time.perf_counter() - started) / steps / rows * 1e6
         # the mask on the batch's logits, for the allowed sets of one step inside the facts
+        bm = BatchMatcher(FactMatcher(index, trigger, eos))
         bm.add(slots, [prompt] * rows)
         for s in range(2):
             bm.step(slots, np.asarray([w[s] for w in walks]))
@@ -140,7 +159,34 @@ def bench_matcher(texts: list[str], batches: list[int], repeat: int) -> dict:
               f"{figures['round_trips_per_step_warm']:.2f}; mask index {figures['mask_index_us']:8.1f} µs, "
               f"bitmask {figures['mask_bitmask_numpy_us']:8.1f} µs"
               + (f", xgrammar {figures['mask_bitmask_xgrammar_us']:8.1f} µs" if xgr else ""), flush=True)
+        for stepper in STEPPERS:
+            suffix = "" if stepper == "numpy" else f"_{stepper}"
+            print(f"  {stepper:8s} rows {rows:4d}: warm step {figures[f'warm_step_us{suffix}']:8.1f} µs + "
+                  f"allowed ids {figures[f'warm_collect_us{suffix}']:7.1f} µs a step "
+                  f"({figures[f'warm_us_per_row{suffix}']:6.2f} µs/row), cold {figures[f'cold_us_per_row{suffix}']:6.2f} "
+                  f"µs/row", flush=True)
+    out["steppers"] = {stepper: _fixed_and_per_row(out["rows"], "" if stepper == "numpy" else f"_{stepper}")
+                       for stepper in STEPPERS}
+    for stepper, fit in out["steppers"].items():
+        print(f"matcher {stepper:8s}: fixed {fit['fixed_us']:6.1f} µs a step + {fit['per_row_us']:5.3f} µs a row "
+              f"(least squares over {', '.join(map(str, batches))} rows, warm, step and allowed ids, the "
+              f"mask on the logits apart); at {batches[-1]} rows {fit['us_per_row_at_largest']:5.3f} µs/row",
+              flush=True)
     return out
+
+
+def _fixed_and_per_row(rows: dict, suffix: str) -> dict:
+    """A warm step's cost (the step and its allowed ids) as fixed + per row: the least-squares
+    line through the microseconds a step at each batch size."""
+    import numpy as np
+
+    sizes = np.asarray(sorted(rows), dtype=float)
+    per_step = np.asarray([rows[int(n)][f"warm_step_us{suffix}"] + rows[int(n)][f"warm_collect_us{suffix}"]
+                           for n in sizes])
+    slope, intercept = np.polyfit(sizes, per_step, 1)
+    return {"fixed_us": float(intercept), "per_row_us": float(slope),
+            "us_at_one_row": float(per_step[0]),
+            "us_per_row_at_largest": float(per_step[-1] / sizes[-1])}
 
 
 def _best(fn, n: int) -> float:
@@ -331,6 +377,71 @@ def _replay(llm, spec: dict, written: list[tuple[list[int], list[int]]]) -> dict
             "rows_masked_per_step": c.rows_masked / max(c.steps, 1)}
 
 
+# ---------------------------------------------------------------------- constrained beams on vLLM
+BEAM_SUBJECTS = ["Germany", "France", "Japan", "Canada", "Brazil", "India", "Italy", "Spain"]
+
+
+def bench_beams(texts: list[str], prompts: int, tokens: int, width: int) -> dict:
+    """Constrained beam search over vLLM (engines/vllm_beams.py) against constrained greedy
+    decoding in the same engine, per generated token (in .venv-vllm, as the vllm section)."""
+    python = Path(os.environ.get("REFACTX_VLLM_PYTHON", ROOT / ".venv-vllm/bin/python"))
+    if not python.exists():
+        print(f"beams: {python} is absent (./dev installs it): skipped", flush=True)
+        return {}
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.models import model_directory
+
+    model = model_directory("smollm2")
+    with tempfile.TemporaryDirectory() as work:
+        rfx = Path(work) / "sample.rfx"
+        MemoryTreeIndex.from_facts(texts, str(model / "tokenizer.json")).save(rfx)
+        spec = {"model": str(model), "index": str(rfx), "tokens": tokens, "width": width,
+                "prompts": [f"Facts about {s}.\nFact:" for s in (BEAM_SUBJECTS * 8)[:prompts]]}
+        spec_file = Path(work) / "spec.json"
+        spec_file.write_text(json.dumps(spec))
+        result = Path(work) / "out.json"
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
+        subprocess.run([str(python), __file__, "--beams-child", str(spec_file), str(result)], check=True, env=env)
+        return json.loads(result.read_text())
+
+
+def beams_child(spec_file: str, result_file: str) -> None:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from refactx_index.engines.vllm_beams import beam_search
+    from refactx_index.memory import MemoryTreeIndex
+
+    spec = json.loads(Path(spec_file).read_text())
+    llm = LLM(model=spec["model"], dtype="float32", gpu_memory_utilization=0.25, max_model_len=1024,
+              enforce_eager=True, seed=0, max_num_seqs=64, enable_prefix_caching=True,
+              logits_processors=["refactx_index.engines.vllm:RefactxLogitsProcessor"],
+              additional_config={"refactx": {"indexes": {"sample": spec["index"]}}})
+    tok = llm.get_tokenizer()
+    index = MemoryTreeIndex.load(spec["index"])
+    ids = [tok.encode(p, add_special_tokens=False) for p in spec["prompts"]]
+    tokens, width = spec["tokens"], spec["width"]
+    greedy = SamplingParams(temperature=0, max_tokens=tokens, min_tokens=tokens, ignore_eos=True,
+                            extra_args={"refactx_index": "sample"}, detokenize=False)
+    requests = [TokensPrompt(prompt_token_ids=i) for i in ids]
+    llm.generate(requests, greedy, use_tqdm=False)  # warm-up
+    started = time.perf_counter()
+    llm.generate(requests, greedy, use_tqdm=False)
+    greedy_s = (time.perf_counter() - started) / (len(ids) * tokens)
+    beam_search(llm, ids[:1], index, beam_width=width, max_tokens=2)  # warm-up
+    started = time.perf_counter()
+    hyps = beam_search(llm, ids, index, beam_width=width, max_tokens=tokens)
+    written = sum(len(h[0].tokens) for h in hyps)
+    beams_s = (time.perf_counter() - started) / written
+    out = {"model": "SmolLM2-135M-Instruct (float32, vllm-cpu 0.32.0)", "prompts": len(ids), "tokens": tokens,
+           "beams": width, "greedy_ms_per_token": greedy_s * 1e3, "beams_ms_per_token": beams_s * 1e3,
+           "ratio": beams_s / greedy_s}
+    print(f"beams: {width} constrained beams {out['beams_ms_per_token']:.1f} ms per token and prompt, constrained "
+          f"greedy {out['greedy_ms_per_token']:.1f} ms ({out['ratio']:.1f}x), {len(ids)} prompts x {tokens} tokens",
+          flush=True)
+    Path(result_file).write_text(json.dumps(out))
+
+
 # ---------------------------------------------------------------------- CUDA
 def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[str], tokenizer_dir: str,
                device_name: str = "cuda") -> dict:
@@ -441,10 +552,14 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--vllm-child":
         vllm_child(sys.argv[2], sys.argv[3])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--beams-child":
+        beams_child(sys.argv[2], sys.argv[3])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--facts", default=str(DEMO_FACTS),
                         help="the verbalize stage's facts dataset (default: ./dev demo's), or a .txt, one fact a line")
-    parser.add_argument("--sections", default="matcher,transformers,vllm")
+    parser.add_argument("--sections", default="matcher,transformers,vllm,beams")
+    parser.add_argument("--beam-prompts", type=int, default=8, help="prompts in the beams section (default 8)")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--model-batches", default="1,4,16,64",
                         help="batch sizes for the transformers and vLLM sections (default 1,4,16,64)")
@@ -472,6 +587,8 @@ def main() -> None:
             figures["transformers"] = bench_transformers(texts, model_batches, args.tokens)
         if "vllm" in sections:
             figures["vllm"] = bench_vllm(texts, model_batches, args.tokens)
+        if "beams" in sections:
+            figures["beams"] = bench_beams(texts, args.beam_prompts, args.tokens, 3)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(figures, indent=1))

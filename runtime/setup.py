@@ -1,11 +1,16 @@
-"""The runtime's one compiled module; everything else is in pyproject.toml.
+"""The runtime's compiled modules; everything else is in pyproject.toml.
 
-``refactx_index._fragment`` decodes a row's body (``format.decode_fragment``). It is optional:
-where no C compiler is at hand the install still succeeds and numpy decodes the same rows,
-slower on large ones (``format.DECODER`` says which; tests/test_format.py checks that the
-project's own install has it).
+``refactx_index._fragment`` decodes a row's body (``format.decode_fragment``);
+``refactx_index._step`` advances the batch matcher's common rows and collects its mask
+(``batch.BatchMatcher``). Both are optional: where no C compiler is at hand the install still
+succeeds and numpy does the same work, slower (``format.DECODER`` and ``batch.STEPPER`` say
+which; tests/test_format.py and tests/test_batch_matcher.py check that the project's own
+install has them).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("refactx_index._fragment", ["refactx_index/_fragment.c"], optional=True)])
+setup(ext_modules=[
+    Extension("refactx_index._fragment", ["refactx_index/_fragment.c"], optional=True),
+    Extension("refactx_index._step", ["refactx_index/_step.c"], optional=True),
+])

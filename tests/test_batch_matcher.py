@@ -198,3 +198,123 @@ def test_one_mask_per_step_equals_the_row_by_row_reference(index, tokenizer, row
     applier = MaskApplier("cpu")
     assert torch.equal(applier._apply_torch(logits.clone(), mask), expected)
     assert applier.copies == 1 and applier.kernels == 3  # whatever the number of rows
+
+
+# --------------------------------------------------------------------------- compiled and numpy steps
+
+def test_the_compiled_step_is_installed():
+    """The extension is optional at install (no compiler: numpy steps), so a build that
+    silently lost it would only be slower: the project's own install must have it."""
+    import os
+
+    from refactx_index import batch
+
+    assert "compiled" in batch.STEPPERS, "refactx_index._step was not built"
+    assert batch.STEPPER == os.environ.get("REFACTX_MATCHER", "compiled")
+
+
+def _eos_of(tok) -> int:
+    for name in ("<|endoftext|>", "<|end_of_text|>", "</s>"):
+        if tok.token_to_id(name) is not None:
+            return tok.token_to_id(name)
+    raise AssertionError("no end-of-sequence token")
+
+
+@pytest.fixture(scope="module")
+def vocabulary_indexes():
+    """Per shared vocabulary: its tokenizer, an index of the corporate facts in rows of one
+    node's threshold (walks cross rows often), its triggers and end of sequence."""
+    from .conftest import VOCABULARIES
+
+    out = {}
+    for name in VOCABULARIES:
+        tok = open_tokenizer(str(tokenizer_dir(name)))
+        index = MemoryTreeIndex.from_facts(corporate_facts(), tok, threshold=2)
+        facts = encode_texts(tok, [" " + f for f in corporate_facts()])
+        out[name] = (tok, index, _trigger(tok), _eos_of(tok), facts)
+    return out
+
+
+def _canonical(bm: BatchMatcher, slots: np.ndarray, vocab_size: int | None):
+    mask = bm.mask(slots, vocab_size)
+    states = [(bm.mode_of(int(s)), bm.fact_prefix(int(s)), bool(bm.ends[int(s)]), bm.generated(int(s)))
+              for s in slots.tolist()]
+    return states, mask.rows.tolist(), mask.token_rows.tolist(), mask.tokens.tolist()
+
+
+@pytest.mark.skipif("compiled" not in __import__("refactx_index.batch").batch.STEPPERS,
+                    reason="refactx_index._step is not built here")
+@pytest.mark.parametrize("vocabulary", ["qwen2.5", "llama3", "mistral-7b-v0.1", "phi-3-mini", "gpt2"])
+def test_the_compiled_and_numpy_steps_agree_on_random_walks(vocabulary_indexes, vocabulary):
+    """The same states, generated facts and flat masks at every step, on walks that enter
+    facts, follow them (mostly the allowed ids, sometimes a forbidden one or the end of
+    sequence), repeat them, cross rows, reuse slots, and cut the vocabulary below tree ids."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    tok, index, trigger, eos, facts = vocabulary_indexes[vocabulary]
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    free_pool = [tok.encode(w, add_special_tokens=False).ids[0] for w in (" the", ".", "\n", " <", " Acme")]
+    prompts = [tok.encode(p, add_special_tokens=False).ids for p in ("Q. Fact:", "Hi", "Fact:", "x")]
+    cut = int(np.median([t for f in facts for t in f]))  # a vocabulary without half the tree's ids
+
+    @settings(max_examples=25, deadline=None, derandomize=True)
+    @given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 12), width=st.sampled_from([None, vocab, cut]))
+    def walk(seed, rows, width):
+        rng = random.Random(seed)
+        slots = np.asarray(rng.sample(range(3 * rows), rows), dtype=np.int64)
+        pair = [BatchMatcher(FactMatcher(index, trigger, [eos]), capacity=2, arena_nodes=48, stepper=s)
+                for s in ("compiled", "numpy")]
+        starts = [prompts[rng.randrange(len(prompts))] for _ in range(rows)]
+        for bm in pair:
+            bm.add(slots, starts)
+        pending: list[list[int]] = [[] for _ in range(rows)]
+        for _ in range(40):
+            got, expected = (_canonical(bm, slots, width) for bm in pair)
+            assert got == expected
+            mask = pair[1].mask(slots, width)
+            tokens = []
+            for i in range(rows):
+                allowed = np.asarray(mask.tokens[mask.token_rows == i]) if i in mask.rows else None
+                tokens.append(_choose(rng, allowed, free_pool + [eos], trigger[1], pending[i]))
+            if rng.random() < 0.05:  # a request ends and another takes its slot
+                i = rng.randrange(rows)
+                for bm in pair:
+                    bm.add([int(slots[i])], [starts[i]])
+                pending[i] = []
+            for bm in pair:
+                bm.step(slots, np.asarray(tokens))
+        assert _canonical(pair[0], slots, width) == _canonical(pair[1], slots, width)
+
+    walk()
+
+
+@pytest.mark.skipif("compiled" not in __import__("refactx_index.batch").batch.STEPPERS,
+                    reason="refactx_index._step is not built here")
+def test_a_compiled_step_of_rows_outside_a_fact_allocates_no_arrays(index, tokenizer):
+    """256 rows of free text, stepped and masked: a few Python objects, no array sized by
+    the rows (numpy's step copies each row's history: 8 bytes x its length x 256 rows)."""
+    import tracemalloc
+
+    def peak_bytes(stepper: str) -> int:
+        bm = BatchMatcher(FactMatcher(index, _trigger(tokenizer), [EOS]), capacity=256, stepper=stepper)
+        slots = np.arange(256)
+        bm.add(slots, [tokenizer.encode("Hello", add_special_tokens=False).ids] * 256)
+        word = np.full(256, tokenizer.encode(" the", add_special_tokens=False).ids[0])
+        bm.step(slots, word)
+        bm.mask(slots)
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            for _ in range(5):
+                bm.step(slots, word)
+                assert bm.mask(slots).empty
+            peak = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+        assert bm.mode_of(0) == FREE
+        return peak
+
+    assert peak_bytes("numpy") > 256 * 8
+    assert peak_bytes("compiled") < 1024

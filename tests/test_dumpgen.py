@@ -133,6 +133,34 @@ def test_the_realistic_preset_is_seeded_and_larger_in_vocabulary(tmp_path):
     assert per_char["realistic"] > 1.04 * per_char["dense"], per_char  # 0.240 vs 0.224 B/char
 
 
+@pytest.mark.slow
+def test_the_wikidata_preset_has_real_wikidata_subjects(tmp_path):
+    """Most items with a few statements (the shared random sample of real items: median 3),
+    labels that share their first word (a given name before many family names) and homonyms
+    (one label, several items: the labels stage tells them apart by description), short labels
+    and descriptions of real lengths."""
+    import collections
+    from pathlib import Path
+
+    manifest = dumpgen.generate(tmp_path / "wikidata", lines=20_000, seed=2, chunk_lines=10_000, workers=2,
+                                preset="wikidata")
+    assert manifest["preset"] == "wikidata"
+    wd = dumpgen.measure_nt([tmp_path / "wikidata" / dumpgen.TRUTHY_FILE])
+    spi = wd["statements_per_item"]
+    assert spi["median"] <= 4  # the other presets: 8-14 (test_statements_per_item_have_a_long_tail)
+    assert spi["p99"] > 6 * spi["median"]  # the long tail stays
+    sample = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikidata" / "truthy-2018-sample500-en.nt"
+    if sample.exists():  # the real random sample: median 3 statements, label median 8 characters
+        shared = dumpgen.measure_nt([sample])
+        assert abs(spi["median"] - shared["statements_per_item"]["median"]) <= 1
+        assert wd["label_chars"]["median"] <= 3 * shared["label_chars"]["median"]
+        assert 0.5 < wd["description_chars"]["median"] / shared["description_chars"]["median"] < 1.5
+    labels = collections.Counter(_english_labels(tmp_path / "wikidata"))
+    assert sum(n for n in labels.values() if n > 1) > 0.15 * sum(labels.values())  # homonyms
+    first = collections.Counter(t.split(" ", 1)[0] for t in labels.elements() if " " in t)
+    assert first.most_common(1)[0][1] > 0.02 * sum(labels.values())  # a first word many labels share
+
+
 def test_compression_floor_and_whole_subjects():
     from refactx_testing.dumpgen.floor import compression_floor, split_fact, whole_subjects
 

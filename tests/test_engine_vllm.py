@@ -28,6 +28,12 @@ QUESTIONS = ["Which country is Northern Ireland part of?", "What is the capital 
              "Which continent is Japan in?", "Which countries share a border with France?"]
 GREEDY = {"temperature": 0, "max_tokens": 48}
 SAMPLED = {"temperature": 0.9, "seed": 7, "max_tokens": 48}
+# constrained beams: prompts that end with the trigger, each about one of the sample's subjects
+BEAM_PROMPTS = [f"Facts about {s}.\nFact:" for s in (
+    "Germany", "France", "Japan", "Northern Ireland", "Canada", "Brazil", "India", "Italy", "Spain", "Egypt",
+    "Mexico", "Sweden", "Kenya", "Australia", "China", "Poland", "Norway", "Chile", "Greece", "Ireland")]
+BEAM_TOKENS = 32
+EOS = 2  # SmolLM2's <|im_end|>
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +108,9 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
                 {"name": "unknown_index", "prompts": ["Hello"],
                  "params": {**GREEDY, "max_tokens": 8, "extra_args": {"refactx_index": "nosuch"}}},
             ]},
+            {"name": "beams", "processor": False, "dtype": "float32", "prefix_caching": True, "max_num_seqs": 64,
+             "runs": [{"name": "beams", "prompts": BEAM_PROMPTS,
+                       "beams": {"index": "sample", "width": 3, "max_tokens": BEAM_TOKENS, "eos": [EOS]}}]},
             {"name": "without", "processor": False, "runs": [
                 {"name": "off_greedy", "prompts": QUESTIONS, "chat": True, "alone": True, "params": GREEDY},
                 {"name": "off_sampled", "prompts": QUESTIONS, "chat": True, "alone": True, "params": SAMPLED},
@@ -200,3 +209,47 @@ def test_model_runner_v2_processor_follows_its_request_and_masks_it_only(vllm_ru
         head = walk[:step]
         expected = sorted({s[step] for s in corporate if s[:step] == head and len(s) > step})
         assert got == expected, step
+
+
+def test_constrained_beams_on_vllm_give_the_facts_of_transformers_beams(vllm_run, model_dir, stored, trigger,
+                                                                       sample_fact_texts):
+    """engines/vllm_beams.py on the real CPU engine (float32, one request per beam and step)
+    against transformers' beam search with the logits processor, 3 beams, on 20 prompts:
+    every fact stored verbatim, the same first fact on (nearly) every prompt, the same facts
+    throughout on most."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    from refactx_index.engines.transformers import RefactxLogitsProcessor
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.models import load_model
+
+    beams = vllm_run["engines"]["beams"]["beams"]
+    assert len(beams) == 20
+    loaded = load_model("smollm2")
+    index = MemoryTreeIndex.from_facts(sample_fact_texts, str(model_dir / "tokenizer.json"))
+    by_length: dict[int, list[dict]] = {}  # prompts of one length in one batch: no padding to differ
+    for out in beams:
+        by_length.setdefault(len(out["prompt_ids"]), []).append(out)
+    same_first = same_facts = 0
+    for group in by_length.values():
+        ids = torch.tensor([out["prompt_ids"] for out in group])
+        proc = RefactxLogitsProcessor(index, loaded.tokenizer, eos_token_id=[EOS])
+        with torch.inference_mode():
+            rows = loaded.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=3, do_sample=False,
+                                         max_new_tokens=BEAM_TOKENS, eos_token_id=[EOS], pad_token_id=EOS,
+                                         logits_processor=LogitsProcessorList([proc])).tolist()
+        for out, row in zip(group, rows):
+            written = row[ids.shape[1]:]
+            while len(written) > 1 and written[-1] == EOS and written[-2] == EOS:  # padding after the end
+                written.pop()
+            got = facts_of(out["ids"], trigger, stored["sample"], start_inside=True)
+            expected = facts_of(written, trigger, stored["sample"], start_inside=True)
+            assert got and all(run in stored["sample"] for run, cut in got if not cut)  # stored verbatim
+            same_first += bool(expected) and got[0] == expected[0]
+            same_facts += [run for run, _ in got] == [run for run, _ in expected]
+    # the two engines' float32 log-probabilities differ in their last digits: where a choice is
+    # a near tie (most often, after a fact, whether the free text opens another) their beams
+    # part; the selection itself equals transformers' on transformers' own log-probabilities
+    # (test_generation_model.py)
+    assert same_first >= 18 and same_facts >= 10, (same_first, same_facts)

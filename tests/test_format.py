@@ -54,6 +54,27 @@ def test_children_row_keeps_external_leaf_counts():
     assert frag.child(0, 9) == 2 and frag.child(0, 10) == -1
 
 
+def test_a_packed_row_stores_small_children_whole_beside_external_ones():
+    """``encode_packed``: the children given as suffixes are complete subtrees, the others
+    external with their leaf counts; the same fragment format, read by the same decoder."""
+    from refactx_index.format import encode_packed
+
+    node = encode_packed([[5, 1], [5, 2, 3], [], [70000]], [9, 6], [40, 2])
+    frag = decode_fragment(node)
+    toks, leaves = frag.children(0)
+    assert toks.tolist() == [5, 6, 9, 70000] and leaves.tolist() == [2, 2, 40, 1]
+    assert bool(frag.ends[0]) and int(frag.leaves[0]) == 46
+    start = int(frag.child_start[0])
+    assert frag.external[start:start + 4].tolist() == [False, True, True, False]
+    five = frag.child(0, 5)
+    assert frag.children(five)[0].tolist() == [1, 2] and not frag.external[five]
+    assert bool(frag.ends[frag.child(0, 70000)])
+    with pytest.raises(ValueError, match="whole or external"):
+        encode_packed([[5, 1]], [5], [3])
+    with pytest.raises(ValueError, match="at least one leaf"):
+        encode_packed([[5, 1]], [6], [0])
+
+
 def test_prefix_keys_sort_like_token_sequences():
     seqs = [[], [1], [1, 0], [2], [255, 1], [256], [70000, 3]]
     keys = [encode_prefix(s) for s in seqs]

@@ -86,15 +86,15 @@ def test_a_padded_batch_with_beams_equals_each_prompt_alone(batch_answers, index
 
 
 def test_the_vocabulary_check_refuses_another_tokenizer(index, loaded):
-    from refactx_index.ask import check_model_vocabulary
     from refactx_index.errors import VocabularyMismatch
+    from refactx_index.index import check_vocabulary
     from refactx_index.memory import MemoryTreeIndex
 
-    check_model_vocabulary(index, loaded.tokenizer)  # the same vocabulary, checked on stored facts
+    check_vocabulary(index, loaded.tokenizer)  # the same vocabulary, checked on stored facts
     gpt2 = MemoryTreeIndex.from_facts(["<Germany> <capital> <Berlin> ."],
                                       str(shared_path("tokenizers", "gpt2")))
     with pytest.raises(VocabularyMismatch, match="50257"):
-        check_model_vocabulary(gpt2, loaded.tokenizer)
+        check_vocabulary(gpt2, loaded.tokenizer)
 
 
 def test_the_postgresql_index_gives_the_same_facts(pg_dsn, index, loaded, stored):
@@ -148,3 +148,44 @@ def test_ask_command_refuses_an_index_of_another_vocabulary_before_generating(tm
     proc = _ask_cli("--index-file", str(path), "What is the capital of Germany?", cwd=tmp_path)
     assert proc.returncode == 1
     assert "built for vocabulary" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_beam_driver_over_the_models_log_probabilities_is_transformers_beam_search(index, loaded):
+    """engines/vllm_beams.py's selection, fed the model's own log-probabilities (one forward
+    pass per beam and step, as vLLM answers its requests), writes token for token what
+    transformers' constrained beam search writes: 3 beams, a prompt ending in the trigger."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    from refactx_index.engines.transformers import RefactxLogitsProcessor
+    from refactx_index.engines.vllm_beams import constrained_beams
+
+    tok, model, eos = loaded.tokenizer, loaded.model, 2
+
+    def score(requests, top):
+        out = []
+        for ids, allowed in requests:
+            with torch.inference_mode():
+                logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1].float(), -1)
+            if allowed is None:
+                values, tokens = torch.topk(logprobs, top)
+                out.append(dict(zip(tokens.tolist(), values.tolist())))
+            else:
+                out.append({int(t): float(logprobs[int(t)]) for t in allowed})
+        return out
+
+    prompts = [tok(f"Facts about {s}.\nFact:", add_special_tokens=False)["input_ids"] for s in ("Canada",)]
+    driven = constrained_beams(score, tok, prompts, index, beam_width=3, max_tokens=20, length_penalty=1.0,
+                               eos_ids=[eos])
+    ids = torch.tensor(prompts)  # one length: no padding
+    with torch.inference_mode():
+        rows = model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=3, do_sample=False,
+                              max_new_tokens=20, eos_token_id=[eos], pad_token_id=eos,
+                              logits_processor=LogitsProcessorList(
+                                  [RefactxLogitsProcessor(index, tok, eos_token_id=[eos])])).tolist()
+    for hyps, row in zip(driven, rows):
+        written = row[ids.shape[1]:]
+        while len(written) > 1 and written[-1] == eos and written[-2] == eos:
+            written.pop()
+        assert hyps[0].tokens == written
+        assert hyps[0].facts  # a prompt ending in the trigger writes a fact first

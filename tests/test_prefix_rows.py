@@ -34,14 +34,16 @@ class ReferenceTrie:
 
 def check_rows_against_trie(
     rows: Mapping[bytes, bytes], facts: Iterable[Sequence[int]], threshold: int, max_tokens: int,
-    dictionary: fmt.PresetDictionary | None = None,
+    dictionary: fmt.PresetDictionary | None = None, pack_facts: int = 0, pack_child_facts: int = 0,
 ) -> int:
     """Walk the stored rows from the root, following external nodes into their rows,
     and compare every node with the reference trie. Returns the number of nodes checked.
 
     Also checks: every stored row is reached exactly once, and the cut rule holds
     (expanded exactly when more than T facts or B tokens lie below; every other row
-    within both bounds).
+    within both bounds; an expanded row of at most ``pack_facts`` facts and ``B x
+    pack_facts / T`` tokens stores whole exactly its children of at most
+    ``pack_child_facts`` facts and B tokens, any other expanded row none).
     """
     ref = ReferenceTrie(facts)
     tokens_below: Counter[tuple[int, ...]] = Counter()
@@ -59,9 +61,19 @@ def check_rows_against_trie(
         reached.add(key)
         frag = fmt.decode_fragment(rows[key], dictionary=dictionary)
         expanded = ref.leaves[row_prefix] > threshold or tokens_below[row_prefix] > max_tokens
-        assert bool(frag.external.any()) == expanded
-        if expanded:
+        packs = expanded and ref.leaves[row_prefix] <= pack_facts and (
+            tokens_below[row_prefix] <= max_tokens * pack_facts // threshold)
+        if not expanded:
+            assert not frag.external.any()
+        elif not packs:
             assert bool(frag.external[1:].all()) and frag.n_nodes == 1 + len(ref.children[row_prefix])
+        else:
+            toks, _ = frag.children(0)
+            start = int(frag.child_start[0])
+            for i, t in enumerate(toks.tolist()):
+                child = row_prefix + (t,)
+                whole = ref.leaves[child] <= pack_child_facts and tokens_below[child] <= max_tokens
+                assert bool(frag.external[start + i]) != whole, f"packed child {child}"
         node_stack = [(0, row_prefix)]
         while node_stack:
             i, full = node_stack.pop()
@@ -83,12 +95,13 @@ def check_rows_against_trie(
 
 
 def build_rows(spark, facts: list[list[int]], threshold: int, max_tokens: int,
-               partitions: int = 3) -> dict[bytes, bytes]:
+               partitions: int = 3, pack_facts: int = 0, pack_child_facts: int = 0) -> dict[bytes, bytes]:
     from refactx_pipeline.stages.prefix_rows import prefix_rows
     from refactx_pipeline.stages.schemas import TOKENS
 
     tokens = spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS)
-    out = prefix_rows(tokens, threshold, max_tokens, partitions).collect()
+    out = prefix_rows(tokens, threshold, max_tokens, partitions, pack_facts=pack_facts,
+                      pack_child_facts=pack_child_facts).collect()
     keys = [bytes(r["prefix"]) for r in out]
     assert len(keys) == len(set(keys)), "duplicate prefix rows"
     for r in out:
@@ -120,6 +133,52 @@ def test_rows_match_reference(spark, threshold, max_tokens, partitions):
     assert rows == reference_rows(FACTS, threshold=threshold, max_subtree_tokens=max_tokens)
     root = fmt.decode_fragment(rows[b""])
     assert root.leaves[0] == len({tuple(f) for f in FACTS})
+
+
+def decoded_content(rows: Mapping[bytes, bytes], dictionary: fmt.PresetDictionary | None = None
+                    ) -> dict[tuple[int, ...], tuple[int, bool, list[tuple[int, int]]]]:
+    """Every prefix of a stored tree -> (leaves, ends, [(child token, child leaves)]), walked
+    from the root across rows: what a reader sees, whatever the cut."""
+    out = {}
+    stack = [()]
+    while stack:
+        row_prefix = stack.pop()
+        frag = fmt.decode_fragment(rows[fmt.encode_prefix(row_prefix)], dictionary=dictionary)
+        nodes = [(0, row_prefix)]
+        while nodes:
+            i, full = nodes.pop()
+            if frag.external[i]:
+                stack.append(full)
+                continue
+            toks, leaves = frag.children(i)
+            out[full] = (int(frag.leaves[i]), bool(frag.ends[i]), list(zip(toks.tolist(), leaves.tolist())))
+            s = int(frag.child_start[i])
+            nodes.extend((j, full + (int(frag.tokens[j]),)) for j in range(s, s + int(frag.child_count[i])))
+    return out
+
+
+# many facts below a few hot prefixes, most of their children a fact or two: the shape packed
+# rows are for (subjects sharing a first word, each with a few facts)
+PACKED_FACTS = ([[3, 1, i, 7, i % 5] for i in range(300)] + [[3, 1, i, 8] for i in range(0, 300, 3)]
+                + [[3, 2, i // 40, i % 40, 9] for i in range(400)] + [[3], [3, 1], [4, 4, 4], [70000, 2]])
+
+
+@pytest.mark.parametrize("pack_facts,pack_child_facts,partitions",
+                         [(1000, 2, 1), (1000, 2, 7), (450, 45, 5), (8000, 1, 3), (100, 2, 4)])
+def test_packed_rows_match_reference_and_read_the_same(spark, pack_facts, pack_child_facts, partitions):
+    """Packed rows (an expanded prefix stores its small children whole): the Spark job's rows
+    are the reference's byte for byte, across partition edges; the cut rule holds; and every
+    prefix reads the same children, leaf counts and ends as in the plain layout, with fewer rows."""
+    from refactx_index.memory import build_rows as reference_rows
+
+    rows = build_rows(spark, PACKED_FACTS, 16, 4096, partitions, pack_facts, pack_child_facts)
+    assert rows == reference_rows(PACKED_FACTS, threshold=16, max_subtree_tokens=4096,
+                                  pack_facts=pack_facts, pack_child_facts=pack_child_facts)
+    check_rows_against_trie(rows, PACKED_FACTS, 16, 4096, pack_facts=pack_facts, pack_child_facts=pack_child_facts)
+    plain = reference_rows(PACKED_FACTS, threshold=16, max_subtree_tokens=4096)
+    assert decoded_content(rows) == decoded_content(plain)
+    if pack_facts >= 1000:
+        assert len(rows) < len(plain) / 4
 
 
 def test_a_hot_prefix_is_cut_into_bounded_rows_across_partitions(spark):

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_prefix_rows import check_rows_against_trie  # noqa: E402
+from test_prefix_rows import check_rows_against_trie, decoded_content  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
@@ -50,8 +50,9 @@ def fact_sets(draw) -> list[list[int]]:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(facts=fact_sets(), threshold=st.integers(1, 5), max_tokens=st.integers(1, 60),
-       per_partition=st.integers(1, 50))
-def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_tokens, per_partition):
+       per_partition=st.integers(1, 50),
+       pack=st.one_of(st.just((0, 0)), st.tuples(st.integers(2, 300), st.integers(1, 10))))
+def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_tokens, per_partition, pack):
     from refactx_pipeline.stages import load, prefix_rows, validate
     from refactx_pipeline.catalog import pgcatalog
     from refactx_pipeline.stages.schemas import TOKENS
@@ -66,6 +67,8 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_toke
         "tree.subtree_threshold": threshold,
         "tree.max_subtree_tokens": max_tokens,
         "tree.facts_per_partition": per_partition,
+        "tree.pack_facts": pack[0],
+        "tree.pack_child_facts": pack[1],
     })
     vocab_dir = cfg.stage_dir("tokenize") / "prop"
     spark.createDataFrame([(i, f) for i, f in enumerate(facts)], TOKENS).write.parquet(
@@ -82,16 +85,21 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_toke
         rows = {bytes(p): bytes(n) for p, n in stored}
         assert len(rows) == len(stored) == info["rows"]
         dictionary = pgcatalog.build_dictionary(conn, cfg.pg.schema, info["build_id"])
-        check_rows_against_trie(rows, facts, threshold, max_tokens, dictionary)
+        check_rows_against_trie(rows, facts, threshold, max_tokens, dictionary, *pack)
         # the previous row format's decoded content, prefix for prefix (the same children, leaf
         # counts and ends), and the reference's rows compressed the same way, byte for byte
         previous = reference_rows(facts, threshold=threshold, max_subtree_tokens=max_tokens)
-        assert set(previous) == set(rows)
-        for key, node in previous.items():
-            new, old = fmt.decode_fragment(rows[key], 4, dictionary), fmt.decode_fragment(node)
-            for field in ("tokens", "child_count", "ends", "external", "leaves"):
-                assert getattr(new, field).tolist() == getattr(old, field).tolist()
-        assert (rows, dictionary) == compress_rows(previous)
+        if pack == (0, 0):
+            assert set(previous) == set(rows)
+            for key, node in previous.items():
+                new, old = fmt.decode_fragment(rows[key], 4, dictionary), fmt.decode_fragment(node)
+                for field in ("tokens", "child_count", "ends", "external", "leaves"):
+                    assert getattr(new, field).tolist() == getattr(old, field).tolist()
+        # packed rows or not, every prefix reads as in the plain layout
+        assert decoded_content(rows, dictionary) == decoded_content(previous)
+        packed = reference_rows(facts, threshold=threshold, max_subtree_tokens=max_tokens,
+                                pack_facts=pack[0], pack_child_facts=pack[1])
+        assert (rows, dictionary) == compress_rows(packed)
         # the validator agrees (every fact walked, counts consistent)
         distinct = {tuple(f) for f in facts}
         result = validate.validate_build(

@@ -7,8 +7,9 @@ runs its generations and writes what came out (argv[2]): token ids and text per 
 plus the Model Runner V2 processor driven directly through vLLM's own interface types.
 
 Spec: {"model": DIR, "indexes": {NAME: FILE.rfx}, "engines": [{"name": ..., "processor":
-bool, "runs": [{"name": ..., "prompts": [str], "chat": bool, "alone": bool,
-"params": {SamplingParams keywords}}]}], "v2": {"index": NAME, "prompt": str, "tokens": [int]}}
+bool, "dtype": str, "prefix_caching": bool, "runs": [{"name": ..., "prompts": [str], "chat": bool,
+"alone": bool, "params": {SamplingParams keywords}} or {"name": ..., "prompts": [str], "beams": {"index":
+NAME, "width": int, "max_tokens": int, "eos": [int]}}]}], "v2": {"index": NAME, "prompt": str, "tokens": [int]}}
 """
 
 from __future__ import annotations
@@ -29,17 +30,35 @@ def _engine(spec: dict, engine: dict):
     # no prefix caching: a run must not reuse the KV blocks of an earlier run of the same
     # engine, so that what a request writes does not depend on which runs came before it (the
     # engines compared run different runs first)
-    kwargs = dict(model=spec["model"], dtype="bfloat16", gpu_memory_utilization=0.25, max_model_len=2048,
-                  enforce_eager=True, seed=0, max_num_seqs=16, enable_prefix_caching=False)
+    kwargs = dict(model=spec["model"], dtype=engine.get("dtype", "bfloat16"), gpu_memory_utilization=0.25,
+                  max_model_len=2048, enforce_eager=True, seed=0, max_num_seqs=engine.get("max_num_seqs", 16),
+                  enable_prefix_caching=engine.get("prefix_caching", False))
     if engine["processor"]:
         kwargs["logits_processors"] = [PROCESSOR]
         kwargs["additional_config"] = {"refactx": {"indexes": spec["indexes"]}}
     return LLM(**kwargs)
 
 
-def _run(llm, run: dict) -> list[dict]:
+def _beams(llm, spec: dict, run: dict) -> list[dict]:
+    """Constrained beam search (engines/vllm_beams.py) over the run's prompts."""
+    from refactx_index.engines.vllm_beams import beam_search
+    from refactx_index.memory import MemoryTreeIndex
+
+    tok = llm.get_tokenizer()
+    beams = run["beams"]
+    index = MemoryTreeIndex.load(spec["indexes"][beams["index"]])
+    prompt_ids = [tok.encode(p, add_special_tokens=False) for p in run["prompts"]]
+    results = beam_search(llm, prompt_ids, index, beam_width=beams["width"], max_tokens=beams["max_tokens"],
+                          eos_ids=beams["eos"])
+    return [{"prompt_ids": ids, "ids": hyps[0].tokens, "score": hyps[0].score,
+             "facts": [list(f) for f in hyps[0].facts]} for ids, hyps in zip(prompt_ids, results)]
+
+
+def _run(llm, spec: dict, run: dict) -> list[dict]:
     from vllm import SamplingParams
 
+    if run.get("beams"):
+        return _beams(llm, spec, run)
     tok = llm.get_tokenizer()
     prompts = run["prompts"]
     if run.get("chat"):
@@ -112,7 +131,7 @@ def main() -> None:
     result: dict = {"engines": {}}
     for engine in spec["engines"]:
         llm = _engine(spec, engine)
-        result["engines"][engine["name"]] = {run["name"]: _run(llm, run) for run in engine["runs"]}
+        result["engines"][engine["name"]] = {run["name"]: _run(llm, spec, run) for run in engine["runs"]}
         del llm
         gc.collect()
     if spec.get("v2"):

@@ -31,7 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from refactx_index.errors import ConfigError
-from refactx_index.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD
+from refactx_index.memory import (
+    DEFAULT_MAX_SUBTREE_TOKENS,
+    DEFAULT_SUBTREE_THRESHOLD,
+    pack_bounds,
+)
 from refactx_index.pg import DEFAULT_SCHEMA, DEFAULT_STATEMENT_TIMEOUT_MS
 
 ENV_PREFIX = "REFACTX__"
@@ -368,8 +372,21 @@ class TreeConfig(Section):
     # generation's walk as fast (mean 42 µs a step, p99 0.7 ms)
     subtree_threshold: int = Field(DEFAULT_SUBTREE_THRESHOLD, ge=1)  # T
     max_subtree_tokens: int = Field(DEFAULT_MAX_SUBTREE_TOKENS, ge=1)  # B
+    # packed rows: an expanded prefix of at most pack_facts facts (and pack_facts x B / T
+    # tokens) stores whole, in its own row, its children of at most pack_child_facts facts,
+    # so a row of a few facts does not pay a row's overhead on its own (docs/tree.md).
+    # Unset: 4 x T and T / 16, none below T = 64 (memory.pack_bounds); 0: every child of an
+    # expanded prefix is a row
+    pack_facts: int | None = Field(None, ge=0)
+    pack_child_facts: int | None = Field(None, ge=0)
     # the prefix rows job sorts facts into range partitions of at most this many (one per task)
     facts_per_partition: int = Field(200_000, ge=1)
+
+    def pack_bounds(self) -> tuple[int, int]:
+        """(pack_facts, pack_child_facts), the defaults derived from T where unset."""
+        facts, child = pack_bounds(self.subtree_threshold)
+        return (facts if self.pack_facts is None else self.pack_facts,
+                child if self.pack_child_facts is None else self.pack_child_facts)
 
 
 class PgConfig(Section):

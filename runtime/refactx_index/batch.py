@@ -1,4 +1,4 @@
-"""The matcher's rules over a whole batch at once: state per slot, one numpy pass per step.
+"""The matcher's rules over a whole batch at once: state per slot, one pass per step.
 
 :class:`~refactx_index.matcher.FactMatcher` states the rules and applies them row by row
 (its :meth:`~refactx_index.matcher.FactMatcher.scan` is the reference). A serving engine
@@ -22,6 +22,10 @@ rows of a step with a constant number of numpy calls:
 * **Triggers** are found by comparing each slot's last few ids (a small history array)
   with every tokenization of the trigger: a constant number of array compares.
 
+Where the runtime was built with a C compiler, the common rows of a step and the mask's
+allowed ids are a compiled loop (``_step.c``; ``STEPPER`` below); the rare rows go through
+the same numpy code either way.
+
 :meth:`BatchMatcher.mask` gives the step's allowed ids as one flattened ``(row, token)``
 list (:class:`StepMask`), which :mod:`refactx_index.masking` applies to the logits of the
 whole batch with one copy and a constant number of kernels.
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -40,11 +45,26 @@ from .format import Fragment, encode_prefix
 from .index import Cursor, ServedBuild
 from .matcher import DEAD, FACT, FREE, FactMatcher
 
+try:  # built from _step.c where the runtime was installed with a C compiler
+    from . import _step
+except ImportError:  # numpy steps the same rows (a larger fixed cost per step)
+    _step = None
+
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchMatcher", "StepMask"]
+__all__ = ["BatchMatcher", "StepMask", "STEPPER", "STEPPERS"]
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+
+# How a step's common rows are advanced and its mask collected: "compiled" (``_step.c``: one
+# loop over the rows, the rare rows left to the numpy code) where the runtime was installed
+# with it, else "numpy" (a constant number of whole-array calls). Both give the same states and
+# masks (tests/test_batch_matcher.py walks both). REFACTX_MATCHER=numpy in the environment, or
+# ``BatchMatcher(stepper="numpy")``, picks numpy (bench/bench_engines.py times both).
+STEPPERS = ("compiled", "numpy") if _step is not None else ("numpy",)
+STEPPER = os.environ.get("REFACTX_MATCHER") or STEPPERS[0]
+if STEPPER not in STEPPERS:
+    raise ImportError(f"REFACTX_MATCHER={STEPPER!r}: this runtime has the matcher steps {list(STEPPERS)}")
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,9 @@ class StepMask:
     @property
     def empty(self) -> bool:
         return self.rows.size == 0
+
+
+_NO_MASK = StepMask(_EMPTY, _EMPTY, _EMPTY)  # a step without constrained rows
 
 
 class _Arena:
@@ -170,14 +193,26 @@ class BatchMatcher:
     """
 
     def __init__(self, matcher: FactMatcher, *, capacity: int = 64,
-                 arena_nodes: int = 1 << 20) -> None:
+                 arena_nodes: int = 1 << 20, stepper: str | None = None) -> None:
         self.matcher = matcher
         self.index = matcher.index
         self.arena = _Arena()
         self.arena_nodes = arena_nodes
+        self.stepper = stepper or STEPPER
+        if self.stepper not in STEPPERS:
+            raise ValueError(f"stepper {self.stepper!r}: this runtime has {list(STEPPERS)}")
         self._triggers = [np.asarray(t, dtype=np.int64) for t in matcher.triggers]
+        # each trigger as its length then its ids, for the compiled step's scan
+        self._trigger_table = np.asarray([x for t in matcher.triggers for x in (len(t), *t)], dtype=np.int64)
         self._hist_len = matcher.tail_length
         self._alloc_slots(capacity, 32)
+        # the compiled step's outputs, reused from step to step (grown on demand)
+        self._rare = np.zeros(capacity, dtype=np.int64)
+        self._entering = np.zeros(capacity, dtype=np.int64)
+        self._mask_rows = np.zeros(capacity, dtype=np.int64)
+        self._mask_others = np.zeros(capacity, dtype=np.int64)
+        self._mask_token_rows = np.zeros(4 * capacity, dtype=np.int64)
+        self._mask_tokens = np.zeros(4 * capacity, dtype=np.int64)
         self.stats_rare_rows = 0  # rows stepped per row in Python (crossings, ends, net)
 
     # ------------------------------------------------------------------ slot storage
@@ -329,10 +364,47 @@ class BatchMatcher:
     # ------------------------------------------------------------------ stepping
     def step(self, slots: np.ndarray, tokens: np.ndarray) -> None:
         """Advance ``slots[i]`` by ``tokens[i]``, the token it just wrote."""
-        slots = np.asarray(slots, dtype=np.int64)
-        tokens = np.asarray(tokens, dtype=np.int64)
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         if slots.size == 0:
             return
+        if self.stepper == "compiled":
+            self._step_compiled(slots, tokens)
+        else:
+            self._step_numpy(slots, tokens)
+
+    def _step_compiled(self, slots: np.ndarray, tokens: np.ndarray) -> None:
+        """The common rows in one compiled loop; the rare ones (``_step.c``'s doc) by the
+        numpy code, as :meth:`_step_numpy` steps them."""
+        if tokens.size != slots.size:
+            raise ValueError(f"{slots.size} slots and {tokens.size} tokens")
+        if self.arena.size > self.arena_nodes:
+            self._compact()
+        if self._rare.size < slots.size:
+            self._rare = np.zeros(2 * slots.size, dtype=np.int64)
+            self._entering = np.zeros(2 * slots.size, dtype=np.int64)
+        a = self.arena
+        while True:
+            n_rare, n_entering = _step.step_rows(
+                slots, tokens, self.mode, self.node, self.ends, self.slow, self.plen, self.prefix,
+                self.hist, a.tokens, a.child_start, a.child_count, a.ends, a.external, a.link,
+                self._trigger_table, self._rare, self._entering, self.prefix.shape[1], self._hist_len, a.size)
+            if n_rare >= 0:
+                break
+            self._ensure(n_entering)  # (-1, the highest slot): nothing was changed
+        if n_rare == 0 and n_entering == 0:
+            return
+        entering = self._entering[:n_entering].copy()
+        if n_rare:
+            rare = self._rare[:n_rare].copy()
+            ended = self._step_facts(slots[rare], tokens[rare], np.arange(n_rare))
+            if ended.any():
+                cand = slots[rare][ended]
+                entering = np.concatenate([entering, cand[self._trigger_ends(cand)]])
+        if entering.size:
+            self._enter(entering)
+
+    def _step_numpy(self, slots: np.ndarray, tokens: np.ndarray) -> None:
         self._ensure(int(slots.max()))
         if self.arena.size > self.arena_nodes:
             self._compact()
@@ -526,7 +598,56 @@ class BatchMatcher:
         """What ``slots[i]`` (row ``i`` of the step) may write next, for every constrained
         row; ids at or beyond ``vocab_size`` (tree ids the model lacks) are left out, and a
         row left with nothing may only end the sequence."""
-        slots = np.asarray(slots, dtype=np.int64)
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        if self.stepper == "compiled":
+            return self._mask_compiled(slots, vocab_size)
+        return self._mask_numpy(slots, vocab_size)
+
+    def _mask_compiled(self, slots: np.ndarray, vocab_size: int | None) -> StepMask:
+        if self._mask_rows.size < slots.size:
+            self._mask_rows = np.zeros(2 * slots.size, dtype=np.int64)
+            self._mask_others = np.zeros(2 * slots.size, dtype=np.int64)
+        a = self.arena
+        while True:
+            n_rows, n_tokens, n_others, max_token = _step.mask_rows(
+                slots, self.mode, self.node, self.ends, self.slow, a.tokens, a.child_start, a.child_count,
+                self._mask_rows, self._mask_token_rows, self._mask_tokens, self._mask_others, a.size)
+            if n_tokens <= self._mask_tokens.size:
+                break
+            self._mask_token_rows = np.zeros(2 * n_tokens, dtype=np.int64)
+            self._mask_tokens = np.zeros(2 * n_tokens, dtype=np.int64)
+        if n_rows == 0:
+            return _NO_MASK
+        rows = self._mask_rows[:n_rows].copy()
+        token_rows = self._mask_token_rows[:n_tokens].copy()
+        tokens = self._mask_tokens[:n_tokens].copy()
+        if n_others:
+            parts_rows, parts_toks = [token_rows], [tokens]
+            for r in self._mask_others[:n_others].tolist():
+                slot = int(slots[r])
+                allowed = self.matcher.eos if self.mode[slot] == DEAD else self.net[slot]
+                parts_toks.append(allowed)  # type: ignore[arg-type]
+                parts_rows.append(np.full(allowed.size, r, dtype=np.int64))  # type: ignore[union-attr]
+                if allowed.size:  # type: ignore[union-attr]
+                    max_token = max(max_token, int(allowed.max()))  # type: ignore[union-attr]
+            token_rows, tokens = np.concatenate(parts_rows), np.concatenate(parts_toks)
+        if vocab_size is not None and max_token >= vocab_size:
+            return self._within_vocab(rows, token_rows, tokens, vocab_size)
+        return StepMask(rows, token_rows, tokens)
+
+    def _within_vocab(self, rows: np.ndarray, token_rows: np.ndarray, tokens: np.ndarray,
+                      vocab_size: int) -> StepMask:
+        """The ids below ``vocab_size``; a row left with nothing may only end the sequence."""
+        keep = tokens < vocab_size
+        token_rows, tokens = token_rows[keep], tokens[keep]
+        bare = np.setdiff1d(rows, token_rows)
+        if bare.size:
+            eos = self.matcher.eos
+            token_rows = np.concatenate([token_rows, np.repeat(bare, eos.size)])
+            tokens = np.concatenate([tokens, np.tile(eos, bare.size)])
+        return StepMask(rows, token_rows, tokens)
+
+    def _mask_numpy(self, slots: np.ndarray, vocab_size: int | None) -> StepMask:
         rows = np.flatnonzero(self.constrained(slots))
         if rows.size == 0:
             return StepMask(rows, _EMPTY, _EMPTY)
@@ -551,13 +672,7 @@ class BatchMatcher:
         token_rows = np.concatenate(parts_rows) if len(parts_rows) > 1 else parts_rows[0]
         tokens = np.concatenate(parts_toks) if len(parts_toks) > 1 else parts_toks[0]
         if vocab_size is not None and tokens.size and int(tokens.max()) >= vocab_size:
-            keep = tokens < vocab_size
-            token_rows, tokens = token_rows[keep], tokens[keep]
-            bare = np.setdiff1d(rows, token_rows)  # rows left with nothing: end of sequence
-            if bare.size:
-                eos = self.matcher.eos
-                token_rows = np.concatenate([token_rows, np.repeat(bare, eos.size)])
-                tokens = np.concatenate([tokens, np.tile(eos, bare.size)])
+            return self._within_vocab(rows, token_rows, tokens, vocab_size)
         return StepMask(rows, token_rows, tokens)
 
 

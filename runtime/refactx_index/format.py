@@ -532,7 +532,65 @@ def encode_subtree_runs(
     return out
 
 
-def _encode_suffix_matrix(mat: np.ndarray, lengths: np.ndarray, compress: bool) -> bytes:
+def encode_packed(
+    suffixes: Iterable[Sequence[int]],
+    child_tokens: Sequence[int] | np.ndarray,
+    child_leaves: Sequence[int] | np.ndarray,
+    *,
+    compress: bool = True,
+) -> bytes:
+    """A packed row: an expanded prefix whose small children are stored whole in its own row
+    (``suffixes``: their facts' tokens after the prefix, an empty one when the prefix itself
+    is a fact) beside its other children, external (``child_tokens``, ``child_leaves``).
+
+    The same fragment as ever (any node of a row may be external); only the cut differs from
+    an expanded row's, whose children are all external."""
+    seqs = [np.asarray(x, dtype=np.int64) for x in suffixes]
+    stops = np.cumsum([x.size for x in seqs], dtype=np.int64)
+    values = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+    return encode_packed_ranges(values, stops - np.array([x.size for x in seqs], dtype=np.int64), stops,
+                                child_tokens, child_leaves, compress=compress)
+
+
+def encode_packed_ranges(
+    values: np.ndarray,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    child_tokens: Sequence[int] | np.ndarray,
+    child_leaves: Sequence[int] | np.ndarray,
+    *,
+    compress: bool = True,
+) -> bytes:
+    """``encode_packed`` over suffixes ``values[starts[i]:stops[i]]`` (the prefix rows job's
+    path: no per-suffix Python objects)."""
+    values = np.asarray(values, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    toks = np.asarray(child_tokens, dtype=np.int64)
+    leaves = np.asarray(child_leaves, dtype=np.int64)
+    if toks.size != leaves.size:
+        raise ValueError("one leaf count is needed per external child")
+    if np.any(leaves < 1):
+        raise ValueError("every child must have at least one leaf")
+    # an external child is a one-token suffix, marked external once the trie is built
+    lengths = np.concatenate((np.asarray(stops, dtype=np.int64) - starts, np.ones(toks.size, dtype=np.int64)))
+    width = int(lengths.max()) if lengths.size else 0
+    mat = np.full((lengths.size, width), -1, dtype=np.int64)
+    inline = starts.size
+    if width:
+        cols = np.arange(width)
+        mask = cols[None, :] < lengths[:inline, None]
+        mat[:inline][mask] = values[(starts[:, None] + cols[None, :])[mask]]
+        mat[inline:, 0] = toks
+    firsts = mat[:inline, 0]
+    if np.isin(toks, firsts[firsts >= 0]).any() or np.unique(toks).size != toks.size:
+        raise ValueError("a child is either stored whole or external, and once")
+    return _encode_suffix_matrix(mat, lengths, compress, external=dict(zip(toks.tolist(), leaves.tolist())))
+
+
+def _encode_suffix_matrix(mat: np.ndarray, lengths: np.ndarray, compress: bool,
+                          external: dict[int, int] | None = None) -> bytes:
+    """The trie of the rows of ``mat``; ``external``: token -> leaf count of the root's
+    children that are external (each given as a one-token row)."""
     if mat.shape[0] == 0:
         raise ValueError("a subtree needs at least one fact")
     if mat.size and (mat.max() > _MAX_TOKEN):
@@ -566,12 +624,21 @@ def _encode_suffix_matrix(mat: np.ndarray, lengths: np.ndarray, compress: bool) 
         prev_starts = starts
     tokens = np.concatenate(level_tokens) if level_tokens else np.zeros(0, np.int64)
     n = tokens.size + 1
+    ends = np.concatenate(level_ends)
+    is_external = np.zeros(n, dtype=bool)
+    ext_leaves = np.zeros(0, dtype=np.int64)
+    if external:
+        top = level_tokens[0]  # the root's children: nodes 1..len(top)
+        is_external[1 : 1 + top.size] = np.isin(top, np.fromiter(external, np.int64, len(external)))
+        ends[is_external] = False
+        ext_leaves = np.array([external[int(t)] for t in top[is_external[1 : 1 + top.size]].tolist()],
+                              dtype=np.int64)
     return encode_fragment(
         tokens=tokens,
         child_count=np.concatenate(level_counts),
-        ends=np.concatenate(level_ends),
-        external=np.zeros(n, dtype=bool),
-        ext_leaves=np.zeros(0, dtype=np.int64),
+        ends=ends,
+        external=is_external,
+        ext_leaves=ext_leaves,
         compress=compress,
     )
 

@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from .cache import ByteLRUCache
-from .errors import FormatError
+from .errors import FormatError, InputRefused
 from .format import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
     PresetDictionary,
     encode_children,
+    encode_packed,
     encode_prefix,
     encode_subtree,
     make_dictionary,
@@ -47,8 +48,8 @@ from .index import (
     ServedBuild,
     check_vocabulary,
     fragment_nbytes,
-    vocabulary_size,
 )
+from .vocab import VocabularyLike, as_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,21 @@ DEFAULT_CACHE_BYTES = 64 << 20
 # measurement (docs/scale.md, "Index size")
 DEFAULT_SUBTREE_THRESHOLD = 1024
 DEFAULT_MAX_SUBTREE_TOKENS = 32768
+# packed rows (docs/tree.md, "The cut rule"), the pipeline's defaults: an expanded prefix of at
+# most PACK_FACTS_PER_THRESHOLD x T facts stores whole its children of at most
+# T / PACK_CHILD_DIVISOR facts; none below T = PACK_MIN_THRESHOLD (small test trees keep the
+# plain cut). Measured on the wikidata preset's 235k facts (docs/scale.md, "The wikidata
+# preset"): children of at most 64 facts 0.019 rows/fact, of at most 16 0.024, plain cut 0.045
+PACK_FACTS_PER_THRESHOLD = 4
+PACK_CHILD_DIVISOR = 16
+PACK_MIN_THRESHOLD = 64
+
+
+def pack_bounds(threshold: int) -> tuple[int, int]:
+    """The pipeline's default packed-row bounds for ``threshold`` (T): (facts, child facts)."""
+    if threshold < PACK_MIN_THRESHOLD:
+        return 0, 0
+    return PACK_FACTS_PER_THRESHOLD * threshold, threshold // PACK_CHILD_DIVISOR
 
 
 def build_rows(
@@ -71,28 +87,35 @@ def build_rows(
     *,
     threshold: int = DEFAULT_SUBTREE_THRESHOLD,
     max_subtree_tokens: int = DEFAULT_MAX_SUBTREE_TOKENS,
+    pack_facts: int = 0,
+    pack_child_facts: int = 0,
 ) -> dict[bytes, bytes]:
     """The rows ``{prefix key: fragment}`` of the tree of ``sequences`` under the cut rule.
 
     A prefix is *expanded* (its row lists its children, each an external row of its
     own) when more than ``threshold`` facts lie below it or their tokens after the
     prefix number more than ``max_subtree_tokens``; any other row stores its whole
-    subtree, so every row is bounded by facts and bytes at any depth. Duplicate
-    sequences collapse. This is the reference the Spark job must agree with, row for row.
+    subtree, so every row is bounded by facts and bytes at any depth. An expanded prefix
+    of at most ``pack_facts`` facts (and ``max_subtree_tokens x pack_facts / threshold``
+    tokens) is *packed*: its children of at most ``pack_child_facts`` facts (and
+    ``max_subtree_tokens`` tokens) are stored whole in its row, the others are external
+    (``pack_facts=0``: none is packed). Duplicate sequences collapse. This is the reference
+    the Spark job must agree with, row for row.
     """
     if threshold < 1:
-        raise ValueError("threshold must be >= 1")
+        raise InputRefused("threshold must be >= 1")
     if max_subtree_tokens < 1:
-        raise ValueError("max_subtree_tokens must be >= 1")
+        raise InputRefused("max_subtree_tokens must be >= 1")
     seqs = sorted({tuple(map(int, s)) for s in sequences})
     if not seqs:
-        raise ValueError("an index needs at least one fact")
+        raise InputRefused("an index needs at least one fact")
     if len(seqs[0]) == 0:
-        raise ValueError("a fact must have at least one token")
+        raise InputRefused("a fact must have at least one token")
     lengths = [len(s) for s in seqs]
     total = [0]
     for n in lengths:
         total.append(total[-1] + n)
+    pack_tokens = max_subtree_tokens * pack_facts // threshold
     rows: dict[bytes, bytes] = {}
     # explicit stack: (lo, hi, d) -- seqs[lo:hi] share their first d tokens
     stack = [(0, len(seqs), 0)]
@@ -104,19 +127,27 @@ def build_rows(
             rows[key] = encode_subtree([s[d:] for s in seqs[lo:hi]])
             continue
         ends = len(seqs[lo]) == d  # sorted: the prefix itself comes first
+        packs = hi - lo <= pack_facts and below_tokens <= pack_tokens
         i = lo + 1 if ends else lo
         toks: list[int] = []
         counts: list[int] = []
+        inline: list[Sequence[int]] = [()] if ends else []
         while i < hi:
             tok = seqs[i][d]
             j = i + 1
             while j < hi and seqs[j][d] == tok:
                 j += 1
-            toks.append(tok)
-            counts.append(j - i)
-            stack.append((i, j, d + 1))
+            if packs and j - i <= pack_child_facts and total[j] - total[i] - (d + 1) * (j - i) <= max_subtree_tokens:
+                inline.extend(s[d:] for s in seqs[i:j])
+            else:
+                toks.append(tok)
+                counts.append(j - i)
+                stack.append((i, j, d + 1))
             i = j
-        rows[key] = encode_children(toks, counts, ends)
+        if packs and len(inline) > int(ends):
+            rows[key] = encode_packed(inline, toks, counts)
+        else:
+            rows[key] = encode_children(toks, counts, ends)
     return rows
 
 
@@ -134,12 +165,9 @@ def deepest_row(rows: Iterable[bytes]) -> int:
     return max((len(k) // 4 for k in rows), default=0)
 
 
-def encode_texts(tokenizer: object, texts: Sequence[str]) -> list[list[int]]:
+def encode_texts(vocabulary: "VocabularyLike", texts: Sequence[str]) -> list[list[int]]:
     """Token ids of ``texts`` without special tokens (no BOS), batch-encoded."""
-    batch = getattr(tokenizer, "encode_batch", None)
-    if batch is not None:  # tokenizers.Tokenizer
-        return [e.ids for e in batch(list(texts), add_special_tokens=False)]
-    return list(tokenizer(list(texts), add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+    return as_vocabulary(vocabulary).encode(texts)
 
 
 class MemoryTreeIndex(RowTreeIndex):
@@ -178,12 +206,15 @@ class MemoryTreeIndex(RowTreeIndex):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         dictionary: bool = True,
         index_kind: str = "facts",
+        pack: tuple[int, int] = (0, 0),
     ) -> "MemoryTreeIndex":
         """An index of token sequences (already tokenized facts); ``dictionary``: rows
         compressed against a preset dictionary of the build (format version 4); ``index_kind``:
-        ``paths`` for reasoning paths (``IndexInfo.index_kind``)."""
+        ``paths`` for reasoning paths (``IndexInfo.index_kind``); ``pack``: ``build_rows``'s
+        (pack_facts, pack_child_facts)."""
         seqs = {tuple(map(int, s)) for s in sequences}
-        rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
+        rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens,
+                          pack_facts=pack[0], pack_child_facts=pack[1])
         preset = None
         if dictionary:
             rows, preset = compress_rows(rows)
@@ -208,7 +239,7 @@ class MemoryTreeIndex(RowTreeIndex):
     def from_facts(
         cls,
         facts: Iterable[str],
-        tokenizer: object,
+        tokenizer: "VocabularyLike",
         *,
         name: str = "memory",
         fact_prefix: str = " ",
@@ -222,37 +253,30 @@ class MemoryTreeIndex(RowTreeIndex):
         """Tokenize ``fact_prefix + fact + fact_suffix`` for each fact text, exactly as the
         pipeline's tokenize stage does (``vocab.encode_facts``), and index them.
 
-        ``tokenizer`` is a ``tokenizers.Tokenizer``, a transformers tokenizer, or a
-        path to ``tokenizer.json`` (or its directory; then the vocabulary is
-        fingerprinted by sha256 like a PostgreSQL build).
+        ``tokenizer``: a :class:`~refactx_index.vocab.Vocabulary` or anything
+        :func:`~refactx_index.vocab.as_vocabulary` takes; one read from a ``tokenizer.json``
+        (a path) is recorded by name and sha256 like a PostgreSQL build. Raises
+        :class:`InputRefused` (a ``ValueError``) for a fact that cannot be stored.
         """
-        from .vocab import ENCODED_OK, encode_facts, open_vocabulary, special_token_ids
+        from .vocab import ENCODED_OK, encode_facts
 
-        vocab_name, digest = "", ""
-        if isinstance(tokenizer, (str, os.PathLike)):
-            path = Path(tokenizer)
-            vocab = open_vocabulary((path if path.is_dir() else path.parent).name, os.fspath(path))
-            vocab_name, digest, forbidden = vocab.name, vocab.sha256, vocab.forbidden_ids
-            tokenizer = vocab.tokenizer()
-        else:
-            forbidden = special_token_ids(getattr(tokenizer, "backend_tokenizer", tokenizer))
+        vocab = as_vocabulary(tokenizer)
         texts = list(facts)
         # the tokenize stage's encoding: in the context of the trigger, as a model writes it
-        encoded = encode_facts(getattr(tokenizer, "backend_tokenizer", tokenizer), texts, forbidden,
-                               fact_prefix, fact_suffix)
+        encoded = encode_facts(vocab.tokenizer(), texts, vocab.forbidden_ids, fact_prefix, fact_suffix)
         failed = [texts[i] for i in range(len(texts)) if encoded.status[i] != ENCODED_OK]
         if failed:
-            raise ValueError(f"{len(failed)} facts cannot be stored (special tokens, or fused with the "
-                             f"trigger), e.g. {failed[0]!r}")
+            raise InputRefused(f"{len(failed)} facts cannot be stored (special tokens, or fused with the "
+                               f"trigger), e.g. {failed[0]!r}")
         ids = [encoded.ids(i) for i in range(len(texts))]
         if any(not s for s in ids):
-            raise ValueError("a fact tokenizes to no token at all")
+            raise InputRefused("a fact tokenizes to no token at all")
         return cls.from_sequences(
             ids,
             name=name,
-            tokenizer=vocab_name,
-            tokenizer_hash=digest,
-            vocab_size=vocabulary_size(tokenizer),
+            tokenizer=vocab.name if vocab.from_file else "",
+            tokenizer_hash=vocab.sha256 if vocab.from_file else "",
+            vocab_size=vocab.vocab_size,
             threshold=threshold,
             max_subtree_tokens=max_subtree_tokens,
             fact_prefix=fact_prefix,
@@ -288,7 +312,7 @@ class MemoryTreeIndex(RowTreeIndex):
         cls,
         path: str | os.PathLike[str],
         *,
-        tokenizer: object | None = None,
+        tokenizer: "VocabularyLike | None" = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> "MemoryTreeIndex":
         """Read a file written by :meth:`save`; checks its format and, if given, the vocabulary."""
@@ -353,5 +377,6 @@ class MemoryTreeIndex(RowTreeIndex):
             pos += klen + nlen
         if len(rows) != header.get("records"):
             raise FormatError(f"{path}: {len(rows)} records, header says {header.get('records')}")
-        check_vocabulary(info, tokenizer)
-        return cls(rows, info, cache_bytes=cache_bytes)
+        index = cls(rows, info, cache_bytes=cache_bytes)
+        check_vocabulary(index, tokenizer)
+        return index

@@ -47,7 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "66,000 names behind those lists, shorter titles: a vocabulary that keeps "
                              "growing with the dump. The same items as dense, within a few lines. Its "
                              "facts' zstd floor of texts (bench/bench_realism.py) is within 6%% of dense's; "
-                             "docs/scale.md, 'The realistic preset'")
+                             "docs/scale.md, 'The realistic preset'. wikidata: realistic's words, most "
+                             "items with a few statements, labels sharing their first word, homonyms told "
+                             "apart by description (docs/scale.md, 'The wikidata preset')")
     parser.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES,
                         help=f"lines per bz2 stream and task (default {DEFAULT_CHUNK_LINES:,}; part of the seed)")
     parser.add_argument("--workers", type=int, default=0, help="processes (default: every usable CPU)")

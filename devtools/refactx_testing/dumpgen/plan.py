@@ -28,17 +28,22 @@ from refactx_testing.dumpgen.shape import (
     SHORTDESC_SHARE,
     SKEW,
     SKEW_FACTS_PER_ITEM,
+    WIKIDATA_BODY_SCALE,
+    WIKIDATA_BODY_SIGMA,
     tail_properties,
 )
 from refactx_testing.dumpgen.basics import Plan, _line_mix, _preset, _weighted
 from refactx_testing.dumpgen.render import _prelude_lines
 
 
-def _draw_items(rng: np.random.Generator, n: int, cls: np.ndarray, line_mix: str) -> dict[str, np.ndarray]:
+def _draw_items(rng: np.random.Generator, n: int, cls: np.ndarray, line_mix: str,
+                preset: str = "dense") -> dict[str, np.ndarray]:
     """Per-item counts for ``n`` items of classes ``cls``."""
     meta, other_mean, other_desc = _line_mix(line_mix)
     median = np.array([c.body_median for c in ALL_CLASSES])[cls]
     sigma = np.array([c.body_sigma for c in ALL_CLASSES])[cls]
+    if preset == "wikidata":  # the same draws, a smaller median and a wider spread
+        median, sigma = median * WIKIDATA_BODY_SCALE, sigma + WIKIDATA_BODY_SIGMA
     cap = np.array([c.body_cap for c in ALL_CLASSES])[cls]
     body = np.minimum(np.floor(median * np.exp(sigma * rng.standard_normal(n))), cap).astype(np.int32)
     is_article = cls == CLASS_INDEX["article"]
@@ -76,7 +81,8 @@ def _ext_share(c: ItemClass) -> float:
 def make_plan(lines: int, seed: int = 0, skew_facts: int = 0, line_mix: str = "dense",
               chunk_lines: int = DEFAULT_CHUNK_LINES, preset: str = "dense") -> Plan:
     """The items of a dump of about ``lines`` lines (see the module docstring). The counts do
-    not depend on ``preset`` (only the rendered texts and values do)."""
+    not depend on ``preset`` (only the rendered texts and values do), except under
+    ``wikidata``, whose items have fewer statements (``shape.WIKIDATA_BODY_SCALE``)."""
     _preset(preset)
     if lines < 1000:
         raise ValueError(f"lines={lines}: at least 1,000")
@@ -88,7 +94,7 @@ def make_plan(lines: int, seed: int = 0, skew_facts: int = 0, line_mix: str = "d
 
     # the skew articles first: their count is fixed by skew_facts
     n_skew = math.ceil(skew_facts / SKEW_FACTS_PER_ITEM) if skew_facts > 0 else 0
-    skew = _draw_items(rng, n_skew, np.full(n_skew, SKEW, dtype=np.int8), line_mix)
+    skew = _draw_items(rng, n_skew, np.full(n_skew, SKEW, dtype=np.int8), line_mix, preset)
     skew["en_label"][:] = True
     skew["en_desc"][:] = True
     skew["sitelinked"][:] = False
@@ -106,7 +112,7 @@ def make_plan(lines: int, seed: int = 0, skew_facts: int = 0, line_mix: str = "d
     while total < budget:
         n = max(1000, int((budget - total) / mean_lines * 1.1))
         cls = _weighted(rng, shares, n).astype(np.int8)
-        d = _draw_items(rng, n, cls, line_mix)
+        d = _draw_items(rng, n, cls, line_mix, preset)
         est = _expected_lines(d, cls)
         cum = total + np.cumsum(est)
         keep = int(np.searchsorted(cum, budget, side="left")) + 1

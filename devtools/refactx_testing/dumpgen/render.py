@@ -55,6 +55,9 @@ from refactx_testing.dumpgen.shape import (
     UNKNOWN_VALUE_SHARE,
     WIKIBASE,
     XSD,
+    WIKIDATA_COMMON_FAMILY_SHARE,
+    WIKIDATA_GIVEN_HEAD,
+    WIKIDATA_HOMONYM_SHARE,
     tail_properties,
 )
 from refactx_testing.dumpgen.lexicon import lexicon
@@ -235,7 +238,7 @@ class ChunkRenderer:
         self.st = Statements()
         # the word lists the texts are drawn from (shape.PRESETS); drawn after every dense
         # draw above, and the dense preset draws nothing more, so its bytes do not change
-        if plan.preset == "realistic":
+        if plan.preset in ("realistic", "wikidata"):
             lex = lexicon()
             self.given, self.family, self.science_objects = lex.given, lex.family, lex.science
             self.science = lex.science
@@ -413,6 +416,31 @@ class ChunkRenderer:
                 labels, descs = getattr(self, "_text_" + c.name)(at, len(at))
                 self.label[at] = labels
                 self.desc[at] = descs
+        if self.plan.preset == "wikidata":
+            self._wikidata_labels()
+
+    def _wikidata_labels(self) -> None:
+        """The wikidata preset's labels, drawn after every other draw (the texts above stay
+        those of realistic): human names share their first word (a given name, Zipf over the
+        head of the list) and differ after it (a family name, uniform over tens of thousands);
+        a share of each class's items take another item's label (homonyms, told apart by the
+        labels stage)."""
+        rng = self.rng
+        humans = np.flatnonzero(self.cls == CLASS_INDEX["human"])
+        if len(humans):
+            head = min(WIKIDATA_GIVEN_HEAD, len(self.given))
+            g = _pick_cdf(rng, _zipf_cdf(head, 1.1), len(humans)).tolist()
+            common = _pick_cdf(rng, _zipf_cdf(len(FAMILY), 1.0), len(humans))
+            rare = rng.integers(0, len(self.family), len(humans))
+            f = np.where(rng.random(len(humans)) < WIKIDATA_COMMON_FAMILY_SHARE, common, rare).tolist()
+            self.label[humans] = [f"{self.given[a]} {self.family[b]}" for a, b in zip(g, f)]
+        for code in range(len(ALL_CLASSES)):
+            at = np.flatnonzero(self.cls == code)
+            if len(at) < 2:
+                continue
+            takes = at[rng.random(len(at)) < WIKIDATA_HOMONYM_SHARE]
+            if len(takes):
+                self.label[takes] = self.label[at[_pick_cdf(rng, self.v.zipf(len(at)), len(takes))]]
 
     def _date_words(self, at: np.ndarray) -> list[str]:
         return [f"{d} {MONTHS[m - 1]} {y}" for y, m, d in

@@ -308,11 +308,25 @@ class _ShareWriter:
             start = stop
 
     def expanded(self, part: _Partition, lo: int, depth: int, leaves: int, ends: bool,
-                 child_tokens: np.ndarray, child_leaves: np.ndarray, crossing: bool) -> None:
+                 child_tokens: np.ndarray, child_leaves: np.ndarray, crossing: bool,
+                 whole: np.ndarray | None = None) -> None:
+        """An expanded row, or its share; ``whole``: the facts (partition indices) of the
+        children it stores whole (a packed row)."""
         key = part.key(lo, depth)
         if crossing:
+            suffixes = None if whole is None else [
+                part.values[x:y].tolist() for x, y in zip((part.start[whole] + depth).tolist(),
+                                                          part.stop[whole].tolist())]
             self._add(key, None, depth, leaves, EXPANDED_SHARE, ends,
-                      child_tokens=child_tokens.tolist(), child_leaves=child_leaves.tolist())
+                      child_tokens=child_tokens.tolist(), child_leaves=child_leaves.tolist(),
+                      suffixes=suffixes)
+        elif whole is not None:
+            # the fact equal to the prefix (ends) is an empty suffix: its own index, from its start
+            facts = np.concatenate(([lo], whole)) if ends else whole
+            starts = part.start[facts] + depth
+            node = fmt.encode_packed_ranges(part.values, starts, np.maximum(part.stop[facts], starts),
+                                            child_tokens, child_leaves, compress=self._compress)
+            self._add(key, node, depth, leaves, WHOLE, ends)
         else:
             self._add(key, fmt.encode_children(child_tokens, child_leaves, ends, compress=self._compress), depth,
                       leaves, WHOLE, ends)
@@ -324,9 +338,11 @@ class _ShareWriter:
 
 
 def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int, int, int]],
-                   compress: bool = True):
+                   compress: bool = True, pack_facts: int = 0, pack_child_facts: int = 0):
     """Step 3's Arrow function; ``edges``: prefix key -> (global facts, global tokens, partitions);
-    ``compress``: zlib rows that gain from it (off when a dictionary pass follows)."""
+    ``compress``: zlib rows that gain from it (off when a dictionary pass follows);
+    ``pack_facts``, ``pack_child_facts``: the packed rows' bounds (``memory.build_rows``)."""
+    pack_tokens = max_tokens * pack_facts // threshold
 
     def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         part = _partition(batches)
@@ -341,14 +357,14 @@ def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int
         while rs.size:
             leaves = re - rs
             tokens = part.cum_n[re] - part.cum_n[rs] - depth * leaves
-            big = (leaves > threshold) | (tokens > max_tokens)
             crossing = np.zeros(rs.size, dtype=bool)
             # a run at an edge may go on in a neighbour partition: decided on global counts
             # (every partition decides it alike); its shares still carry local counts
+            g_leaves, g_tokens = leaves.copy(), tokens.copy()
             for j in np.flatnonzero((rs == 0) | (re == m)).tolist():
-                g_leaves, g_tokens, parts = edges[part.key(int(rs[j]), depth)]
+                g_leaves[j], g_tokens[j], parts = edges[part.key(int(rs[j]), depth)]
                 crossing[j] = parts > 1
-                big[j] = g_leaves > threshold or g_tokens > max_tokens
+            big = (g_leaves > threshold) | (g_tokens > max_tokens)
             ends = part.n[rs] == depth
             small = ~big
             for j in np.flatnonzero(small & crossing).tolist():  # shares of subtree rows
@@ -375,12 +391,24 @@ def _row_shares_fn(threshold: int, max_tokens: int, edges: dict[bytes, tuple[int
                 cre[last] = pre[cparent[last]]
             ctoken = part.mat[crs, depth].astype(np.int64) if crs.size else np.zeros(0, np.int64)
             cleaves = cre - crs
+            # packed rows: an expanded prefix of at most pack_facts facts stores whole its
+            # children of at most pack_child_facts facts (global counts at the edges)
+            inline = np.zeros(crs.size, dtype=bool)
+            if pack_facts and crs.size:
+                packs = (g_leaves[big] <= pack_facts) & (g_tokens[big] <= pack_tokens)
+                cg_leaves = cleaves.copy()
+                cg_tokens = part.cum_n[cre] - part.cum_n[crs] - (depth + 1) * cleaves
+                for c in np.flatnonzero((crs == 0) | (cre == m)).tolist():
+                    cg_leaves[c], cg_tokens[c], _ = edges[part.key(int(crs[c]), depth + 1)]
+                inline = packs[cparent] & (cg_leaves <= pack_child_facts) & (cg_tokens <= max_tokens)
             bounds = np.searchsorted(cparent, np.arange(prs.size + 1))
             for j in range(prs.size):
                 a, b = int(bounds[j]), int(bounds[j + 1])
+                inl = inline[a:b]
+                facts = _ranges(crs[a:b][inl], cre[a:b][inl]) if inl.any() else None
                 out.expanded(part, int(prs[j]), depth, int(pre[j] - prs[j]), bool(pends[j]),
-                             ctoken[a:b], cleaves[a:b], bool(pcross[j]))
-            rs, re = crs, cre
+                             ctoken[a:b][~inl], cleaves[a:b][~inl], bool(pcross[j]), facts)
+            rs, re = crs[~inline], cre[~inline]
             depth += 1
             if len(out) >= 4096:
                 yield out.flush()
@@ -403,8 +431,14 @@ def _merge_shares_fn(compress: bool = True):
                     # a child that spans the edge comes once from each side: add its counts
                     unique, inverse = np.unique(toks, return_inverse=True)
                     summed = np.bincount(inverse, weights=counts, minlength=unique.size).astype(np.int64)
-                    nodes.append(fmt.encode_children(unique, summed, any(s["ends"] for s in shares),
-                                                     compress=compress))
+                    ends = any(s["ends"] for s in shares)
+                    # a packed row: the children stored whole come as their facts' suffixes
+                    inline = [x for s in shares for x in (s["suffixes"] or ())]
+                    if inline:
+                        nodes.append(fmt.encode_packed(inline + [[]] if ends else inline, unique, summed,
+                                                       compress=compress))
+                    else:
+                        nodes.append(fmt.encode_children(unique, summed, ends, compress=compress))
                 else:
                     nodes.append(fmt.encode_subtree([x for s in shares for x in s["suffixes"]], compress=compress))
                 leaves_out.append(total)
@@ -480,6 +514,8 @@ def prefix_rows(
     cached: list[DataFrame] | None = None,
     compress: bool = True,
     observed: dict[str, int] | None = None,
+    pack_facts: int = 0,
+    pack_child_facts: int = 0,
 ) -> DataFrame:
     """Token rows -> tree rows (schema ``ROWS``), one per stored prefix.
 
@@ -499,7 +535,8 @@ def prefix_rows(
     edges, valid_facts = edge_counts(facts)
     if observed is not None:
         observed["valid_facts"] = valid_facts
-    shares = facts.mapInArrow(_row_shares_fn(threshold, max_subtree_tokens, edges, compress), ROW_SHARES).persist(
+    shares = facts.mapInArrow(_row_shares_fn(threshold, max_subtree_tokens, edges, compress, pack_facts,
+                                             pack_child_facts), ROW_SHARES).persist(
         StorageLevel.MEMORY_AND_DISK
     )
     if cached is not None:
@@ -564,8 +601,10 @@ def run(ctx: StageContext) -> StageCounts:
     """Build the rows of every configured vocabulary; returns counts per vocabulary."""
     spark, cfg = ctx.spark, ctx.cfg
     tree = cfg.tree
+    pack_facts, pack_child_facts = tree.pack_bounds()
     result: dict[str, Any] = {"subtree_threshold": tree.subtree_threshold,
                               "max_subtree_tokens": tree.max_subtree_tokens,
+                              "pack_facts": pack_facts, "pack_child_facts": pack_child_facts,
                               "format_version": fmt.FORMAT_VERSION, "vocabularies": {}}
     for vocab in cfg.tokenize.vocabularies:
         src = stage_input(cfg, STAGE, "tokenize", vocab.name, "tokens")
@@ -579,7 +618,8 @@ def run(ctx: StageContext) -> StageCounts:
         observed: dict[str, int] = {}
         # rows are encoded first, then compressed against the dictionary made from them
         plain = prefix_rows(tokens, tree.subtree_threshold, tree.max_subtree_tokens, partitions,
-                            cached, compress=False, observed=observed).persist(StorageLevel.MEMORY_AND_DISK)
+                            cached, compress=False, observed=observed, pack_facts=pack_facts,
+                            pack_child_facts=pack_child_facts).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(plain)
         dictionary = build_dictionary(plain)
         with_dictionary(plain, dictionary).write.mode("overwrite").parquet(str(out))

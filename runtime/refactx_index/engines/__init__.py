@@ -8,7 +8,10 @@ per step). What an engine must give the constraint each step is written at the t
 * :mod:`refactx_index.engines.transformers` -- a ``transformers`` logits processor
   (``generate``: greedy, sampling, beam search);
 * :mod:`refactx_index.engines.vllm` -- vLLM's logits processors (V1 model runner and
-  Model Runner V2), switched on per request.
+  Model Runner V2), switched on per request;
+* :mod:`refactx_index.engines.vllm_beams` -- constrained beam search over vLLM (one request
+  per beam and step);
+* :mod:`refactx_index.engines.sglang` -- the constraint as an SGLang grammar backend.
 
 Importing this package imports no engine: each adapter imports its engine.
 """

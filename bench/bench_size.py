@@ -1,0 +1,129 @@
+"""The bytes of a whole build, preset beside preset: tree, provenance, rows, build time, walk.
+
+Runs ``bench/bench_e2e.py`` once per ``--presets`` preset (each its own generated dump of
+``--lines`` lines, its own build in ``local[--cores]``, its own walk), and once more with the
+plain cut (``tree.pack_facts=0``) on the same dump for each ``--plain`` preset (the
+baseline of the packed rows, same run), then prints and writes
+one table: tree B/fact (table + B-tree), provenance B/fact, total, rows per fact, the histogram
+of facts stored per row, the zstd floor of the token ids, whole-build seconds per 1M facts by
+stage, and the walk (mean / p50 / p99 per step, round trips per step; the compiled decoder,
+``prefetch_leaves`` 0). ``--json`` gets every figure with the date, machine, commit and command;
+``--md`` the table.
+
+    .venv/bin/python bench/bench_size.py --presets realistic,wikidata --lines 3000000,2500000 \\
+        --json docs/figures/size-presets.json --md docs/figures/size-presets.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_preset(preset: str, lines: int, cores: int, walks: int, work: Path, dsn: str, plain: bool = False) -> dict:
+    out = work / f"e2e-{preset}{'-plain' if plain else ''}.json"
+    cmd = [sys.executable, str(ROOT / "bench" / "bench_e2e.py"), "--preset", preset, "--lines", str(lines),
+           "--cores", str(cores), "--skew", "0", "--walks", str(walks), "--prefetch-leaves", "0",
+           "--work", str(work / preset), "--dsn", dsn, "--out", str(out)] + (["--pack-facts", "0"] if plain else [])
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    return json.loads(out.read_text())
+
+
+def row_of(preset: str, result: dict, plain: bool = False) -> dict:
+    run = result["runs"][-1]
+    idx = run["index"]
+    walk = next((w for w in run.get("walk", {}).get("cursor", []) if w.get("decoder") == "compiled"),
+                (run.get("walk", {}).get("cursor") or [None])[0])
+    return {
+        "preset": preset,
+        "cut": "plain (baseline)" if plain else "packed rows",
+        "lines": result["lines"],
+        "facts": run["distinct_facts"],
+        "tree_bytes_per_fact": round(idx["bytes_per_fact"], 2),
+        "provenance_bytes_per_fact": round(idx["provenance_bytes_per_fact"], 2),
+        "total_bytes_per_fact": round(idx["total_bytes_per_fact"], 2),
+        "rows_per_fact": round(idx["rows_per_fact"], 4),
+        "facts_per_row": idx["facts_per_row"],
+        "pack_facts": idx.get("pack_facts"),
+        "pack_child_facts": idx.get("pack_child_facts"),
+        "zstd_floor_bytes_per_fact": result["zstd_floor"]["bytes_per_fact"],
+        "s_per_1m_facts": {name: s["s_per_1m_facts"] for name, s in run["stages"].items()},
+        "whole_build_s_per_1m_facts": run["total_s_per_1m_facts"],
+        "walk": None if walk is None else {k: walk[k] for k in ("decoder", "mean_us", "p50_us", "p99_us",
+                                                               "round_trips_per_step", "steps")},
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| preset | cut | facts | tree B/fact | provenance B/fact | total B/fact | rows/fact | zstd floor | "
+             "build s/1M facts | walk mean / p50 / p99 µs | round trips/step |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        w = r["walk"] or {}
+        lines.append(f"| {r['preset']} | {r['cut']} | {r['facts']:,} | {r['tree_bytes_per_fact']} | {r['provenance_bytes_per_fact']} | "
+                     f"**{r['total_bytes_per_fact']}** | {r['rows_per_fact']} | {r['zstd_floor_bytes_per_fact']} | "
+                     f"{r['whole_build_s_per_1m_facts']} | {w.get('mean_us', 0):.1f} / {w.get('p50_us', 0):.1f} / "
+                     f"{w.get('p99_us', 0):.0f} | {w.get('round_trips_per_step', 0):.3f} |")
+    lines += ["", "Facts stored per row (rows):", ""]
+    for r in rows:
+        lines.append(f"- {r['preset']}, {r['cut']}: {r['facts_per_row']}")
+    lines += ["", "Seconds per 1M facts by stage:", ""]
+    for r in rows:
+        lines.append(f"- {r['preset']}, {r['cut']}: " + ", ".join(f"{k} {v}" for k, v in r["s_per_1m_facts"].items()))
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", default="realistic,wikidata")
+    parser.add_argument("--lines", default="3000000,2500000", help="dump lines per preset (one value: all)")
+    parser.add_argument("--plain", default="wikidata",
+                        help="presets also built with the plain cut (tree.pack_facts=0, the same dump): "
+                             "the baseline, in the same run (empty: none)")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--walks", type=int, default=300)
+    parser.add_argument("--work", default=str(ROOT / "build" / "bench_size"))
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--json", default=str(ROOT / "bench" / "out" / "size-presets.json"))
+    parser.add_argument("--md", default=None, help="also write the table here")
+    args = parser.parse_args()
+    presets = [p.strip() for p in args.presets.split(",") if p.strip()]
+    lines = [int(v) for v in args.lines.split(",")]
+    lines = lines * len(presets) if len(lines) == 1 else lines
+    if len(lines) != len(presets):
+        parser.error("--lines: one value, or one per preset")
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    plain = {p.strip() for p in args.plain.split(",") if p.strip()}
+    rows = []
+    for p, n in zip(presets, lines):
+        rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn)))
+        if p in plain:
+            rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn, plain=True), plain=True))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    measured = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+                "command": " ".join(["bench/bench_size.py", *sys.argv[1:]]),
+                "seconds": round(time.monotonic() - started), "load_avg": os.getloadavg()}
+    text = table(rows)
+    print("\n" + text)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"measured": measured, "presets": rows}, indent=2) + "\n")
+    if args.md:
+        Path(args.md).write_text(f"# Build size by preset\n\nMeasured {measured['date']}, commit `{commit}`, "
+                                 f"{measured['machine']}: `{measured['command']}`\n\n" + text)
+    print(f"figures: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
