@@ -55,7 +55,7 @@ def row_of(preset: str, result: dict, plain: bool = False) -> dict:
         "facts_per_row": idx["facts_per_row"],
         "pack_facts": idx.get("pack_facts"),
         "pack_child_facts": idx.get("pack_child_facts"),
-        "zstd_floor_bytes_per_fact": result["zstd_floor"]["bytes_per_fact"],
+        "zstd_floor_bytes_per_fact": round(result["zstd_floor"]["bytes_per_fact"], 2),
         "s_per_1m_facts": {name: s["s_per_1m_facts"] for name, s in run["stages"].items()},
         "whole_build_s_per_1m_facts": run["total_s_per_1m_facts"],
         "walk": None if walk is None else {k: walk[k] for k in ("decoder", "mean_us", "p50_us", "p99_us",
