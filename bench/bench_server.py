@@ -65,7 +65,7 @@ def main() -> None:
     from refactx_index.memory import MemoryTreeIndex
     from refactx_index.models import load_model
     from refactx_index.server.app import ServerSettings, create_app
-    from refactx_index.server.engine import TransformersEngine
+    from refactx_index.server.backend_transformers import TransformersEngine
 
     texts = fact_texts(args.facts)
     loaded = load_model("smollm2")

@@ -86,15 +86,15 @@ def test_a_padded_batch_with_beams_equals_each_prompt_alone(batch_answers, index
 
 
 def test_the_vocabulary_check_refuses_another_tokenizer(index, loaded):
-    from refactx_index.ask import check_model_vocabulary
     from refactx_index.errors import VocabularyMismatch
+    from refactx_index.index import check_vocabulary
     from refactx_index.memory import MemoryTreeIndex
 
-    check_model_vocabulary(index, loaded.tokenizer)  # the same vocabulary, checked on stored facts
+    check_vocabulary(index, loaded.tokenizer)  # the same vocabulary, checked on stored facts
     gpt2 = MemoryTreeIndex.from_facts(["<Germany> <capital> <Berlin> ."],
                                       str(shared_path("tokenizers", "gpt2")))
     with pytest.raises(VocabularyMismatch, match="50257"):
-        check_model_vocabulary(gpt2, loaded.tokenizer)
+        check_vocabulary(gpt2, loaded.tokenizer)
 
 
 def test_the_postgresql_index_gives_the_same_facts(pg_dsn, index, loaded, stored):

@@ -94,7 +94,8 @@ def test_a_build_activated_mid_generation_serves_the_next_request_not_this_one(p
     against, the build it started on; the next request reads the new build."""
     from refactx_index.index import tokenizer_sha256
     from refactx_index.models import load_model
-    from refactx_index.server.engine import Job, TransformersEngine, encode_chat
+    from refactx_index.server.backend_transformers import TransformersEngine
+    from refactx_index.server.engine import Job, encode_chat
     from refactx_index.prompt import Prompt
     from refactx_index.vocab import encode_facts, open_tokenizer
 

@@ -242,7 +242,7 @@ def test_the_servers_facts_carry_the_provenance_of_each_stored_fact(spark, built
     from refactx_index.models import load_model
     from refactx_index.pg import open_index
     from refactx_index.server.app import ServerSettings, create_app
-    from refactx_index.server.engine import TransformersEngine
+    from refactx_index.server.backend_transformers import TransformersEngine
 
     cfg, _ = built
     facts = {r["fact_id"]: r["text"] for r in spark.read.parquet(str(cfg.stage_dir("verbalize") / "facts")).collect()}

@@ -30,7 +30,7 @@ def server(sample_fact_texts):
     from refactx_index.models import load_model
     from refactx_index.paths import PathCaps, PathGraph
     from refactx_index.server.app import ServerSettings, create_app
-    from refactx_index.server.engine import TransformersEngine
+    from refactx_index.server.backend_transformers import TransformersEngine
 
     loaded = load_model("smollm2")
     index = MemoryTreeIndex.from_facts(sample_fact_texts, str(loaded.tokenizer_file))

@@ -202,7 +202,7 @@ def test_ready_and_requests_follow_the_database(pg_dsn):
     from refactx_index.models import load_model
     from refactx_index.pg import open_index
     from refactx_index.server.app import ServerSettings, create_app
-    from refactx_index.server.engine import TransformersEngine
+    from refactx_index.server.backend_transformers import TransformersEngine
     from refactx_index.vocab import encode_facts, open_tokenizer
 
     from .pgtree import load_tree

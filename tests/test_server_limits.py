@@ -50,7 +50,7 @@ def serving(engine, settings):
 def engine(sample_fact_texts):
     from refactx_index.memory import MemoryTreeIndex
     from refactx_index.models import load_model
-    from refactx_index.server.engine import TransformersEngine
+    from refactx_index.server.backend_transformers import TransformersEngine
 
     loaded = load_model("smollm2")
     index = MemoryTreeIndex.from_facts(sample_fact_texts, str(loaded.tokenizer_file))

@@ -3,9 +3,10 @@
 ``ask(questions, index, loaded)`` builds the chat prompt (``refactx_index.prompt``),
 generates with :class:`~refactx_index.engines.transformers.RefactxLogitsProcessor` (beam search
 or greedy; a batch of questions is left-padded into one ``generate`` call), and reads
-each reply back: the facts it wrote (each checked against the index), the final answer,
-token counts and timings. :func:`check_model_vocabulary` makes sure, before any
-generation, that the model's tokenizer is the index's vocabulary.
+each reply back: the facts it wrote (each checked against the index, by :func:`read_facts`,
+the reader the server shares), the final answer, token counts and timings. Before any
+generation, :func:`refactx_index.index.check_vocabulary` makes sure that the model's
+vocabulary is the index's.
 
 Two per-request options, off by default: ``prefill_fact`` opens every reply with the
 trigger (the prompt ends with ``Fact:``, so a question is never answered from nothing), and
@@ -24,14 +25,18 @@ import re
 import time
 import weakref
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from .errors import InputRefused, VocabularyMismatch
+from .errors import InputRefused
 from .index import ServedBuild, TreeIndex
-from .matcher import FACT
+from .matcher import FACT, FactMatcher
 from .models import LoadedModel
 from .prompt import TRIGGER, Prompt, final_answer
 from .provenance import Provenance
+from .vocab import Vocabulary, VocabularyLike, as_vocabulary, encode_facts
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -93,110 +98,52 @@ class Answer:
         return data
 
 
-# one fact tokenizer per model tokenizer: building it serializes and re-parses the whole
-# vocabulary (about 85 ms for SmolLM2), and every answer of a batch needs it
-_FACT_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+def read_facts(matcher: FactMatcher, vocabulary: VocabularyLike, index: TreeIndex, row: Sequence[int],
+               prompt_length: int, *, build: ServedBuild | None = None) -> list[GeneratedFact]:
+    """The facts a constrained row wrote, in order, as the matcher let them through, each
+    checked against the index's ``build`` (the one the generation read; default: the
+    serving one): the one reader of a finished reply's facts (``ask``, ``eval`` and both of
+    the server's back ends). A row that stopped inside a fact reports it ``complete: false``."""
+    state = matcher.scan(row, prompt_length, build=build)
+    written = [(fact, True) for fact in state.done]
+    if state.mode == FACT and state.prefix:  # generation stopped inside or at the end of a fact
+        written.append((state.prefix, state.ends))
+    return _checked(index, as_vocabulary(vocabulary), written, build)
 
 
-def _fact_tokenizer(tokenizer: Any):
-    """A copy of a transformers tokenizer's backend set up like the pipeline's (the model's
-    own tokenizer object is not modified); made once per tokenizer object."""
-    from tokenizers import Tokenizer
-
-    from .vocab import _for_facts
-
-    fast = _FACT_TOKENIZERS.get(tokenizer)
-    if fast is None:
-        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-        fast = _FACT_TOKENIZERS[tokenizer] = _for_facts(Tokenizer.from_str(backend.to_str()))
-    return fast
+def _checked(index: TreeIndex, vocabulary: Vocabulary, written: list[tuple[tuple[int, ...], bool]],
+             build: ServedBuild | None) -> list[GeneratedFact]:
+    """``(ids, complete)`` of facts written, as facts checked on ``build``, with provenance."""
+    checks = index.next_tokens_batch([f for f, _ in written], build=build) if written else []
+    facts = [
+        GeneratedFact(text=vocabulary.continuation(f).strip(), token_ids=f, stored=check.ends, complete=complete)
+        for (f, complete), check in zip(written, checks)
+    ]
+    return with_provenance(index, facts, build=build)
 
 
-def sample_facts(index: TreeIndex, count: int = 4) -> list[tuple[int, ...]]:
-    """Up to ``count`` stored facts: from the root's most populous children, each followed
-    down its most populous branch to the first fact end."""
-    root = index.root()
-    start = root.next_tokens()
-    order = start.leaves.argsort()[::-1][:count]
-    facts = []
-    for tok in start.tokens[order].tolist():
-        cursor, path = index.advance(root, tok), [tok]
-        while cursor is not None:
-            step = cursor.next_tokens()
-            if step.ends or step.tokens.size == 0:
-                facts.append(tuple(path))
-                break
-            nxt = int(step.tokens[int(step.leaves.argmax())])
-            cursor, path = index.advance(cursor, nxt), path + [nxt]
-    return facts
-
-
-def check_model_vocabulary(index: TreeIndex, tokenizer: Any, tokenizer_sha256: str | None = None) -> None:
-    """Raise :class:`VocabularyMismatch` unless ``tokenizer`` writes the index's token ids.
-
-    The same ``tokenizer.json`` (by sha256) passes at once. Otherwise the vocabulary
-    sizes must agree and a few stored facts, decoded and encoded again as the tokenize
-    stage does, must give back their own ids.
-    """
-    from .index import vocabulary_size
-    from .vocab import decode_continuation, encode_facts
-
-    info = index.info
-    if tokenizer_sha256 and tokenizer_sha256 == info.tokenizer_hash:
-        return
-    size = vocabulary_size(tokenizer)
-    if info.vocab_size and size != info.vocab_size:
-        raise VocabularyMismatch(
-            f"index {info.name!r} was built for vocabulary {info.tokenizer!r} of {info.vocab_size} "
-            f"tokens; the model's tokenizer has {size}: build the index with the model's tokenizer.json"
-        )
-    fast = _fact_tokenizer(tokenizer)
-    facts = sample_facts(index)
-    texts = [decode_continuation(fast, f) for f in facts]
-    prefix, suffix = info.fact_prefix, info.fact_suffix
-    bodies = [t[len(prefix):len(t) - len(suffix) if suffix else None] for t in texts]
-    encoded = encode_facts(fast, bodies, (), prefix, suffix)
-    for i, fact in enumerate(facts):
-        if tuple(encoded.ids(i)) != fact:
-            raise VocabularyMismatch(
-                f"index {info.name!r} (vocabulary {info.tokenizer!r}) stores ids the model's "
-                f"tokenizer does not write: stored fact {texts[i]!r} encodes differently"
-            )
-
-
-def read_reply(processor: Any, tokenizer: Any, index: TreeIndex, row: Sequence[int],
+def read_reply(processor: Any, tokenizer: "PreTrainedTokenizerBase", index: TreeIndex, row: Sequence[int],
                prompt_length: int, constrained: bool = True, trigger: str = TRIGGER, *,
-               build: ServedBuild | None = None, prefill: str = "") -> tuple[str, list[GeneratedFact]]:
+               build: ServedBuild | None = None, prefill: str = "",
+               vocabulary: Vocabulary | None = None) -> tuple[str, list[GeneratedFact]]:
     """The reply text of a generated row and the facts it wrote, in order, each checked
     against the index's ``build`` (the one the generation read; default: the serving one).
 
-    Constrained, the facts are read on token ids by the matcher (what it let through).
-    Unconstrained, they are the text after each trigger up to the line's end, encoded as
-    the tokenize stage encodes facts: what the model would have had to write. ``prefill``:
-    the text the prompt ended with as the reply's opening (it starts the reply text).
+    Constrained, the facts are read on token ids by the matcher (``processor.matcher``:
+    :func:`read_facts`). Unconstrained, they are the text after each trigger up to the
+    line's end, encoded as the tokenize stage encodes facts: what the model would have had
+    to write. ``prefill``: the text the prompt ended with as the reply's opening (it starts
+    the reply text). ``vocabulary``: the model's (default: ``tokenizer``'s own).
     """
-    from .vocab import decode_continuation, encode_facts
-
+    vocab = vocabulary or as_vocabulary(tokenizer)
     reply = prefill + tokenizer.decode(list(row[prompt_length:]), skip_special_tokens=True)
-    fast = _fact_tokenizer(tokenizer)
-    written: list[tuple[tuple[int, ...], bool]] = []
     if constrained:
-        state = processor.matcher.scan(row, prompt_length, build=build)
-        written = [(fact, True) for fact in state.done]
-        if state.mode == FACT and state.prefix:  # generation stopped inside or at the end of a fact
-            written.append((state.prefix, state.ends))
-    else:
-        info = index.info
-        texts = [m.group(1).strip() for m in re.finditer(re.escape(trigger) + r"(.*)", reply)]
-        encoded = encode_facts(fast, texts, (), info.fact_prefix, info.fact_suffix)
-        written = [(tuple(encoded.ids(i)), True) for i in range(len(texts)) if texts[i]]
-    checks = index.next_tokens_batch([f for f, _ in written], build=build) if written else []
-    facts = [
-        GeneratedFact(text=decode_continuation(fast, f).strip(), token_ids=f, stored=check.ends,
-                      complete=complete)
-        for (f, complete), check in zip(written, checks)
-    ]
-    return reply, with_provenance(index, facts, build=build)
+        return reply, read_facts(processor.matcher, vocab, index, row, prompt_length, build=build)
+    info = index.info
+    texts = [m.group(1).strip() for m in re.finditer(re.escape(trigger) + r"(.*)", reply)]
+    encoded = encode_facts(vocab.tokenizer(), texts, (), info.fact_prefix, info.fact_suffix)
+    written = [(tuple(encoded.ids(i)), True) for i in range(len(texts)) if texts[i]]
+    return reply, _checked(index, vocab, written, build)
 
 
 def with_provenance(index: TreeIndex, facts: list[GeneratedFact], *,
@@ -222,16 +169,14 @@ whose when where why how did does do that this these those it its as movie movie
 same share shared""".split())
 
 
-def is_stored(index: TreeIndex, tokenizer: Any, text: str, build: ServedBuild | None = None) -> bool:
+def is_stored(index: TreeIndex, vocabulary: VocabularyLike, text: str, build: ServedBuild | None = None) -> bool:
     """Whether the fact text ``text`` (``<s> <p> <o> .``) is stored, encoded as the tokenize stage does."""
-    from .vocab import encode_facts
-
     info = index.info
-    encoded = encode_facts(_fact_tokenizer(tokenizer), [text], (), info.fact_prefix, info.fact_suffix)
+    encoded = encode_facts(as_vocabulary(vocabulary).tokenizer(), [text], (), info.fact_prefix, info.fact_suffix)
     return bool(index.next_tokens_batch([tuple(encoded.ids(0))], build=build)[0].ends)
 
 
-def question_entities(index: TreeIndex, tokenizer: Any, question: str, max_words: int = 10) -> list[str]:
+def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str, max_words: int = 10) -> list[str]:
     """The labels the question names that are subjects of ``index`` (the exact text of a span
     of whole words, ``<span> <`` starting a stored fact), longest first from left to right,
     not overlapping; spans of stopwords only are not looked up."""
@@ -262,7 +207,8 @@ class EntitiesFirst:
     entities, only the tokens that continue one of them stay allowed (when the constraint
     leaves one; else nothing changes). Rows are ``questions x beams``."""
 
-    def __init__(self, tokenizer: Any, entities: Sequence[Sequence[str]], prompt_width: int, trigger: str,
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", entities: Sequence[Sequence[str]], prompt_width: int,
+                 trigger: str,
                  fact_prefix: str, num_beams: int, prefill: str = ""):
         self.tokenizer, self.width, self.trigger, self.beams, self.prefill = (
             tokenizer, prompt_width, trigger, max(num_beams, 1), prefill)
@@ -305,7 +251,8 @@ class GroundedAnswer:
     whether a fact text written after the trigger is stored (constrained, every complete
     one is)."""
 
-    def __init__(self, tokenizer: Any, prompt_width: int, trigger: str, eos: Sequence[int], stored: Any,
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", prompt_width: int, trigger: str, eos: Sequence[int],
+                 stored: Any,
                  prefill: str = ""):
         self.tokenizer, self.width, self.trigger, self.prefill = tokenizer, prompt_width, trigger, prefill
         self.eos = list(eos)
@@ -387,13 +334,11 @@ class _Pieces:
 _PIECES: "weakref.WeakKeyDictionary[Any, _Pieces]" = weakref.WeakKeyDictionary()
 
 
-def _token_pieces(tokenizer: Any) -> _Pieces:
+def _token_pieces(tokenizer: "PreTrainedTokenizerBase") -> _Pieces:
     """Each token's text as decoded alone, indexed (once per tokenizer)."""
     found = _PIECES.get(tokenizer)
     if found is None:
-        from .index import vocabulary_size
-
-        texts = tokenizer.batch_decode([[t] for t in range(vocabulary_size(tokenizer))])
+        texts = tokenizer.batch_decode([[t] for t in range(as_vocabulary(tokenizer).vocab_size)])
         exact: dict[str, list[int]] = {}
         for t, text in enumerate(texts):
             if text:
@@ -454,16 +399,16 @@ def ask(
     eos = loaded.eos_token_ids
     # one build for the whole batch, from the first step to the check of the facts written
     build = index.serving_build()
-    processor = RefactxLogitsProcessor(index, tok, eos_token_id=eos, trigger=trigger, build=build)
+    processor = RefactxLogitsProcessor(index, loaded.vocabulary, eos_token_id=eos, trigger=trigger, build=build)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     width = enc["input_ids"].shape[1]
     processors = [processor] if constrained else []
     if entities_first:
-        entities = [question_entities(index, tok, q) for q in questions]
+        entities = [question_entities(index, loaded.vocabulary, q) for q in questions]
         processors.append(EntitiesFirst(tok, entities, width, trigger, index.info.fact_prefix, num_beams, prefill))
     if grounded:
         processors.append(GroundedAnswer(tok, width, trigger, eos, lambda text: True if constrained
-                                         else is_stored(index, tok, text, build), prefill))
+                                         else is_stored(index, loaded.vocabulary, text, build), prefill))
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():
@@ -485,7 +430,7 @@ def ask(
         while generated and generated[-1] == pad:
             generated.pop()
         reply, facts = read_reply(processor, tok, index, row[: width + len(generated)], width,
-                                  constrained, trigger, build=build, prefill=prefill)
+                                  constrained, trigger, build=build, prefill=prefill, vocabulary=loaded.vocabulary)
         answers.append(Answer(
             question=question,
             reply=reply,

@@ -11,6 +11,8 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Generic, Hashable, TypeVar
 
+from .errors import InputRefused
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -28,7 +30,7 @@ class ByteLRUCache(Generic[K, V]):
 
     def __init__(self, max_bytes: int, sizeof: Callable[[V], int]) -> None:
         if max_bytes < 0:
-            raise ValueError("max_bytes must be >= 0")
+            raise InputRefused("max_bytes must be >= 0")
         self._max_bytes = int(max_bytes)
         self._sizeof = sizeof
         self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()

@@ -59,10 +59,13 @@ import json
 import logging
 import os
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .display import format_answer, format_completions, quoted_head
 from .errors import RefactxError
+
+if TYPE_CHECKING:
+    from .vocab import VocabularyLike
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +155,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
     return 0 if provenance.sources else NOTHING
 
 
-def _path_graph(args: argparse.Namespace, tokenizer: object | None):
+def _path_graph(args: argparse.Namespace, tokenizer: "VocabularyLike | None"):
     """The graph of ``--facts``, else of the facts of the index ``_open`` opens."""
     from . import paths
 
@@ -208,10 +211,10 @@ def cmd_paths(args: argparse.Namespace) -> int:
 def cmd_ask(args: argparse.Namespace) -> int:
     import time
 
-    from .ask import ask, check_model_vocabulary
+    from .ask import ask
+    from .index import check_vocabulary
     from .models import load_model
     from .prompt import Prompt
-    from .vocab import file_sha256
 
     # None: the index's kind decides (Fact: and the fact prompt, or Path: over a path index)
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else None
@@ -220,12 +223,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
         loaded = load_model(args.model)
         load_s = time.perf_counter() - started
         if args.paths:
-            graph = _path_graph(args, loaded.tokenizer)
-            index, _ = graph.index(_seeds(args, args.paths.split(",")), str(loaded.tokenizer_file),
+            graph = _path_graph(args, loaded.vocabulary)
+            index, _ = graph.index(_seeds(args, args.paths.split(",")), loaded.vocabulary,
                                    _path_caps(args))
         else:
             index = stack.enter_context(_open(args))
-            check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
+            check_vocabulary(index, loaded.vocabulary)
         answers = ask(args.question, index, loaded, prompt=prompt, num_beams=args.beams,
                       max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained)
     for answer in answers:
@@ -242,11 +245,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     import time
 
-    from .ask import check_model_vocabulary
     from .evaluation import evaluate, markdown_table, read_question_file, stratified_sample, write_outputs
+    from .index import check_vocabulary
     from .models import load_model
     from .prompt import Prompt
-    from .vocab import file_sha256
 
     questions, rejected = [], []
     for path in args.questions:
@@ -264,11 +266,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     options = {"prefill_fact": args.prefill_fact, "entities_first": args.entities_first, "grounded": args.grounded}
     with _open(args) as index:
         loaded = load_model(args.model)
-        check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
+        check_vocabulary(index, loaded.vocabulary)
         if prompt is None:
             from .prompt import fitted_prompt
 
-            prompt = fitted_prompt(index, loaded.tokenizer)
+            prompt = fitted_prompt(index, loaded.vocabulary)
         started = time.perf_counter()
         results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size,
                            num_beams=args.beams, max_new_tokens=args.max_new_tokens, prompt=prompt, **options)
@@ -292,7 +294,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .engines.core import check_index_vocabulary
+    from .index import check_vocabulary
     from .server.app import ServerSettings, create_app
 
     api_key, allowed_hosts = _serve_access(args)
@@ -319,25 +321,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"refactx: --default-index {default!r} is not among {sorted(indexes)}")
     if args.engine == "vllm":
         from .models import model_directory
-        from .server.vllm_engine import VllmEngine
-
-        from .vocab import open_tokenizer
+        from .server.backend_vllm import VllmEngine
+        from .vocab import open_model_vocabulary
 
         model_dir = str(model_directory(args.model))
-        tokenizer_file = os.path.join(model_dir, "tokenizer.json")
-        for name, index in indexes.items():  # before vLLM starts (its worker checks again)
-            check_index_vocabulary(index, name, tokenizer_file, open_tokenizer(tokenizer_file))
-        engine = VllmEngine(model_dir, specs, indexes, max_batch=args.max_batch,
+        vocabulary = open_model_vocabulary(model_dir)  # the server's one load of the tokenizer
+        for index in indexes.values():  # before vLLM starts (its worker checks again)
+            check_vocabulary(index, vocabulary)
+        engine = VllmEngine(model_dir, specs, indexes, vocabulary, max_batch=args.max_batch,
                             max_model_len=args.max_model_len,
                             gpu_memory_utilization=args.gpu_memory_utilization,
                             enforce_eager=args.enforce_eager)
     else:
         from .models import load_model
-        from .server.engine import TransformersEngine
+        from .server.backend_transformers import TransformersEngine
 
         loaded = load_model(args.model)
-        for name, index in indexes.items():  # a model that does not write an index's ids is refused here
-            check_index_vocabulary(index, name, str(loaded.tokenizer_file), loaded.tokenizer)
+        for index in indexes.values():  # a model that does not write an index's ids is refused here
+            check_vocabulary(index, loaded.vocabulary)
         engine = TransformersEngine(loaded, indexes, max_batch=args.max_batch)
     settings = ServerSettings(model_name=args.model_name or args.model, default_index=default,
                               max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
@@ -346,8 +347,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               allowed_hosts=allowed_hosts)
     app = create_app(engine, settings)
     app.router.on_startup.append(lambda: print(
-        f"refactx: serving {sorted(indexes)} with {settings.model_name} ({args.engine}) "
-        f"on http://{args.host}:{args.port}" + ("" if api_key else " without an API key"),
+        f"refactx: serving {sorted(indexes)} with {settings.model_name} ({args.engine}, end ids "
+        f"{list(engine.vocabulary.eos_ids)}) on http://{args.host}:{args.port}"
+        + ("" if api_key else " without an API key"),
         file=sys.stderr, flush=True))
 
     class Server(uvicorn.Server):

@@ -24,6 +24,14 @@ class IndexNotFound(RefactxError):
     """No active build serves the requested index name."""
 
 
+class UnknownIndex(IndexNotFound, KeyError):
+    """A request named an index the engine or server does not serve; the message names the
+    served ones. A ``KeyError`` too: a name looked up among the served indexes."""
+
+    def __str__(self) -> str:  # KeyError's would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
 class BuildRetired(IndexNotFound):
     """The build a lookup or a generation was reading was dropped (retention) under it.
 

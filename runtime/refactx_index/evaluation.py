@@ -63,11 +63,14 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from .errors import InputRefused
 from .prompt import UNKNOWN
 from .provenance import fact_id
+
+if TYPE_CHECKING:
+    from .vocab import VocabularyLike
 
 MODES = ("constrained", "unconstrained")
 _ARTICLES = {"a", "an", "the"}
@@ -387,7 +390,7 @@ class SupportCheck:
     """What the index can answer: the objects of each entity's facts (``<e> <r> <o> .``, an
     entity's first ``max_facts`` facts), followed up to a question's hops from its topic."""
 
-    def __init__(self, index: Any, tokenizer: Any, max_facts: int = 1000):
+    def __init__(self, index: Any, tokenizer: "VocabularyLike", max_facts: int = 1000):
         self.index, self.tokenizer, self.max_facts = index, tokenizer, max_facts
         self._objects: dict[str, frozenset[str]] = {}
 
@@ -416,7 +419,7 @@ class SupportCheck:
         return True, question.gold <= {normalize(o) for o in reached}
 
 
-def check_support(questions: Sequence[Question], index: Any, tokenizer: Any) -> list[tuple[bool | None, bool | None]]:
+def check_support(questions: Sequence[Question], index: Any, tokenizer: "VocabularyLike") -> list[tuple[bool | None, bool | None]]:
     check = SupportCheck(index, tokenizer)
     return [check(q) for q in questions]
 

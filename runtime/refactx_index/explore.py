@@ -12,19 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+from .errors import InputRefused
 from .index import TreeIndex
-from .vocab import decode_continuation
+from .vocab import VocabularyLike, as_vocabulary
 
 
-def _encode(tokenizer: object, text: str) -> list[int]:
-    enc = tokenizer.encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
-    return list(getattr(enc, "ids", enc))
+def _encode(tokenizer: VocabularyLike, text: str) -> list[int]:
+    return as_vocabulary(tokenizer).encode([text])[0]
 
 
-def _decode(tokenizer: object, ids: tuple[int, ...]) -> str:
+def _decode(tokenizer: VocabularyLike, ids: tuple[int, ...]) -> str:
     # as the continuation of other text: SentencePiece decoders (Mistral, Phi-3) drop the
     # leading space of a whole sequence, and fact text starts with one
-    return decode_continuation(getattr(tokenizer, "backend_tokenizer", tokenizer), ids)
+    return as_vocabulary(tokenizer).continuation(ids)
 
 
 def _full_text(index: TreeIndex, text: str) -> str:
@@ -32,7 +32,7 @@ def _full_text(index: TreeIndex, text: str) -> str:
     return text if text.startswith(prefix) else prefix + text
 
 
-def _frontier(index: TreeIndex, tokenizer: object, full: str) -> Iterator[tuple[tuple[int, ...], str, int]]:
+def _frontier(index: TreeIndex, tokenizer: VocabularyLike, full: str) -> Iterator[tuple[tuple[int, ...], str, int]]:
     """Minimal tree prefixes whose decoding starts with ``full``: (ids, decoded, leaves)."""
     ids = _encode(tokenizer, full)
     base: tuple[int, ...] = ()
@@ -62,7 +62,7 @@ def _frontier(index: TreeIndex, tokenizer: object, full: str) -> Iterator[tuple[
                 stack.append((p + (tok,), n))
 
 
-def complete(index: TreeIndex, tokenizer: object, text: str, limit: int = 20) -> list[tuple[str, int]]:
+def complete(index: TreeIndex, tokenizer: VocabularyLike, text: str, limit: int = 20) -> list[tuple[str, int]]:
     """Continuations of ``text`` in the index with the number of facts behind each.
 
     Each continuation runs to the next point where the tree branches or a fact ends,
@@ -92,7 +92,7 @@ def complete(index: TreeIndex, tokenizer: object, text: str, limit: int = 20) ->
 
 
 def enumerate_facts(
-    index: TreeIndex, tokenizer: object, text: str = "", limit: int | None = None
+    index: TreeIndex, tokenizer: VocabularyLike, text: str = "", limit: int | None = None
 ) -> Iterator[tuple[str, tuple[int, ...]]]:
     """Every fact whose text starts with ``text``: (fact text without ``fact_prefix``, token ids).
 
@@ -127,7 +127,7 @@ class Label:
     facts: int
 
 
-def labels_after(index: TreeIndex, tokenizer: object, text: str, limit: int | None = None) -> list[Label]:
+def labels_after(index: TreeIndex, tokenizer: VocabularyLike, text: str, limit: int | None = None) -> list[Label]:
     """The labels that continue ``text`` up to the ``>`` that closes them, with the facts
     below each, most facts first (then by label). ``text`` ends where a label starts
     (``"<"``, ``"<Danny Boyle> <"``, or inside a label: ``"<Danny"``, whose entities are
@@ -151,27 +151,27 @@ def labels_after(index: TreeIndex, tokenizer: object, text: str, limit: int | No
     return found if limit is None else found[:limit]
 
 
-def entities(index: TreeIndex, tokenizer: object, label_start: str, limit: int | None = 20) -> list[Label]:
+def entities(index: TreeIndex, tokenizer: VocabularyLike, label_start: str, limit: int | None = 20) -> list[Label]:
     """Subjects whose label starts with ``label_start``, with their fact counts."""
     return labels_after(index, tokenizer, "<" + label_start, limit)
 
 
-def relations(index: TreeIndex, tokenizer: object, entity: str, limit: int | None = None) -> list[Label]:
+def relations(index: TreeIndex, tokenizer: VocabularyLike, entity: str, limit: int | None = None) -> list[Label]:
     """The relations (properties) of ``entity``, ranked by how many facts each leads to."""
     return labels_after(index, tokenizer, f"<{entity}> <", limit)
 
 
-def objects(index: TreeIndex, tokenizer: object, entity: str, relation: str,
+def objects(index: TreeIndex, tokenizer: VocabularyLike, entity: str, relation: str,
             limit: int | None = None) -> list[Label]:
     """The objects of (``entity``, ``relation``)."""
     return labels_after(index, tokenizer, f"<{entity}> <{relation}> <", limit)
 
 
-def facts_page(index: TreeIndex, tokenizer: object, text: str = "", *, offset: int = 0,
+def facts_page(index: TreeIndex, tokenizer: VocabularyLike, text: str = "", *, offset: int = 0,
                limit: int = 50) -> list[str]:
     """The facts under ``text`` in token order, ``limit`` of them after the first ``offset``."""
     if offset < 0 or limit < 0:
-        raise ValueError("offset and limit must not be negative")
+        raise InputRefused("offset and limit must not be negative")
     page = []
     for i, (fact, _) in enumerate(enumerate_facts(index, tokenizer, text, limit=offset + limit)):
         if i >= offset:

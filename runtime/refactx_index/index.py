@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # numpy is imported by the implementations, not at package im
 
     from .cache import ByteLRUCache
     from .format import Fragment, PresetDictionary
+    from .vocab import VocabularyLike
 
 
 @dataclass(frozen=True)
@@ -543,45 +544,67 @@ def _empty_answer() -> NextTokens:
     return NextTokens(empty, empty, False)
 
 
-def vocabulary_size(tokenizer: object) -> int:
-    """Vocabulary size of a ``tokenizers.Tokenizer`` (added tokens included) or a
-    transformers tokenizer (``len``)."""
-    get = getattr(tokenizer, "get_vocab_size", None)
-    if get is not None:
-        return int(get(with_added_tokens=True))
-    return len(tokenizer)  # type: ignore[arg-type]
+def vocabulary_size(tokenizer: "VocabularyLike") -> int:
+    """Vocabulary size (added tokens included) of anything :func:`~refactx_index.vocab.as_vocabulary` takes."""
+    from .vocab import as_vocabulary
+
+    return as_vocabulary(tokenizer).vocab_size
 
 
-def check_vocabulary(info: IndexInfo, tokenizer: object | None) -> None:
-    """Raise :class:`VocabularyMismatch` unless ``tokenizer`` is the one the index was built for.
+def sample_facts(index: "TreeIndex", count: int = 4) -> list[tuple[int, ...]]:
+    """Up to ``count`` stored facts: from the root's most populous children, each followed
+    down its most populous branch to the first fact end."""
+    root = index.root()
+    start = root.next_tokens()
+    order = start.leaves.argsort()[::-1][:count]
+    facts = []
+    for tok in start.tokens[order].tolist():
+        cursor, path = index.advance(root, tok), [tok]
+        while cursor is not None:
+            step = cursor.next_tokens()
+            if step.ends or step.tokens.size == 0:
+                facts.append(tuple(path))
+                break
+            nxt = int(step.tokens[int(step.leaves.argmax())])
+            cursor, path = index.advance(cursor, nxt), path + [nxt]
+    return facts
 
-    ``tokenizer`` may be ``None`` (no check), a path to ``tokenizer.json`` or its
-    directory (compared by sha256), a string (the vocabulary name or its sha256),
-    or a tokenizer object (compared by vocabulary size, the best it offers).
+
+def check_vocabulary(index: "TreeIndex", vocabulary: "VocabularyLike | None") -> None:
+    """Raise :class:`VocabularyMismatch` unless ``vocabulary`` writes the index's token ids:
+    the one check of an index against a vocabulary, whatever opens it (a file, PostgreSQL,
+    ``ask``, ``eval``, the server and its engines).
+
+    ``vocabulary``: ``None`` (no check); a string that is no existing path, compared with the
+    vocabulary name or sha256 the index records; else anything
+    :func:`~refactx_index.vocab.as_vocabulary` takes. The same ``tokenizer.json`` (by sha256)
+    passes at once and a vocabulary of another size fails. Otherwise (another file, or a
+    tokenizer object, whose fingerprint is not its file's) a few stored facts, decoded and
+    encoded again as the tokenize stage does, must give back their own ids.
     """
     from .errors import VocabularyMismatch
+    from .vocab import as_vocabulary, encode_facts
 
-    if tokenizer is None:
+    if vocabulary is None:
         return
-    if isinstance(tokenizer, (str, os.PathLike)) and os.path.exists(tokenizer):
-        digest = tokenizer_sha256(tokenizer)
-        if digest != info.tokenizer_hash:
-            raise VocabularyMismatch(
-                f"index {info.name!r} was built for vocabulary {info.tokenizer!r} "
-                f"(sha256 {info.tokenizer_hash[:12]}), not for {os.fspath(tokenizer)!r} "
-                f"(sha256 {digest[:12]})"
-            )
+    info = index.info
+    built = f"index {info.name!r} was built for vocabulary {info.tokenizer!r}"
+    if isinstance(vocabulary, str) and not os.path.exists(vocabulary):
+        if vocabulary not in (info.tokenizer, info.tokenizer_hash):
+            raise VocabularyMismatch(f"{built} (sha256 {info.tokenizer_hash[:12]}), not {vocabulary!r}")
         return
-    if isinstance(tokenizer, str):
-        if tokenizer not in (info.tokenizer, info.tokenizer_hash):
-            raise VocabularyMismatch(
-                f"index {info.name!r} was built for vocabulary {info.tokenizer!r} "
-                f"(sha256 {info.tokenizer_hash[:12]}), not {tokenizer!r}"
-            )
+    vocab = as_vocabulary(vocabulary)
+    if info.tokenizer_hash and vocab.sha256 == info.tokenizer_hash:
         return
-    size = vocabulary_size(tokenizer)
-    if size != info.vocab_size:
-        raise VocabularyMismatch(
-            f"index {info.name!r} was built for vocabulary {info.tokenizer!r} of "
-            f"{info.vocab_size} tokens; the tokenizer given has {size}"
-        )
+    if info.vocab_size and vocab.vocab_size != info.vocab_size:
+        raise VocabularyMismatch(f"{built} of {info.vocab_size} tokens; the vocabulary given has "
+                                 f"{vocab.vocab_size}: build the index with the model's tokenizer.json")
+    facts = sample_facts(index)
+    texts = [vocab.continuation(f) for f in facts]
+    prefix, suffix = info.fact_prefix, info.fact_suffix
+    bodies = [t[len(prefix):len(t) - len(suffix) if suffix else None] for t in texts]
+    encoded = encode_facts(vocab.tokenizer(), bodies, (), prefix, suffix)
+    for i, fact in enumerate(facts):
+        if tuple(encoded.ids(i)) != fact:
+            raise VocabularyMismatch(f"{built} and stores ids the vocabulary given does not write: "
+                                     f"stored fact {texts[i]!r} encodes differently")

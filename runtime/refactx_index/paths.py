@@ -40,7 +40,7 @@ from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtr
 from .index import IndexInfo, TreeIndex, vocabulary_size
 from .memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD, MemoryTreeIndex, deepest_row
 from .prompt import UNKNOWN, Prompt
-from .vocab import PROBE_LABELS, encode_flat, gather_pieces, has_space, spaces_start_pretokens
+from .vocab import PROBE_LABELS, VocabularyLike, encode_flat, gather_pieces, has_space, spaces_start_pretokens
 
 TRIGGER = "Path:"
 SEPARATOR = " -> "
@@ -180,7 +180,7 @@ class PathGraph:
                     break
         return found, parts
 
-    def index(self, seeds: Sequence[str], tokenizer: object, caps: PathCaps = PathCaps(), *,
+    def index(self, seeds: Sequence[str], tokenizer: VocabularyLike, caps: PathCaps = PathCaps(), *,
               separator: str = SEPARATOR, end: str = END, name: str = "paths") -> tuple[MemoryTreeIndex, PathSet]:
         """An in-memory index of the seeds' paths (each text + ``end``), tokenized as the
         pipeline's tokenize stage does; ``tokenizer`` as ``MemoryTreeIndex.from_facts``
@@ -208,7 +208,7 @@ class PathGraph:
                               vocab_size=vocab_size)
         return index, found
 
-    def prepare(self, tokenizer: object, *, separator: str = SEPARATOR, end: str = END) -> int:
+    def prepare(self, tokenizer: VocabularyLike, *, separator: str = SEPARATOR, end: str = END) -> int:
         """Tokenize every label of the graph now, in one batch, so that no later question
         tokenizes any (every build is warm); ``tokenizer`` as :meth:`index` takes it. Returns
         how many labels were tokenized: 0 when the vocabulary encodes whole texts, where
@@ -233,11 +233,11 @@ class PathGraph:
             self._vocabularies.clear()
             self._segments.clear()
 
-    def _vocabulary(self, tokenizer: object) -> tuple[str, str, object, tuple[int, ...], int]:
+    def _vocabulary(self, tokenizer: VocabularyLike) -> tuple[str, str, object, tuple[int, ...], int]:
         """(vocabulary name, sha256, ``tokenizers.Tokenizer``, forbidden ids, vocabulary size) as
         ``MemoryTreeIndex.from_facts`` derives them; a ``tokenizer.json`` path is opened and
         hashed once per graph (again when the file's size or time changes), not per question."""
-        from .vocab import open_vocabulary, special_token_ids
+        from .vocab import Vocabulary, as_vocabulary, open_vocabulary, special_token_ids
 
         if isinstance(tokenizer, (str, os.PathLike)):
             path = Path(tokenizer)
@@ -250,7 +250,10 @@ class PathGraph:
                 held = (vocab.name, vocab.sha256, backend, tuple(vocab.forbidden_ids), vocabulary_size(backend))
                 self._vocabularies = {key: held}  # one at a time: a graph serves one model
             return held
-        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        if isinstance(tokenizer, Vocabulary) and tokenizer.from_file:
+            return (tokenizer.name, tokenizer.sha256, tokenizer.tokenizer(), tuple(tokenizer.forbidden_ids),
+                    tokenizer.vocab_size)
+        backend = as_vocabulary(tokenizer).tokenizer()
         return "", "", backend, special_token_ids(backend), vocabulary_size(tokenizer)
 
     def _segment_store(self, backend: object, separator: str, end: str) -> "_SegmentIds | None":
@@ -285,7 +288,7 @@ def _splits_at(separator: str, end: str) -> bool:
             and (end == "" or (len(end) > 1 and end[0] == " " and not has_space(end[1:]))))
 
 
-def segments_concatenate(tokenizer: object, separator: str = SEPARATOR, end: str = END) -> bool:
+def segments_concatenate(tokenizer: VocabularyLike, separator: str = SEPARATOR, end: str = END) -> bool:
     """Whether, for this ``tokenizers.Tokenizer`` and path format, the ids ``encode_facts``
     gives a path text equal its labels' ids encoded alone (each as " " + label) and put
     together: derived from the tokenizer's configuration (see above), then checked on probe
@@ -321,7 +324,7 @@ class _SegmentIds:
     encoded in one batch per question for the pieces not seen before and kept: labels do not
     depend on the question. ``exact``: whether pieces may be used at all for ``tokenizer``."""
 
-    def __init__(self, tokenizer: object, exact: bool) -> None:
+    def __init__(self, tokenizer: VocabularyLike, exact: bool) -> None:
         self.tokenizer = tokenizer  # held: the cache is keyed by id(tokenizer)
         self.exact = exact
         self.row: dict[str, int] = {}
@@ -461,7 +464,7 @@ def _tree_rows(mat: np.ndarray, lengths: np.ndarray, lcp: np.ndarray, threshold:
     return rows
 
 
-def graph_of_index(index: TreeIndex, tokenizer: object) -> PathGraph:
+def graph_of_index(index: TreeIndex, tokenizer: VocabularyLike) -> PathGraph:
     """The graph of every fact of a (small) index, walked once: an index file's facts. A
     PostgreSQL build of Wikidata is too large to walk; give its facts as a file instead."""
     from .explore import enumerate_facts

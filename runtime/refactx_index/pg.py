@@ -29,7 +29,7 @@ import logging
 import random
 import re
 import threading
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .cache import ByteLRUCache
 from .errors import (
@@ -55,6 +55,9 @@ from .index import (
     key_successor,
 )
 from .provenance import LAYOUT_BLOCKS, LAYOUT_ROWS, Provenance, sources_from_blocks
+
+if TYPE_CHECKING:
+    from .vocab import VocabularyLike
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +108,7 @@ def open_index(
     name: str,
     *,
     schema: str = DEFAULT_SCHEMA,
-    tokenizer: object | None = None,
+    tokenizer: "VocabularyLike | None" = None,
     pool_size: int = 4,
     statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -117,8 +120,8 @@ def open_index(
 ) -> "PgTreeIndex":
     """Open the build that serves ``name`` (see ``{schema}.active``).
 
-    ``tokenizer``: ``None`` (no check), a path to ``tokenizer.json`` (compared by
-    sha256), a vocabulary name or sha256, or a tokenizer object (compared by size);
+    ``tokenizer``: ``None`` (no check), a vocabulary name or sha256, or anything
+    :func:`~refactx_index.index.check_vocabulary` takes (a vocabulary, a tokenizer, a path);
     a mismatch raises :class:`VocabularyMismatch`. Raises :class:`IndexNotFound`
     when no build is active under ``name``, :class:`FormatError` when the build was
     written in another format version, :class:`DatabaseUnavailable` when the server
@@ -182,7 +185,7 @@ def open_index(
                             statement_timeout_ms=statement_timeout_ms,
                             connect_timeout_s=connect_timeout_s, prefetch_leaves=prefetch_leaves,
                             prefetch_in_background=prefetch_in_background and pool_size >= 2)
-        check_vocabulary(index.info, tokenizer)
+        check_vocabulary(index, tokenizer)
         if follow:
             index.follow_activations(dsn, check_interval_s)
     except BaseException:

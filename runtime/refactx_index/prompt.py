@@ -29,9 +29,14 @@ import re
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from .vocab import VocabularyLike
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +85,7 @@ class Prompt:
         messages.append({"role": "user", "content": question})
         return messages
 
-    def render(self, tokenizer: Any, question: str, prefill: str = "") -> str:
+    def render(self, tokenizer: "PreTrainedTokenizerBase", question: str, prefill: str = "") -> str:
         """The model's input text for ``question``: the chat template's rendering of
         :meth:`messages` with the assistant's turn opened, or for a tokenizer without a
         chat template (a base model) the same system message and examples as plain text,
@@ -157,7 +162,7 @@ def branch_facts(index: Any, count: int = 16) -> list[tuple[int, ...]]:
     return facts
 
 
-def index_examples(index: Any, tokenizer: Any) -> tuple[tuple[str, str], ...]:
+def index_examples(index: Any, tokenizer: "VocabularyLike") -> tuple[tuple[str, str], ...]:
     """Worked examples from ``index``'s own facts (``<s> <r> <o> .``), one per kind of
     question, in this order, each where the index has what it needs: a single fact (a
     relation with one object); a chain of two facts, the second starting from the first's
@@ -167,9 +172,9 @@ def index_examples(index: Any, tokenizer: Any) -> tuple[tuple[str, str], ...]:
     subject where the index has enough of them (a model shown one subject again and again
     copies it), taken from the tree's most populous branches, so the choice is fixed per index."""
     from .explore import objects, relations
-    from .vocab import decode_continuation
+    from .vocab import as_vocabulary, decode_continuation
 
-    fast = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    fast = as_vocabulary(tokenizer).tokenizer()
     strip = len(index.info.fact_prefix)
     seeds = [p for f in branch_facts(index, 16) if (p := _parts(decode_continuation(fast, f)[strip:]))]
     subjects = list(dict.fromkeys(p[0] for p in seeds))
@@ -246,7 +251,7 @@ def index_examples(index: Any, tokenizer: Any) -> tuple[tuple[str, str], ...]:
 _FITTED: "weakref.WeakKeyDictionary[Any, Prompt]" = weakref.WeakKeyDictionary()
 
 
-def fitted_prompt(index: Any, tokenizer: Any) -> Prompt:
+def fitted_prompt(index: Any, tokenizer: "VocabularyLike") -> Prompt:
     """The system message with :func:`index_examples` (made once per index); the built-in
     examples when the index's facts have no ``<s> <r> <o> .`` shape."""
     try:

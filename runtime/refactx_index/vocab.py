@@ -1,4 +1,4 @@
-"""Vocabularies: load a ``tokenizers.Tokenizer``, identify it, and know its special ids.
+"""Vocabularies: one :class:`Vocabulary` value per tokenizer, settled once per process.
 
 Shared by the tokenize job (driver and Python workers) and the runtime, so it
 imports neither pyspark nor ``tokenizers`` at module level.
@@ -8,6 +8,14 @@ a path to such a file, or a hub name (resolved through ``huggingface_hub`` to a
 locally cached ``tokenizer.json``). It is identified by the sha256 of that file:
 an index built with one file is only valid for the same file.
 
+A model's vocabulary (:func:`open_model_vocabulary`, from a model directory; a GGUF file is
+converted to one by :mod:`refactx_index.models`) adds what a generation engine needs and
+the tokenizer alone cannot tell: the width of the model's logits (which may exceed the
+tokenizer's size) and every end-of-sequence id (the model config's and the generation
+config's). The fact server, its vLLM worker, ``ask`` and ``eval`` all take their ids from
+this one value, so they agree on where a row ends. :func:`as_vocabulary` makes one of a
+tokenizer object or a path at an API's edge; everything inside takes a ``Vocabulary``.
+
 Tokenizers are always returned with ``encode_special_tokens = True``: a fact
 whose text happens to contain ``<|endoftext|>`` or ``</s>`` is encoded as those
 characters, never as the special token.
@@ -15,15 +23,19 @@ characters, never as the special token.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import logging
 import re
+import os
 import threading
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 from .errors import ConfigError
 
@@ -31,6 +43,7 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerBase
 
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -41,20 +54,74 @@ _SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """One vocabulary as the pipeline and the runtime see it."""
+    """One vocabulary as the pipeline, the runtime and every engine see it (module doc).
+
+    The tokenizer's facts (``name`` .. ``forbidden_ids``) come from its ``tokenizer.json``;
+    the model's (``logits_size``, ``eos_ids``) from the model directory beside it, where
+    there is one. The pre-tokenizer facts the fact encoder relies on (``encodes_by_pieces``,
+    ``ascii_tokenizer``) are derived once, on first use."""
 
     name: str
     path: str  # as configured: a directory, a tokenizer.json, or a hub name
-    file: str  # the resolved local tokenizer.json
-    sha256: str  # of the tokenizer.json bytes
+    file: str  # the resolved local tokenizer.json ("" for a tokenizer given as an object)
+    sha256: str  # of the tokenizer.json bytes (of its serialization for an object)
     vocab_size: int  # including added tokens
     # ids never allowed in a stored fact: special added tokens, BOS/EOS/UNK/PAD of the
     # tokenizer config, ids the post-processor inserts, added tokens that strip spaces
     forbidden_ids: tuple[int, ...]
+    # the rows of the model's logits: the model config's vocab_size where it is larger (a
+    # padded embedding); 0: the tokenizer's size
+    model_vocab_size: int = 0
+    # every id that ends a generation: the model config's eos_token_id, the generation
+    # config's (Llama-3 Instruct adds <|eot_id|> there), else the tokenizer config's eos_token
+    eos_ids: tuple[int, ...] = ()
+    pad_id: int | None = None
+    special_ids: tuple[int, ...] = ()  # added tokens marked special
+    added_tokens: tuple[str, ...] = ()  # the text of every added token, special or not
+    loaded: "Tokenizer | None" = field(default=None, compare=False, repr=False)
 
     def tokenizer(self) -> "Tokenizer":
-        """The tokenizer, loaded once per process (cached by file and hash)."""
+        """The tokenizer set up for facts, loaded once per process (cached by file and hash)."""
+        if self.loaded is not None:
+            return self.loaded
         return cached_tokenizer(self.file, self.sha256)
+
+    @property
+    def logits_size(self) -> int:
+        """How many token ids a mask covers: the model's logits' width."""
+        return max(self.model_vocab_size, self.vocab_size)
+
+    @property
+    def from_file(self) -> bool:
+        """Whether ``sha256`` fingerprints a ``tokenizer.json`` (an index records that one)."""
+        return bool(self.file)
+
+    @cached_property
+    def encodes_by_pieces(self) -> bool:
+        """Whether facts are encoded by their pieces (:func:`facts_encode_by_pieces`)."""
+        return facts_encode_by_pieces(self.tokenizer())
+
+    @cached_property
+    def ascii_tokenizer(self) -> "Tokenizer | None":
+        """The tokenizer without a normalizer that leaves ASCII alone (:func:`tokenizer_for_ascii`)."""
+        return tokenizer_for_ascii(self.tokenizer())
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's ids, without special tokens (special tokens' texts encoded as text)."""
+        return [e.ids for e in self.tokenizer().encode_batch(list(texts), add_special_tokens=False)]
+
+    def continuation(self, ids: Sequence[int]) -> str:
+        """The text ``ids`` add after other text (:func:`decode_continuation`)."""
+        return decode_continuation(self.tokenizer(), ids)
+
+    def with_model(self, directory: str | Path) -> "Vocabulary":
+        """This vocabulary with the model facts of ``directory`` (``config.json``,
+        ``generation_config.json``, ``tokenizer_config.json``)."""
+        return _with_model_facts(self, Path(directory))
+
+
+# what an API's edge accepts for a vocabulary (as_vocabulary turns each into one)
+VocabularyLike = Union[Vocabulary, "Tokenizer", "PreTrainedTokenizerBase", str, os.PathLike]
 
 
 def resolve_tokenizer_file(path: str) -> Path:
@@ -280,7 +347,134 @@ def open_vocabulary(name: str, path: str) -> Vocabulary:
         sha256=sha256,
         vocab_size=int(tokenizer.get_vocab_size(with_added_tokens=True)),
         forbidden_ids=forbidden_token_ids(tokenizer, file),
+        special_ids=special_token_ids(tokenizer),
+        added_tokens=tuple(t.content for _, t in sorted(tokenizer.get_added_tokens_decoder().items())),
     )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def _ids(value: Any) -> list[int]:
+    """An ``eos_token_id`` field: an id, a list of ids, or absent."""
+    if value is None:
+        return []
+    values = [value] if isinstance(value, int) else value
+    if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ConfigError(f"eos_token_id must be an id or a list of ids, not {value!r}")
+    return [int(v) for v in values]
+
+
+def _token_id(tokenizer: "Tokenizer", spec: Any) -> int | None:
+    if isinstance(spec, dict):
+        spec = spec.get("content")
+    return tokenizer.token_to_id(spec) if isinstance(spec, str) and spec else None
+
+
+def _with_model_facts(vocabulary: Vocabulary, directory: Path) -> Vocabulary:
+    """``vocabulary`` with the logits' width and end ids the model directory's configs give."""
+    config = _read_json(directory / "config.json")
+    text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    generation = _read_json(directory / "generation_config.json")
+    tokenizer_config = _read_json(directory / "tokenizer_config.json")
+    tokenizer = vocabulary.tokenizer()
+    eos = _ids(config.get("eos_token_id", text_config.get("eos_token_id")))
+    eos += [e for e in _ids(generation.get("eos_token_id")) if e not in eos]
+    if not eos:
+        named = _token_id(tokenizer, tokenizer_config.get("eos_token"))
+        eos = [named] if named is not None else []
+    pad = generation.get("pad_token_id", config.get("pad_token_id"))
+    if not isinstance(pad, int):
+        pad = _token_id(tokenizer, tokenizer_config.get("pad_token"))
+    size = config.get("vocab_size", text_config.get("vocab_size"))
+    return replace(vocabulary, model_vocab_size=int(size) if isinstance(size, int) else 0,
+                   eos_ids=tuple(eos), pad_id=pad)
+
+
+_models: dict[tuple[str, int, int], Vocabulary] = {}
+
+
+def open_model_vocabulary(directory: str | Path) -> Vocabulary:
+    """The vocabulary of a transformers model directory (``tokenizer.json`` and its configs),
+    settled once per process: a second call for the same unchanged directory returns the
+    same value, its tokenizer already loaded."""
+    directory = Path(directory).expanduser().resolve()
+    file = directory / TOKENIZER_FILE
+    if not file.is_file():
+        raise ConfigError(f"model directory {directory} has no {TOKENIZER_FILE}: a fast tokenizer is required")
+    stat = file.stat()
+    key = (str(directory), stat.st_size, stat.st_mtime_ns)
+    with _cache_lock:
+        held = _models.get(key)
+    if held is None:
+        held = open_vocabulary(directory.name, str(directory)).with_model(directory)
+        if not held.eos_ids:
+            raise ConfigError(f"model directory {directory}: no eos_token_id in config.json, "
+                              "generation_config.json or tokenizer_config.json: a dead end could not be ended")
+        with _cache_lock:
+            held = _models.setdefault(key, held)
+    return held
+
+
+_objects: "weakref.WeakKeyDictionary[Any, Vocabulary]" = weakref.WeakKeyDictionary()
+
+
+def vocabulary_of(tokenizer: "Tokenizer | PreTrainedTokenizerBase") -> Vocabulary:
+    """The vocabulary of a tokenizer object: a ``tokenizers.Tokenizer`` or a transformers fast
+    tokenizer (whose backend is copied and set up for facts; the object is not modified). One
+    value per object; its fingerprint is the sha256 of the tokenizer's serialization, which
+    differs from its file's, so an index is checked against it on stored facts."""
+    try:
+        held = _objects.get(tokenizer)
+    except TypeError:  # not weakly referenceable
+        held = None
+    if held is not None:
+        return held
+    from tokenizers import Tokenizer
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if isinstance(tokenizer, Tokenizer):
+        fast = tokenizer
+    elif isinstance(backend, Tokenizer):
+        fast = _for_facts(Tokenizer.from_str(backend.to_str()))
+    else:
+        raise ConfigError(f"not a tokenizer with a tokenizer.json: {type(tokenizer).__name__} "
+                          "(a tokenizers.Tokenizer or a transformers fast tokenizer is required)")
+    eos = getattr(tokenizer, "eos_token_id", None)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    vocabulary = Vocabulary(
+        name=str(getattr(tokenizer, "name_or_path", "") or ""), path="", file="",
+        sha256=hashlib.sha256(fast.to_str().encode("utf-8")).hexdigest(),
+        vocab_size=int(fast.get_vocab_size(with_added_tokens=True)),
+        forbidden_ids=special_token_ids(fast), eos_ids=(int(eos),) if isinstance(eos, int) else (),
+        pad_id=pad if isinstance(pad, int) else None, special_ids=special_token_ids(fast),
+        added_tokens=tuple(t.content for _, t in sorted(fast.get_added_tokens_decoder().items())),
+        loaded=fast)
+    with contextlib.suppress(TypeError):
+        _objects[tokenizer] = vocabulary
+    return vocabulary
+
+
+def as_vocabulary(value: VocabularyLike) -> Vocabulary:
+    """A :class:`Vocabulary` of what an API's caller gave: the value itself, a tokenizer
+    object (:func:`vocabulary_of`), or a path -- a model directory (with ``config.json``:
+    :func:`open_model_vocabulary`), a tokenizer's directory or its ``tokenizer.json``."""
+    if isinstance(value, Vocabulary):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        path = Path(value).expanduser()
+        if path.is_dir() and (path / "config.json").is_file() and (path / TOKENIZER_FILE).is_file():
+            return open_model_vocabulary(path)
+        name = (path if path.is_dir() else path.parent).name
+        return open_vocabulary(name, os.fspath(value))
+    return vocabulary_of(value)
 
 
 def decode_continuation(tokenizer: "Tokenizer", ids: Sequence[int]) -> str:
@@ -296,7 +490,7 @@ def decode_continuation(tokenizer: "Tokenizer", ids: Sequence[int]) -> str:
     head = tokenizer.decode(anchor, skip_special_tokens=False)
     full = tokenizer.decode(list(anchor) + list(ids), skip_special_tokens=False)
     if not full.startswith(head):  # pragma: no cover - no known decoder does this
-        raise ValueError("decoder output does not extend the anchor's text")
+        raise ConfigError("decoder output does not extend the anchor's text")
     return full[len(head):]
 
 
@@ -352,7 +546,7 @@ def _pieces_are_regex_split(pre: dict | None) -> bool:
     return False
 
 
-def spaces_start_pretokens(tokenizer: object) -> bool:
+def spaces_start_pretokens(tokenizer: "Tokenizer") -> bool:
     """Whether ``tokenizer`` (a ``tokenizers.Tokenizer``) always begins a pre-token at a space
     followed by a non-space, by its own description (see above): then a text's ids are its
     pieces' ids, the text cut before any such space."""

@@ -225,15 +225,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _answer(index, questions: list[str], beams: int, max_new_tokens: int) -> list:
     """Load the demo's model, check it writes the index's ids, answer ``questions`` in one batch."""
-    from refactx_index.ask import ask, check_model_vocabulary
+    from refactx_index.ask import ask
+    from refactx_index.index import check_vocabulary
     from refactx_index.models import load_model
-    from refactx_index.vocab import file_sha256
 
     started = time.perf_counter()
     loaded = load_model("smollm2")
     load_s = time.perf_counter() - started
     # before any generation: the model must write the ids the index stores
-    check_model_vocabulary(index, loaded.tokenizer, file_sha256(loaded.tokenizer_file))
+    check_vocabulary(index, loaded.vocabulary)
     answers = ask(questions, index, loaded, num_beams=beams, max_new_tokens=max_new_tokens)
     for answer in answers:
         answer.timings["load_s"] = round(load_s, 3)

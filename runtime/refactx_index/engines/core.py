@@ -14,22 +14,30 @@ engine gives it:
 Slots of requests that asked for no index are never touched: their logits stay
 bit-identical. Each index has its own :class:`~refactx_index.batch.BatchMatcher`;
 ``matcher_seconds`` and ``mask_seconds`` add up the time of each part (benchmarks).
+
+What the engine reads back is public: ``slots`` (slot -> index), ``refused`` (slots that may
+only end), :meth:`FactConstraint.busy`, :meth:`FactConstraint.build_of`. A finished reply's
+facts are read by :func:`refactx_index.ask.read_facts`, the one reader the server, ``ask``
+and ``eval`` share. Every engine takes its trigger ids, end ids and mask width from one
+:class:`~refactx_index.vocab.Vocabulary` (:meth:`FactConstraint.for_vocabulary`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import time
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from ..batch import BatchMatcher, StepMask
-from ..errors import ConfigError, VocabularyMismatch
-from ..index import ServedBuild, TreeIndex, vocabulary_size
+from ..errors import ConfigError, UnknownIndex
+from ..index import ServedBuild, TreeIndex
 from ..masking import MaskApplier
 from ..matcher import FactMatcher
-from ..vocab import CONTEXT
+from ..vocab import CONTEXT, Vocabulary, VocabularyLike, as_vocabulary
 
 if TYPE_CHECKING:
     import torch
@@ -42,16 +50,14 @@ __all__ = ["FactConstraint", "index_prompt", "index_trigger", "index_triggers", 
            "trigger_variants"]
 
 
-def trigger_variants(tokenizer: object, trigger: str = CONTEXT) -> list[list[int]]:
+def trigger_variants(vocabulary: VocabularyLike, trigger: str = CONTEXT) -> list[list[int]]:
     """The ids a model may write for ``trigger``: alone, after a space, after a newline.
 
     The newline variant is read as a continuation (the ids of ``"\\n" + trigger`` after
     those of ``"\\n"``): SentencePiece vocabularies write ``Fact`` without the word-start
     mark there, which neither of the other two encodings gives.
     """
-    from ..memory import encode_texts
-
-    alone, spaced, newline, nl = encode_texts(tokenizer, [trigger, " " + trigger, "\n" + trigger, "\n"])
+    alone, spaced, newline, nl = as_vocabulary(vocabulary).encode([trigger, " " + trigger, "\n" + trigger, "\n"])
     variants = [alone, spaced]
     if newline[: len(nl)] == nl and len(newline) > len(nl):
         variants.append(newline[len(nl):])
@@ -80,11 +86,11 @@ def index_prompt(index: TreeIndex) -> "Prompt":
     return Prompt()
 
 
-def index_triggers(tokenizer: object, indexes: Mapping[str, TreeIndex],
+def index_triggers(vocabulary: VocabularyLike, indexes: Mapping[str, TreeIndex],
                    trigger: str | None = None) -> dict[str, list[list[int]]]:
     """Each index's trigger variants (:func:`trigger_variants`): of ``trigger`` for every
     index when given, else of each index's own (:func:`index_trigger`)."""
-    return {name: trigger_variants(tokenizer, trigger or index_trigger(ix)) for name, ix in indexes.items()}
+    return {name: trigger_variants(vocabulary, trigger or index_trigger(ix)) for name, ix in indexes.items()}
 
 
 def open_indexes(spec: Mapping[str, str], *, follow: bool = True) -> dict[str, TreeIndex]:
@@ -109,25 +115,9 @@ def open_indexes(spec: Mapping[str, str], *, follow: bool = True) -> dict[str, T
 def is_dsn(where: str) -> bool:
     """Whether an index spec names PostgreSQL: a ``postgresql://`` URI, or a keyword DSN
     (``host=... dbname=...``) that is not an existing file's path."""
-    import os
-    import re
-
     if where.startswith(("postgresql://", "postgres://")):
         return True
     return bool(re.match(r"\s*[A-Za-z_]+\s*=", where)) and not os.path.exists(where)
-
-
-def check_index_vocabulary(index: TreeIndex, name: str, tokenizer_file: str | None, tokenizer: object) -> None:
-    """Refuse an index built for another vocabulary than the model's: by the sha256 of
-    ``tokenizer.json`` where the index records one, else by vocabulary size."""
-    from ..index import check_vocabulary
-
-    info = index.info
-    if info.tokenizer_hash and tokenizer_file:
-        check_vocabulary(info, tokenizer_file)
-    elif info.vocab_size and info.vocab_size != vocabulary_size(tokenizer):
-        raise VocabularyMismatch(f"index {name!r} was built for a vocabulary of {info.vocab_size} "
-                                 f"tokens; the model's has {vocabulary_size(tokenizer)}")
 
 
 class FactConstraint:
@@ -154,44 +144,89 @@ class FactConstraint:
         self.vocab_size = vocab_size
         self.applier = MaskApplier(device, pin_memory=pin_memory)
         self.slots: dict[int, str] = {}  # slot -> the index its request asked for
+        self.refused: set[int] = set()  # slots whose request may only end (refuse)
         self._names = list(self.matchers)
         self._owner = np.full(64, -1, dtype=np.int64)  # slot -> position in _names, -1: none
-        self._refused: set[int] = set()  # slots that asked for an index this engine lacks
         self.eos = np.asarray(sorted({int(e) for e in eos_ids}), dtype=np.int64)
         self.matcher_seconds = 0.0
         self.mask_seconds = 0.0
         self.steps = 0
         self.rows_masked = 0
 
+    @classmethod
+    def for_vocabulary(cls, indexes: Mapping[str, TreeIndex], vocabulary: Vocabulary, *,
+                       trigger: str | None = None, device: "torch.device | str | None" = None,
+                       pin_memory: bool | None = None) -> "FactConstraint":
+        """The constraint over ``indexes`` with the trigger ids, end ids and mask width of
+        ``vocabulary`` (a model's: :func:`~refactx_index.vocab.open_model_vocabulary`).
+        ``trigger``: what opens a span for every index (default: each index's kind says)."""
+        if not vocabulary.eos_ids:
+            raise ConfigError(f"vocabulary {vocabulary.name!r} names no end-of-sequence id: "
+                              "a dead end could not be ended")
+        return cls(indexes, index_triggers(vocabulary, indexes, trigger), vocabulary.eos_ids,
+                   vocab_size=vocabulary.logits_size, device=device, pin_memory=pin_memory)
+
     # ------------------------------------------------------------------ batch changes
     def index_names(self) -> list[str]:
         return sorted(self.indexes)
 
+    def busy(self) -> bool:
+        """Whether any slot is constrained or refused (else a step's logits are left alone)."""
+        return bool(self.slots or self.refused)
+
     def add(self, slot: int, index: str, prompt_ids: Sequence[int], *, in_fact: bool = False,
-            output_ids: Sequence[int] = ()) -> None:
+            output_ids: Sequence[int] = (), build: ServedBuild | None = None) -> None:
         """A request enters ``slot``, constrained by ``index``; ``output_ids`` are tokens it
-        already generated (a request resumed after preemption)."""
+        already generated (a request resumed after preemption); ``build``: the build it reads
+        (default: the serving one now). Raises :class:`~refactx_index.errors.UnknownIndex`
+        (naming the served indexes) for an index this constraint does not hold."""
+        self.add_rows([slot], index, [prompt_ids], in_fact=in_fact, build=build)
+        if output_ids:
+            started = time.perf_counter()
+            matcher = self.matchers[index]
+            for tok in output_ids:
+                matcher.step(np.asarray([slot]), np.asarray([int(tok)]))
+            self.matcher_seconds += time.perf_counter() - started
+
+    def add_rows(self, slots: Sequence[int], index: str, prompts: Sequence[Sequence[int]], *,
+                 in_fact: bool = False, build: ServedBuild | None = None) -> None:
+        """Requests enter ``slots`` together, each constrained by ``index`` from the end of
+        its prompt (one matcher call: a generation's whole batch starts at once)."""
         if index not in self.matchers:
-            raise KeyError(f"unknown index {index!r}; this engine serves {self.index_names()}")
-        self.remove([slot])
+            raise UnknownIndex(f"unknown index {index!r}; this engine serves {self.index_names()}")
+        slots = [int(s) for s in slots]
+        self.remove(slots)
         started = time.perf_counter()
-        matcher = self.matchers[index]
-        matcher.add([slot], [prompt_ids], in_fact=[in_fact])
-        self.slots[slot] = index
+        self.matchers[index].add(slots, prompts, in_fact=[in_fact] * len(slots), build=build)
+        self.slots.update(dict.fromkeys(slots, index))
         self._sync_owner()
-        for tok in output_ids:
-            matcher.step(np.asarray([slot]), np.asarray([int(tok)]))
+        self.matcher_seconds += time.perf_counter() - started
+
+    def gather(self, parents: np.ndarray) -> None:
+        """Slot ``i`` takes the request and state slot ``parents[i]`` had, for every ``i`` below
+        ``len(parents)`` (beam search reorders, copies and drops its rows). The parents must
+        all be constrained by one index."""
+        parents = np.asarray(parents, dtype=np.int64)
+        held = {self.slots.get(p) for p in parents.tolist()}
+        if len(held) != 1 or None in held:
+            raise ConfigError("gather needs every parent slot constrained by one index")
+        (name,) = held
+        started = time.perf_counter()
+        self.matchers[name].gather(parents)
+        if any(self.slots.get(s) != name for s in range(parents.size)):
+            self.slots.update(dict.fromkeys(range(parents.size), name))
+            self._sync_owner()
         self.matcher_seconds += time.perf_counter() - started
 
     def refuse(self, slot: int) -> None:
         """``slot`` asked for a constraint this engine cannot give: it may only end (an
         answer that was asked to be constrained is never given unconstrained)."""
         self.remove([slot])
-        self._refused.add(int(slot))
+        self.refused.add(int(slot))
 
     def remove(self, slots: Sequence[int]) -> None:
         for slot in slots:
-            self._refused.discard(int(slot))
+            self.refused.discard(int(slot))
             held = self.slots.pop(int(slot), None)
             if held is not None:
                 self.matchers[held].remove([int(slot)])
@@ -199,12 +234,12 @@ class FactConstraint:
 
     def move(self, src: int, dst: int, *, swap: bool = False) -> None:
         """The request in ``src`` moves to ``dst`` (``swap``: the two exchange slots)."""
-        ra, rb = src in self._refused, dst in self._refused
-        self._refused -= {src, dst}
+        ra, rb = src in self.refused, dst in self.refused
+        self.refused -= {src, dst}
         if ra:
-            self._refused.add(dst)
+            self.refused.add(dst)
         if rb and swap:
-            self._refused.add(src)
+            self.refused.add(src)
         a, b = self.slots.pop(src, None), self.slots.pop(dst, None)
         if swap:
             if a is not None and b is not None and a == b:
@@ -253,18 +288,19 @@ class FactConstraint:
             self.matchers[name].step(slots[sel], tokens[sel])
         self.matcher_seconds += time.perf_counter() - started
 
-    def mask(self, row_slots: np.ndarray) -> StepMask:
-        """The step's mask for logits whose row ``r`` belongs to slot ``row_slots[r]``."""
+    def mask(self, row_slots: np.ndarray, width: int | None = None) -> StepMask:
+        """The step's mask for logits whose row ``r`` belongs to slot ``row_slots[r]``;
+        ``width``: the logits' (default: the vocabulary's ``vocab_size``)."""
         started = time.perf_counter()
         row_slots = np.asarray(row_slots, dtype=np.int64)
         parts = []
         for name, sel in self._by_index(row_slots):
             rows = np.flatnonzero(sel)
-            part = self.matchers[name].mask(row_slots[rows], self.vocab_size)
+            part = self.matchers[name].mask(row_slots[rows], width or self.vocab_size)
             if not part.empty:
                 parts.append(StepMask(rows[part.rows], rows[part.token_rows], part.tokens))
-        if self._refused:
-            rows = np.flatnonzero(np.isin(row_slots, np.fromiter(self._refused, dtype=np.int64)))
+        if self.refused:
+            rows = np.flatnonzero(np.isin(row_slots, np.fromiter(self.refused, dtype=np.int64)))
             if rows.size:
                 parts.append(StepMask(rows, np.repeat(rows, self.eos.size), np.tile(self.eos, rows.size)))
         if not parts:
@@ -280,7 +316,7 @@ class FactConstraint:
 
     def apply(self, logits: "torch.Tensor", row_slots: np.ndarray) -> "torch.Tensor":
         """Mask ``logits`` in place (row ``r`` is slot ``row_slots[r]``) and return them."""
-        mask = self.mask(row_slots)
+        mask = self.mask(row_slots, logits.shape[-1])
         started = time.perf_counter()
         self.applier(logits, mask)
         self.mask_seconds += time.perf_counter() - started

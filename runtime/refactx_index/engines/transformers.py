@@ -1,11 +1,11 @@
-"""The fact constraint for transformers ``generate``: a thin adapter over the batch matcher.
+"""The fact constraint for transformers ``generate``: a thin adapter over ``FactConstraint``.
 
 :class:`RefactxLogitsProcessor` is a ``transformers`` logits processor. The rules are the
-matcher's (:mod:`refactx_index.matcher`); the states live in a
-:class:`~refactx_index.batch.BatchMatcher` whose slot ``r`` is row ``r`` of the batch, and
-each step is masked with one :class:`~refactx_index.batch.StepMask`
-(:mod:`refactx_index.masking`). This module only finds where the prompt ends and which
-row of the last step each row continues.
+matcher's (:mod:`refactx_index.matcher`); the states live in one
+:class:`~refactx_index.engines.core.FactConstraint` whose slot ``r`` is row ``r`` of the
+batch, which masks each step with one :class:`~refactx_index.batch.StepMask`, as in every
+other engine. This module only finds where the prompt ends and which row of the last step
+each row continues.
 
 * **Where the prompt ends.** ``generate`` first calls the processor with the prompt
   alone (left-padded: every row's prompt ends at the same column), then with one more
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ..batch import BatchMatcher
+from ..errors import ConfigError, InputRefused
 from ..index import ServedBuild, TreeIndex
-from ..masking import MaskApplier
 from ..matcher import DEAD, FACT, FREE, FactMatcher, RowState
-from ..vocab import CONTEXT
-from .core import trigger_variants
+from ..vocab import CONTEXT, VocabularyLike
+from .core import FactConstraint, trigger_variants
 
 if TYPE_CHECKING:
     import torch
@@ -48,12 +48,14 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEAD", "FACT", "FREE", "RefactxLogitsProcessor", "RowState", "trigger_variants"]
 
+_INDEX = "index"  # the processor's one index, by its name in the constraint
+
 
 class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
     """Restrict generation after the trigger to facts of ``index`` (see the module docs).
 
-    ``tokenizer`` (a ``tokenizers.Tokenizer`` or a transformers tokenizer) is used only
-    to tokenize the trigger; pass ``trigger_ids`` instead to skip it. ``eos_token_id``
+    ``tokenizer`` (a :class:`~refactx_index.vocab.Vocabulary`, or a tokenizer object) is
+    used only to tokenize the trigger; pass ``trigger_ids`` instead to skip it. ``eos_token_id``
     is what a dead end is forced to. ``prompt_length`` fixes where the prompt ends for
     the next generation instead of taking the first call's width. ``build`` (from the
     index's ``serving_build()``) is the build every generation reads; by default each
@@ -69,7 +71,7 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
     def __init__(
         self,
         index: TreeIndex,
-        tokenizer: object | None = None,
+        tokenizer: VocabularyLike | None = None,
         *,
         eos_token_id: int | Sequence[int],
         trigger: str = CONTEXT,
@@ -82,11 +84,12 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
         eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if trigger_ids is None:
             if tokenizer is None:
-                raise ValueError("give a tokenizer (to tokenize the trigger) or trigger_ids")
+                raise ConfigError("give a tokenizer (to tokenize the trigger) or trigger_ids")
             trigger_ids = trigger_variants(tokenizer, trigger)
-        self.matcher = FactMatcher(index, trigger_ids, eos)
-        self.batch = BatchMatcher(self.matcher)
-        self.applier = MaskApplier()
+        # the logits' width is read from each step's scores
+        self.constraint = FactConstraint({_INDEX: index}, trigger_ids, eos, vocab_size=0)
+        self.batch: BatchMatcher = self.constraint.matchers[_INDEX]
+        self.matcher: FactMatcher = self.batch.matcher
         self._next_prompt_length = prompt_length
         self._prompt_length: int | None = None
         self._prev: np.ndarray | None = None  # the previous call's ids
@@ -94,8 +97,14 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
         self.steps = 0
         self.constrained_steps = 0
         self.seconds = 0.0
-        self.matcher_seconds = 0.0
-        self.mask_seconds = 0.0
+
+    @property
+    def matcher_seconds(self) -> float:
+        return self.constraint.matcher_seconds
+
+    @property
+    def mask_seconds(self) -> float:
+        return self.constraint.mask_seconds
 
     # ------------------------------------------------------------------ states
     @property
@@ -122,7 +131,7 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
         if prompt_length is None:
             prompt_length = self._prompt_length
             if prompt_length is None:
-                raise ValueError("no generation has started: give prompt_length")
+                raise InputRefused("no generation has started: give prompt_length")
         row = np.asarray(ids, dtype=np.int64).tolist()
         return self.matcher.scan(row, prompt_length)
 
@@ -137,19 +146,21 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
                 parents = slots  # greedy, sampling: rows stay in place
             else:
                 parents = _parents(prev, ids[:, :-1])  # beams: reordered, copied, dropped
+        constraint = self.constraint
         if parents is not None:
             if parents is not slots:
-                self.batch.gather(parents)
-            self.batch.step(slots, ids[:, -1])
+                constraint.gather(parents)
+            constraint.step(slots, ids[:, -1])
         else:  # a new generation: the prompt ends here (or where the caller said)
             prompt_length = self._next_prompt_length
             self._next_prompt_length = None
             if prompt_length is None or prompt_length >= width:
                 prompt_length = width
             self._prompt_length = prompt_length
-            self.batch.add(slots, ids[:, :prompt_length], build=self.build)
+            constraint.remove(constraint.constrained_slots())
+            constraint.add_rows(slots, _INDEX, ids[:, :prompt_length], build=self.build)
             for col in range(prompt_length, width):  # generated columns given at the start
-                self.batch.step(slots, ids[:, col])
+                constraint.step(slots, ids[:, col])
         self._prev = ids
 
     # ------------------------------------------------------------------ masking
@@ -158,15 +169,11 @@ class RefactxLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
         ids = np.ascontiguousarray(input_ids.detach().cpu().numpy().astype(np.int64, copy=False))
         with self._lock:
             self._advance(ids)
-            mask = self.batch.mask(np.arange(ids.shape[0]), scores.shape[-1])
-        masking = time.perf_counter()
-        self.applier(scores, mask)
-        done = time.perf_counter()
+            masked = self.constraint.rows_masked
+            self.constraint.apply(scores, np.arange(ids.shape[0]))
+            self.constrained_steps += self.constraint.rows_masked - masked
         self.steps += 1
-        self.constrained_steps += int(mask.rows.size)
-        self.matcher_seconds += masking - started
-        self.mask_seconds += done - masking
-        self.seconds += done - started
+        self.seconds += time.perf_counter() - started
         return scores
 
 

@@ -12,8 +12,12 @@ JSON, which the API server's process also reads to refuse unknown index names ea
 
 ``indexes`` maps a name to an index file (``.rfx``) or a PostgreSQL DSN (the active build
 of that name, followed across activations); ``trigger`` is what opens a fact, for every
-index (default: each index's kind says, ``"Fact:"``, or ``"Path:"`` over a path index). Each worker process opens the indexes once and checks each against the
-model's vocabulary at start-up (:class:`~refactx_index.errors.VocabularyMismatch`).
+index (default: each index's kind says, ``"Fact:"``, or ``"Path:"`` over a path index). Each
+worker process opens the indexes once and checks each against the model's
+:class:`~refactx_index.vocab.Vocabulary` at start-up
+(:class:`~refactx_index.errors.VocabularyMismatch`); the mask's end-of-sequence ids are that
+vocabulary's (the model config's and the generation config's), the ones the fact server reads
+rows with.
 
 A request switches the constraint on with ``SamplingParams(extra_args={"refactx_index":
 NAME})`` -- over HTTP, ``"vllm_xargs": {"refactx_index": NAME}`` -- and may add
@@ -43,8 +47,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from .core import FactConstraint, check_index_vocabulary, index_triggers, open_indexes
+from ..errors import ConfigError, InputRefused
+from ..index import check_vocabulary
+from ..vocab import as_vocabulary, open_model_vocabulary
+from .core import FactConstraint, open_indexes
 
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
@@ -94,50 +100,46 @@ def requested(params: "SamplingParams") -> tuple[str | None, bool]:
 
 
 def _validate(params: "SamplingParams") -> None:
+    """Refuse a request's bad refactx arguments with :class:`InputRefused`, a ``ValueError``:
+    what vLLM turns into a 400 answer."""
     extra = params.extra_args or {}
     if INDEX_ARG not in extra:
         return
     name = extra[INDEX_ARG]
     if not isinstance(name, str) or not name:
-        raise ValueError(f"{INDEX_ARG} must name an index, not {name!r}")
+        raise InputRefused(f"{INDEX_ARG} must name an index, not {name!r}")
     if not isinstance(extra.get(IN_FACT_ARG, False), (bool, int)):
-        raise ValueError(f"{IN_FACT_ARG} must be true or false")
+        raise InputRefused(f"{IN_FACT_ARG} must be true or false")
     if params.n > 1 and params.temperature == 0:
-        raise ValueError("the fact constraint follows each sequence: use n=1 for greedy requests")
+        raise InputRefused("the fact constraint follows each sequence: use n=1 for greedy requests")
     if os.environ.get(CONFIG_ENV):  # the server knows the names: refuse an unknown one now
         served = _settings(None)["indexes"]
         if name not in served:
-            raise ValueError(f"unknown index {name!r}; this server constrains by {sorted(served)}")
+            raise InputRefused(f"unknown index {name!r}; this server constrains by {sorted(served)}")
 
 
 def _constraint(vllm_config: "VllmConfig", device: "torch.device | str", pin_memory: bool) -> FactConstraint:
     """Open the configured indexes, check them against the model's vocabulary, and
     build the engine-neutral constraint (once per worker process)."""
-    from tokenizers import Tokenizer
-
     conf = _settings(vllm_config)
     model_config = vllm_config.model_config
-    tokenizer_dir = Path(getattr(model_config, "tokenizer", None) or model_config.model)
-    tokenizer_file = tokenizer_dir / "tokenizer.json"
-    if not tokenizer_file.is_file():
-        raise ConfigError(f"the refactx constraint needs the model's tokenizer.json ({tokenizer_file} is missing)")
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    model_dir = Path(model_config.model)
+    tokenizer_dir = Path(getattr(model_config, "tokenizer", None) or model_dir)
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        raise ConfigError(f"the refactx constraint needs the model's tokenizer.json ({tokenizer_dir} has none)")
+    if tokenizer_dir.resolve() == model_dir.resolve():
+        vocabulary = open_model_vocabulary(model_dir)
+    else:
+        vocabulary = as_vocabulary(str(tokenizer_dir)).with_model(model_dir)
     indexes = open_indexes(conf["indexes"])
-    for name, index in indexes.items():
-        check_index_vocabulary(index, name, str(tokenizer_file), tokenizer)
-    eos = model_config.hf_config.eos_token_id
-    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
-    generation = getattr(model_config, "hf_generation_config", None) or {}
-    extra_eos = generation.get("eos_token_id") if isinstance(generation, dict) else None
-    if extra_eos is not None:
-        eos_ids += [extra_eos] if isinstance(extra_eos, int) else list(extra_eos)
-    if not eos_ids:
-        raise ConfigError("the model config names no eos_token_id: a dead end could not be ended")
+    for index in indexes.values():
+        check_vocabulary(index, vocabulary)
     # a trigger in the config holds for every index; else each index's kind says (Fact: / Path:)
-    trigger = index_triggers(tokenizer, indexes, conf.get("trigger"))
-    log.info("refactx: constraining by %s", ", ".join(f"{n} ({ix.info.facts} facts)" for n, ix in indexes.items()))
-    return FactConstraint(indexes, trigger, eos_ids, vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
-                          device=device, pin_memory=pin_memory)
+    constraint = FactConstraint.for_vocabulary(indexes, vocabulary, trigger=conf.get("trigger"),
+                                               device=device, pin_memory=pin_memory)
+    log.info("refactx: constraining by %s; end-of-sequence ids %s",
+             ", ".join(f"{n} ({ix.info.facts} facts)" for n, ix in indexes.items()), list(constraint.eos))
+    return constraint
 
 
 class RefactxLogitsProcessor(LogitsProcessor):
@@ -215,7 +217,7 @@ class RefactxLogitsProcessor(LogitsProcessor):
         self._seen.pop(slot, None)
 
     def apply(self, logits: "torch.Tensor") -> "torch.Tensor":
-        if not self.constraint.slots and not self.constraint._refused:
+        if not self.constraint.busy():
             return logits
         return self.constraint.apply(logits, np.arange(logits.shape[0]))
 
@@ -251,7 +253,7 @@ class RefactxLogitsProcessorV2(_V2Base):  # type: ignore[misc,valid-type]
         row_slots = np.asarray(ctx.idx_mapping_np, dtype=np.int64)
         if self._pending:
             self._start(row_slots)
-        if not self.constraint.slots and not self.constraint._refused:
+        if not self.constraint.busy():
             return logits
         # the token each row was fed is the one its request wrote last step: one copy
         fed = ctx.input_ids.to("cpu", non_blocking=False).numpy().astype(np.int64, copy=False)

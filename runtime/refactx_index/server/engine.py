@@ -1,40 +1,24 @@
-"""The server's generation engine: transformers in process, concurrent requests batched.
+"""What the fact server asks of a generation back end: a :class:`Job` in, tokens and facts out.
 
-Requests wait in a queue; one worker thread takes up to ``max_batch`` of them at a time
-and runs them as one left-padded ``generate`` call, each row constrained by the index its
-request named (one :class:`~refactx_index.engines.core.FactConstraint` over every served
-index) or not at all. Each new token is handed to its request as it is written (streaming),
-and a row stops at its own end of sequence, its own token limit, its deadline, or when its
-client went away. Requests that arrive while a batch runs wait for the next one (no
-continuous batching: transformers' ``generate`` takes its rows at the start).
-
-Decoding is per row: ``generate`` runs greedy, and a row whose request asked for a
-temperature draws its token itself (its own seeded generator, its own ``top_p``) after the
-fact mask and leaves only that token, so a batch never changes one request's decoding.
-A token is delivered by the stopping criterion, which sees every token ``generate`` appends
-(the last one too): a request gets exactly the tokens counted, and its facts are read from
-exactly those.
+The HTTP layer (:mod:`refactx_index.server.app`) speaks to an :class:`Engine`: transformers in
+process (:mod:`refactx_index.server.backend_transformers`) or vLLM's ``AsyncLLM``
+(:mod:`refactx_index.server.backend_vllm`). Both read a finished reply's facts with
+:func:`refactx_index.ask.read_facts` and take their end ids from the model's one
+:class:`~refactx_index.vocab.Vocabulary`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import logging
-import math
-import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-import numpy as np
-
-from ..ask import GeneratedFact, read_reply
-from ..engines.core import FactConstraint, index_triggers
+from ..ask import GeneratedFact
 from ..index import TreeIndex
-from ..models import LoadedModel
+from ..vocab import Vocabulary
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 _ids = itertools.count(1)
 
@@ -64,10 +48,12 @@ class Job:
 
 
 class Engine(Protocol):
-    """What the HTTP layer needs of an engine: :class:`TransformersEngine` here, or
-    :class:`~refactx_index.server.vllm_engine.VllmEngine`."""
+    """What the HTTP layer needs of an engine:
+    :class:`~refactx_index.server.backend_transformers.TransformersEngine` or
+    :class:`~refactx_index.server.backend_vllm.VllmEngine`."""
 
-    tokenizer: Any
+    tokenizer: "PreTrainedTokenizerBase"  # renders chat prompts, decodes replies
+    vocabulary: Vocabulary  # the model's: end ids, the facts' encoding (the engine's worker's too)
     indexes: dict[str, TreeIndex]
     context_length: int | None  # the longest prompt + answer; None: unknown
     constraint_seconds: float  # the fact constraint's time seen by this process
@@ -78,242 +64,6 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-class _Rows:
-    """A transformers logits processor and stopping criterion for one batch of jobs.
-
-    The stopping criterion runs after each token ``generate`` appends: it delivers that token
-    (or sees the row's end), steps the fact constraint, and stops the row at its token limit,
-    deadline or cancellation. The logits processor masks the next step's logits and draws the
-    token of each sampled row (module doc)."""
-
-    def __init__(self, engine: "TransformersEngine", jobs: list[Job], width: int) -> None:
-        import torch
-
-        self.engine, self.jobs, self.width = engine, jobs, width
-        self.rows = np.arange(len(jobs))
-        self.done = np.zeros(len(jobs), dtype=bool)
-        self.generators: dict[int, "torch.Generator"] = {}
-        for r, job in enumerate(jobs):
-            if job.temperature > 0:
-                gen = torch.Generator()
-                if job.seed is not None:
-                    gen.manual_seed(job.seed)
-                else:
-                    gen.seed()  # its own random seed; torch's global generator is left alone
-                self.generators[r] = gen
-
-    def __call__(self, input_ids, scores):  # the logits processor
-        started = time.perf_counter()
-        self.engine.constraint.apply(scores, self.rows)
-        self.engine.constraint_seconds += time.perf_counter() - started
-        for r, gen in self.generators.items():
-            if not self.done[r]:
-                self._sample(scores, r, gen)
-        return scores
-
-    def _sample(self, scores, r: int, gen) -> None:
-        """Draw row ``r``'s token at its own temperature and top-p; leave it the only choice
-        (the greedy step of ``generate`` then takes it)."""
-        import torch
-
-        job = self.jobs[r]
-        logits = scores[r].float() / job.temperature
-        probs = torch.softmax(logits, dim=-1)
-        if job.top_p < 1.0:
-            ordered, order = torch.sort(probs, descending=True)
-            before = torch.cumsum(ordered, dim=-1) - ordered
-            ordered[before >= job.top_p] = 0.0  # the smallest set whose mass reaches top_p
-            probs = torch.zeros_like(probs).scatter_(0, order, ordered)
-        if not torch.isfinite(probs).all() or float(probs.sum()) <= 0:
-            return  # every choice masked (or overflow): leave the row's greedy choice
-        tok = int(torch.multinomial(probs, 1, generator=gen))
-        scores[r].fill_(-math.inf)
-        scores[r, tok] = 0.0
-
-    def stop(self, input_ids, scores, **kwargs):  # the stopping criterion, per row
-        import torch
-
-        if input_ids.shape[1] > self.width:
-            new = input_ids[:, -1].detach().cpu().numpy().astype(np.int64)
-            live = np.flatnonzero(~self.done)
-            self._deliver(new)
-            started = time.perf_counter()
-            self.engine.constraint.step(live, new[live])
-            self.engine.constraint_seconds += time.perf_counter() - started
-        now = time.monotonic()
-        for r, job in enumerate(self.jobs):
-            if self.done[r]:
-                continue
-            if job.cancelled or self.engine.stopping:
-                job.finish_reason = "cancelled"
-                self.done[r] = True
-            elif job.deadline is not None and now >= job.deadline:
-                job.finish_reason = "timeout"
-                self.done[r] = True
-        return torch.from_numpy(self.done.copy())
-
-    def _deliver(self, new: np.ndarray) -> None:
-        eos = self.engine.eos
-        for r, job in enumerate(self.jobs):
-            if self.done[r]:
-                continue
-            tok = int(new[r])
-            if tok in eos:
-                job.finish_reason = "stop"
-                self.done[r] = True
-                continue
-            job.output_ids.append(tok)
-            if job.on_token is not None:
-                job.on_token(tok)
-            if len(job.output_ids) >= job.max_new_tokens:
-                job.finish_reason = "length"
-                self.done[r] = True
-
-
-class TransformersEngine:
-    """Generation for the server (module doc). ``indexes``: name -> index."""
-
-    def __init__(self, loaded: LoadedModel, indexes: dict[str, TreeIndex], *, max_batch: int = 16) -> None:
-        self.loaded = loaded
-        self.tokenizer = loaded.tokenizer
-        self.indexes = dict(indexes)
-        self.max_batch = max_batch
-        # the longest prompt + answer the model takes (the server's prompt limit derives from it)
-        self.context_length: int | None = getattr(loaded.model.config, "max_position_embeddings", None)
-        self.eos = frozenset(loaded.eos_token_ids)
-        self.constraint = FactConstraint(self.indexes, index_triggers(self.tokenizer, self.indexes), sorted(self.eos),
-                                         vocab_size=len(self.tokenizer))
-        self.constraint_seconds = 0.0
-        self.batches = 0
-        self._pending: list[Job] = []
-        self._cond = threading.Condition()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="refactx-engine", daemon=True)
-        self._thread.start()
-
-    # ------------------------------------------------------------------ requests
-    def submit(self, job: Job) -> None:
-        with self._cond:
-            if self._stopping:
-                raise RuntimeError("the engine is shutting down")
-            self._pending.append(job)
-            self._cond.notify()
-
-    async def run(self, job: Job) -> Job:
-        """Submit ``job`` and wait for it without blocking the event loop."""
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        previous = job.on_done
-
-        def finished(j: Job) -> None:
-            if previous is not None:
-                previous(j)
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(j))
-
-        job.on_done = finished
-        self.submit(job)
-        try:
-            return await asyncio.shield(done)
-        except asyncio.CancelledError:
-            job.cancelled = True
-            raise
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
-
-    def close(self) -> None:
-        """Stop (:meth:`begin_shutdown`) and wait for the worker thread."""
-        self.begin_shutdown()
-        self._thread.join(timeout=10)
-
-    def begin_shutdown(self) -> None:
-        """Refuse new requests; the batch running ends at its next step and the waiting
-        requests are cancelled (a shutdown never waits for whole answers). Safe to call
-        from a signal handler's thread: it takes no lock the worker holds for long."""
-        with self._cond:
-            self._stopping = True
-            waiting, self._pending = self._pending, []
-            self._cond.notify_all()
-        for job in waiting:
-            job.cancelled = True
-            job.finish_reason = "cancelled"
-            if job.on_done is not None:
-                job.on_done(job)
-
-    # ------------------------------------------------------------------ the worker
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._stopping:
-                    self._cond.wait()
-                if self._stopping:
-                    return
-                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
-            for job in jobs:
-                if job.cancelled and job.on_done is not None:  # its client left while it waited
-                    job.finish_reason = "cancelled"
-                    job.on_done(job)
-            jobs = [j for j in jobs if not j.cancelled]
-            if not jobs:
-                continue
-            try:
-                self._generate(jobs)
-            except BaseException as exc:  # noqa: BLE001 - every job must hear of it
-                log.exception("generation failed for %d requests", len(jobs))
-                for job in jobs:
-                    job.error = exc
-            finally:
-                self.constraint.remove(range(len(jobs)))
-                for job in jobs:
-                    if job.on_done is not None:
-                        job.on_done(job)
-
-    def _generate(self, jobs: list[Job]) -> None:
-        import torch
-        from transformers import LogitsProcessorList, StoppingCriteriaList
-
-        self.batches += 1
-        width = max(len(j.prompt_ids) for j in jobs)
-        pad = self.tokenizer.pad_token_id
-        if pad is None:
-            pad = min(self.eos)
-        ids = torch.full((len(jobs), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(jobs), width), dtype=torch.long)
-        for r, job in enumerate(jobs):
-            n = len(job.prompt_ids)
-            ids[r, width - n:] = torch.tensor(job.prompt_ids)
-            mask[r, width - n:] = 1
-            if job.index is not None:
-                self.constraint.add(r, job.index, job.prompt_ids)
-        rows = _Rows(self, jobs, width)
-        # greedy for the whole batch: a sampled row draws its own token (_Rows._sample)
-        kwargs: dict[str, Any] = dict(do_sample=False, num_beams=1, pad_token_id=pad,
-                                      eos_token_id=sorted(self.eos),
-                                      max_new_tokens=max(j.max_new_tokens for j in jobs))
-        before = self.constraint_seconds
-        with torch.inference_mode():
-            self.loaded.model.generate(input_ids=ids, attention_mask=mask,
-                                       logits_processor=LogitsProcessorList([rows]),
-                                       stopping_criteria=StoppingCriteriaList([rows.stop]), **kwargs)
-        spent = self.constraint_seconds - before
-        for slot, job in enumerate(jobs):
-            job.constraint_seconds = spent
-            if job.index is not None:
-                self._read_facts(slot, job)
-
-    def _read_facts(self, slot: int, job: Job) -> None:
-        index = self.indexes[job.index]  # type: ignore[index]
-        row = list(job.prompt_ids) + list(job.output_ids)
-        # the facts are read and checked on the build the generation read (pinned when the
-        # request entered), whatever was activated since
-        build = self.constraint.build_of(slot)
-        # read_reply scans the row with the batch matcher's own FactMatcher (its .matcher)
-        batch = self.constraint.matchers[job.index]  # type: ignore[index]
-        _, job.facts = read_reply(batch, self.tokenizer, index, row, len(job.prompt_ids), build=build)
-        job.build_id = (build.info if build is not None else index.info).build_id
-
-
-def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+def encode_chat(tokenizer: "PreTrainedTokenizerBase", messages: Sequence[dict[str, str]]) -> list[int]:
     text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
