@@ -1,6 +1,10 @@
 """The fact server on vLLM: ``refactx serve --engine vllm`` from the vLLM virtual environment
 (``.venv-vllm``), the real SmolLM2-135M-Instruct, an index file of the shared sample's facts,
-and the real ``openai`` client over loopback."""
+and the real ``openai`` client over loopback.
+
+The model directory served is SmolLM2's files with a generation config that adds an end id the
+base config lacks (``Answer``, which the model writes after its facts), as Llama-3 Instruct's
+adds ``<|eot_id|>``: the server and its worker must agree on where a row ends."""
 
 from __future__ import annotations
 
@@ -8,14 +12,18 @@ import contextlib
 import os
 import signal
 import socket
+import json
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
 from .test_engine_vllm import VLLM_PYTHON
+
+from .conftest import ROOT
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -30,17 +38,34 @@ class Served(NamedTuple):
     client: Any
     output: list[str]
     exited: threading.Event
+    index_file: Path
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, sample_fact_texts):
+def model(tmp_path_factory) -> Path:
+    """SmolLM2's files, the generation config ending rows on ``Answer`` too (module doc)."""
+    from refactx_index.models import model_directory
+    from refactx_index.vocab import open_tokenizer
+
+    base = model_directory("smollm2")
+    directory = tmp_path_factory.mktemp("smollm2-two-ends")
+    for file in base.iterdir():
+        if file.name != "generation_config.json":
+            (directory / file.name).symlink_to(file)
+    generation = json.loads((base / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == 2 and json.loads((base / "config.json").read_text())["eos_token_id"] == 2
+    generation["eos_token_id"] = [2, open_tokenizer(str(base)).token_to_id("Answer")]
+    (directory / "generation_config.json").write_text(json.dumps(generation))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, sample_fact_texts, model):
     if not VLLM_PYTHON.exists():
         pytest.skip(f"{VLLM_PYTHON} is absent: vLLM could not be installed on this machine")
     from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import model_directory
 
     work = tmp_path_factory.mktemp("vllm-server")
-    model = model_directory("smollm2")
     index_file = work / "sample.rfx"
     MemoryTreeIndex.from_facts(sample_fact_texts, str(model / "tokenizer.json")).save(index_file)
     sock = socket.socket()
@@ -70,7 +95,7 @@ def server(tmp_path_factory, sample_fact_texts):
     try:
         assert ready.wait(600) and proc.poll() is None, "".join(lines)[-4000:]
         yield Served(openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
-                                   timeout=300), lines, exited)
+                                   timeout=300), lines, exited, index_file)
     finally:
         proc.terminate()
         proc.wait(60)
@@ -110,3 +135,54 @@ def test_vllm_server_refuses_an_unknown_index_and_serves_the_next_request(server
         _ask(server, "Hi", extra_body={"refactx": {"index": "nosuch"}})
     free = _ask(server, "What is the capital of Germany?", extra_body={"refactx": {"index": None}})
     assert free.choices[0].message.content and free.model_extra["facts"] == []
+
+
+# The worker's side, in the vLLM environment: its processor built from the served directory's
+# config as vLLM builds it, a refused slot (may only end) masked, and the facts of a row read
+# by the server's reader whichever end id ends it.
+_WORKER = """
+import json, sys
+from types import SimpleNamespace
+import numpy as np, torch
+from refactx_index.ask import read_facts
+from refactx_index.engines.vllm import RefactxLogitsProcessor
+from refactx_index.vocab import open_model_vocabulary
+model, index, row = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+config = SimpleNamespace(additional_config={"refactx": {"indexes": {"sample": index}}},
+                         model_config=SimpleNamespace(tokenizer=model, model=model))
+proc = RefactxLogitsProcessor(config, torch.device("cpu"), False)
+proc.constraint.refuse(0)
+logits = torch.zeros(1, proc.constraint.vocab_size)
+proc.apply(logits)
+matcher = proc.constraint.matchers["sample"].matcher
+ends = open_model_vocabulary(model).eos_ids
+facts = {end: [f.text for f in read_facts(matcher, open_model_vocabulary(model), proc.constraint.indexes["sample"],
+                                          row["prompt"] + row["output"] + [end], len(row["prompt"]))] for end in ends}
+print(json.dumps({"allowed": torch.isfinite(logits[0]).nonzero().flatten().tolist(), "ends": list(ends),
+                  "facts": [facts[end] for end in ends]}))
+"""
+
+
+def test_a_row_ends_on_either_end_id_in_the_worker_s_mask_and_in_the_reported_facts(server, model):
+    from refactx_index.vocab import open_model_vocabulary
+
+    vocabulary = open_model_vocabulary(model)  # the server's
+    answer = vocabulary.tokenizer().token_to_id("Answer")
+    assert vocabulary.eos_ids == (2, answer)
+    assert any(f"end ids [2, {answer}]" in line for line in server.output), "".join(server.output)[-2000:]
+    reply = _ask(server, "What is the capital of Germany?")
+    content, facts = reply.choices[0].message.content, reply.model_extra["facts"]
+    # the model writes its facts, then "Answer": the row ends there, and the end id is no text
+    assert reply.choices[0].finish_reason == "stop" and "Answer" not in content, content
+    assert facts and all(f["stored"] and f["complete"] for f in facts), facts
+    assert content.rstrip().endswith(facts[-1]["text"]), (content, facts)
+    tokens = vocabulary.encode([content])[0]
+    row = {"prompt": [1, 2], "output": tokens}
+    worker = subprocess.run([str(VLLM_PYTHON), "-c", _WORKER, str(model), str(server.index_file), json.dumps(row)],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "VIRTUAL_ENV"))})
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    seen = json.loads(worker.stdout.strip().splitlines()[-1])
+    assert seen["ends"] == [2, answer] and seen["allowed"] == [2, answer]  # a dead end may end on either
+    ended_on_eos, ended_on_answer = seen["facts"]
+    assert ended_on_eos == ended_on_answer == [f["text"] for f in facts]
