@@ -570,7 +570,7 @@ def sample_facts(index: "TreeIndex", count: int = 4) -> list[tuple[int, ...]]:
     return facts
 
 
-def check_vocabulary(index: "TreeIndex | IndexInfo", vocabulary: "VocabularyLike | None") -> None:
+def check_vocabulary(index: "TreeIndex", vocabulary: "VocabularyLike | None") -> None:
     """Raise :class:`VocabularyMismatch` unless ``vocabulary`` writes the index's token ids:
     the one check of an index against a vocabulary, whatever opens it (a file, PostgreSQL,
     ``ask``, ``eval``, the server and its engines).
@@ -580,15 +580,14 @@ def check_vocabulary(index: "TreeIndex | IndexInfo", vocabulary: "VocabularyLike
     :func:`~refactx_index.vocab.as_vocabulary` takes. The same ``tokenizer.json`` (by sha256)
     passes at once and a vocabulary of another size fails. Otherwise (another file, or a
     tokenizer object, whose fingerprint is not its file's) a few stored facts, decoded and
-    encoded again as the tokenize stage does, must give back their own ids; given only an
-    index's ``IndexInfo`` (no facts to try), another file's fingerprint fails.
+    encoded again as the tokenize stage does, must give back their own ids.
     """
     from .errors import VocabularyMismatch
     from .vocab import as_vocabulary, encode_facts
 
     if vocabulary is None:
         return
-    info = index if isinstance(index, IndexInfo) else index.info
+    info = index.info
     built = f"index {info.name!r} was built for vocabulary {info.tokenizer!r}"
     if isinstance(vocabulary, str) and not os.path.exists(vocabulary):
         if vocabulary not in (info.tokenizer, info.tokenizer_hash):
@@ -600,11 +599,6 @@ def check_vocabulary(index: "TreeIndex | IndexInfo", vocabulary: "VocabularyLike
     if info.vocab_size and vocab.vocab_size != info.vocab_size:
         raise VocabularyMismatch(f"{built} of {info.vocab_size} tokens; the vocabulary given has "
                                  f"{vocab.vocab_size}: build the index with the model's tokenizer.json")
-    if isinstance(index, IndexInfo):
-        if vocab.from_file and info.tokenizer_hash:
-            raise VocabularyMismatch(f"{built} (sha256 {info.tokenizer_hash[:12]}), not for {vocab.file!r} "
-                                     f"(sha256 {vocab.sha256[:12]})")
-        return
     facts = sample_facts(index)
     texts = [vocab.continuation(f) for f in facts]
     prefix, suffix = info.fact_prefix, info.fact_suffix
