@@ -36,9 +36,10 @@ import torch
 
 from ..batch import BatchMatcher
 from ..errors import ConfigError
-from ..index import TreeIndex
+from ..index import TreeIndex, check_vocabulary
 from ..matcher import FactMatcher
-from .core import check_index_vocabulary, index_triggers, open_indexes
+from ..vocab import VocabularyLike
+from .core import index_triggers, open_indexes
 
 from sglang.srt.constrained.base_grammar_backend import (
     BaseGrammarBackend,
@@ -65,7 +66,7 @@ def register(indexes: Mapping[str, str | TreeIndex], *, name: str = BACKEND_NAME
     specs = {k: v for k, v in indexes.items() if isinstance(v, str)}
     opened = {**open_indexes(specs), **{k: v for k, v in indexes.items() if not isinstance(v, str)}}
 
-    def create(server_args: Any, tokenizer: Any, vocab_size: int, eos_token_ids: Any = None) -> "FactGrammarBackend":
+    def create(server_args: Any, tokenizer: VocabularyLike, vocab_size: int, eos_token_ids: Any = None) -> "FactGrammarBackend":
         return FactGrammarBackend(opened, tokenizer, vocab_size, eos_token_ids, trigger=trigger)
 
     register_grammar_backend(name, create)
@@ -74,7 +75,7 @@ def register(indexes: Mapping[str, str | TreeIndex], *, name: str = BACKEND_NAME
 class FactGrammarBackend(BaseGrammarBackend):
     """One :class:`BatchMatcher` per index; grammar objects are slots in them."""
 
-    def __init__(self, indexes: Mapping[str, TreeIndex], tokenizer: Any, vocab_size: int,
+    def __init__(self, indexes: Mapping[str, TreeIndex], tokenizer: VocabularyLike, vocab_size: int,
                  eos_token_ids: Sequence[int] | None = None, *, trigger: str | None = None) -> None:
         super().__init__()
         if not indexes:
@@ -85,7 +86,7 @@ class FactGrammarBackend(BaseGrammarBackend):
         if not eos:
             raise ConfigError("the model names no end-of-sequence token")
         for name, ix in indexes.items():
-            check_index_vocabulary(ix, name, None, tokenizer)
+            check_vocabulary(ix, tokenizer)
         triggers = index_triggers(tokenizer, indexes, trigger)
         self.vocab_size = int(vocab_size)
         self.matchers = {name: BatchMatcher(FactMatcher(ix, triggers[name], eos)) for name, ix in indexes.items()}

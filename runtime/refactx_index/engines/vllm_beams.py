@@ -27,7 +27,7 @@ facts its tokens wrote, as the matcher read them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from ..batch import BatchMatcher
 from ..index import TreeIndex
 from ..matcher import FACT, FactMatcher
 from .core import index_trigger, trigger_variants
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 __all__ = ["BeamHypothesis", "beam_search", "constrained_beams"]
@@ -96,7 +99,7 @@ def beam_search(llm: Any, prompts: Sequence[Sequence[int]], index: TreeIndex, *,
 
 
 def constrained_beams(score: Callable[[list[tuple[list[int], np.ndarray | None]], int], list[dict[int, float]]],
-                      tokenizer: Any, prompts: Sequence[Sequence[int]], index: TreeIndex, *, beam_width: int,
+                      tokenizer: "PreTrainedTokenizerBase", prompts: Sequence[Sequence[int]], index: TreeIndex, *, beam_width: int,
                       max_tokens: int, length_penalty: float, eos_ids: Sequence[int], trigger: str | None = None,
                       in_fact: Sequence[bool] | None = None) -> list[list[BeamHypothesis]]:
     """The search itself, over any engine: ``score(requests, top)`` gives, for each request
