@@ -204,8 +204,9 @@ def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str
 class EntitiesFirst:
     """A logits processor after the fact constraint: in a row whose reply is writing a fact's
     subject (after the last trigger, no ``>`` yet) and still follows one of its question's
-    entities, only the tokens that continue one of them stay allowed (when the constraint
-    leaves one; else nothing changes). Rows are ``questions x beams``."""
+    entities or an object of a fact the reply wrote before (so that a chain goes on from the
+    first fact's object), only the tokens that continue one of them stay allowed (when the
+    constraint leaves one; else nothing changes). Rows are ``questions x beams``."""
 
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", entities: Sequence[Sequence[str]], prompt_width: int,
                  trigger: str,
@@ -213,6 +214,7 @@ class EntitiesFirst:
         self.tokenizer, self.width, self.trigger, self.beams, self.prefill = (
             tokenizer, prompt_width, trigger, max(num_beams, 1), prefill)
         self.targets = [[f"{fact_prefix}<{e}>" for e in row] for row in entities]
+        self.fact_prefix = fact_prefix
         self.pieces = _token_pieces(tokenizer)
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
@@ -229,6 +231,7 @@ class EntitiesFirst:
             written = text[at + len(self.trigger):]
             if ">" in written or "\n" in written:
                 continue
+            targets = targets + [f"{self.fact_prefix}<{o}>" for o in _written_objects(text[:at], self.trigger)]
             wanted = sorted({t for target in targets if target.startswith(written)
                              for t in _continuations(self.pieces, target[len(written):])})
             if not wanted:
@@ -266,16 +269,17 @@ class GroundedAnswer:
         return self._known[text]
 
     def candidates(self, before: str) -> list[str]:
-        """The answers the reply text ``before`` its ``Answer:`` allows."""
+        """The answers the reply text ``before`` its ``Answer:`` allows: the objects of the
+        stored facts it wrote that no written fact starts from (a chain's middle step and the
+        question's own entity are what was looked up, not what was found), all their objects
+        when that leaves none, and "I don't know"."""
         from .prompt import UNKNOWN
 
-        names: list[str] = []
-        for m in re.finditer(re.escape(self.trigger) + r"[ \t]*(<[^\n]*?> \.)", before):
-            text = m.group(1)
-            parts = text[1:-3].split("> <") if text.endswith("> .") else []
-            if len(parts) >= 3 and self.stored(text):
-                names += [parts[0], parts[-1]]
-        return [f" {n}." for n in dict.fromkeys(names)] + [f" {UNKNOWN}"]
+        facts = [parts for parts in _written_facts(before, self.trigger) if self.stored(parts[-1])]
+        subjects = {f[0] for f in facts}
+        objects = list(dict.fromkeys(f[-2] for f in facts))
+        names = [o for o in objects if o not in subjects] or objects
+        return [f" {n}." for n in names] + [f" {UNKNOWN}"]
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
@@ -302,6 +306,23 @@ class GroundedAnswer:
                 row[self.eos] = 0.0
             scores[r] = row
         return scores
+
+
+def _written_facts(text: str, trigger: str) -> list[tuple[str, ...]]:
+    """The complete facts ``<s> <p> <o> .`` written after a trigger in ``text``, each as its
+    parts followed by its whole text."""
+    found = []
+    for m in re.finditer(re.escape(trigger) + r"[ \t]*(<[^\n]*?> \.)", text):
+        whole = m.group(1)
+        parts = whole[1:-3].split("> <")
+        if len(parts) >= 3:
+            found.append((*parts, whole))
+    return found
+
+
+def _written_objects(text: str, trigger: str) -> list[str]:
+    """The objects of the complete facts written after a trigger in ``text``, in order."""
+    return list(dict.fromkeys(f[-2] for f in _written_facts(text, trigger)))
 
 
 def _continuations(pieces: "_Pieces", target: str, beyond: bool = True) -> list[int]:
