@@ -205,24 +205,37 @@ class EntitiesFirst:
     """A logits processor after the fact constraint: in a row whose reply is writing a fact's
     subject (after the last trigger, no ``>`` yet) and still follows one of its question's
     entities or an object of a fact the reply wrote before (so that a chain goes on from the
-    first fact's object), only the tokens that continue one of them stay allowed (when the
-    constraint leaves one; else nothing changes). Rows are ``questions x beams``."""
+    first fact's object), only the next token of one of them stays allowed (when the
+    constraint leaves one; else nothing changes). Each name is followed in the ids the index
+    stores it in (encoded as the tokenize stage encodes facts): a token that only spells a
+    prefix of the name (``S`` of ``Sugar``) would lead to another subject of the tree. Rows
+    are ``questions x beams``."""
 
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", entities: Sequence[Sequence[str]], prompt_width: int,
                  trigger: str,
                  fact_prefix: str, num_beams: int, prefill: str = ""):
         self.tokenizer, self.width, self.trigger, self.beams, self.prefill = (
             tokenizer, prompt_width, trigger, max(num_beams, 1), prefill)
-        self.targets = [[f"{fact_prefix}<{e}>" for e in row] for row in entities]
+        self.entities = [list(row) for row in entities]
         self.fact_prefix = fact_prefix
-        self.pieces = _token_pieces(tokenizer)
+        self._paths: dict[str, tuple[tuple[int, ...], list[str]]] = {}
+
+    def path(self, name: str) -> tuple[tuple[int, ...], list[str]]:
+        """The ids of ``fact_prefix <name>`` as stored, and the text of each of their prefixes."""
+        found = self._paths.get(name)
+        if found is None:
+            from .vocab import encode_facts
+
+            ids = tuple(encode_facts(_fact_tokenizer(self.tokenizer), [f"<{name}>"], (), self.fact_prefix, "").ids(0))
+            found = self._paths[name] = (ids, [self.tokenizer.decode(list(ids[:k])) for k in range(len(ids))])
+        return found
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
         for r in range(input_ids.shape[0]):
-            targets = self.targets[r // self.beams]
-            if not targets:
+            entities = self.entities[r // self.beams]
+            if not entities:
                 continue
             text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
             at = text.rfind(self.trigger)
@@ -231,9 +244,9 @@ class EntitiesFirst:
             written = text[at + len(self.trigger):]
             if ">" in written or "\n" in written:
                 continue
-            targets = targets + [f"{self.fact_prefix}<{o}>" for o in _written_objects(text[:at], self.trigger)]
-            wanted = sorted({t for target in targets if target.startswith(written)
-                             for t in _continuations(self.pieces, target[len(written):])})
+            names = entities + _written_objects(text[:at], self.trigger)
+            wanted = sorted({ids[k] for ids, texts in map(self.path, names)
+                             for k in range(len(ids)) if texts[k] == written})
             if not wanted:
                 continue
             keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)

@@ -225,6 +225,7 @@ def index_examples(index: Any, tokenizer: "VocabularyLike") -> tuple[tuple[str, 
     if s:
         r, o = found
         examples.append((f"What is {s} {r}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: {o}."))
+    first_single = len(examples)
     s, found = pick(chain)
     if s:
         r1, o1, r2, ends = found
@@ -245,7 +246,9 @@ def index_examples(index: Any, tokenizer: "VocabularyLike") -> tuple[tuple[str, 
     if s:
         other, r, o = found
         examples.append((f"What is {s} {other}?", f"I need the {other} of {s}.\n{_fact(s, r, o)}\nAnswer: {UNKNOWN}"))
-    return tuple(examples)
+    # a small model copies the example it read last: the single fact answered closes the list,
+    # the "I don't know" opens it
+    return tuple(examples[first_single:][::-1] + examples[:first_single])
 
 
 _FITTED: "weakref.WeakKeyDictionary[Any, Prompt]" = weakref.WeakKeyDictionary()
