@@ -213,7 +213,8 @@ def test_the_prompt_is_drawn_from_the_index_and_rendered_as_text_without_a_chat_
 
     tok = open_tokenizer(str(tokenizer_dir("qwen2.5")))
     index = MemoryTreeIndex.from_facts(MOVIE_FACTS, tok)
-    examples = index_examples(index, tok)
+    examples = index_examples(index, tok, unknown=True)
+    assert index_examples(index, tok) == tuple(e for e in examples if not e[1].endswith(UNKNOWN))
     stored = set(MOVIE_FACTS)
     for _, answer in examples:  # every fact an example writes is a stored one
         assert all(line[len("Fact: "):] in stored for line in answer.splitlines() if line.startswith("Fact:"))

@@ -224,9 +224,8 @@ class EntitiesFirst:
         """The ids of ``fact_prefix <name>`` as stored, and the text of each of their prefixes."""
         found = self._paths.get(name)
         if found is None:
-            from .vocab import encode_facts
-
-            ids = tuple(encode_facts(_fact_tokenizer(self.tokenizer), [f"<{name}>"], (), self.fact_prefix, "").ids(0))
+            ids = tuple(encode_facts(as_vocabulary(self.tokenizer).tokenizer(), [f"<{name}>"], (), self.fact_prefix,
+                                     "").ids(0))
             found = self._paths[name] = (ids, [self.tokenizer.decode(list(ids[:k])) for k in range(len(ids))])
         return found
 
@@ -295,30 +294,34 @@ class GroundedAnswer:
         return [f" {n}." for n in names] + [f" {UNKNOWN}"]
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        for r in range(input_ids.shape[0]):
+            self.mask_row(input_ids[r, self.width:].tolist(), scores[r])
+        return scores
+
+    def mask_row(self, generated: Sequence[int], scores: Any) -> None:
+        """Mask, in place, the next-token ``scores`` of one row whose reply so far is ``generated``."""
         import torch
 
-        for r in range(input_ids.shape[0]):
-            text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
-            at = text.rfind("\nAnswer:")
-            at = at + 1 if at >= 0 else (0 if text.startswith("Answer:") else -1)
-            if at < 0:
-                continue
-            written = text[at + len("Answer:"):]
-            targets = [c for c in self.candidates(text[:at]) if c.startswith(written) or written.startswith(c)]
-            if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
-                wanted = self.eos
-            else:
-                wanted = sorted({t for c in targets for t in _continuations(self.pieces, c[len(written):], False)})
-            row = torch.full_like(scores[r], float("-inf"))
-            if wanted:
-                keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
-                row[keep] = scores[r, keep]
-                if not torch.isfinite(row[keep]).any():  # masked before: the choice stays open
-                    row[keep] = 0.0
-            else:
-                row[self.eos] = 0.0
-            scores[r] = row
-        return scores
+        text = self.prefill + self.tokenizer.decode(list(generated), skip_special_tokens=True)
+        at = text.rfind("\nAnswer:")
+        at = at + 1 if at >= 0 else (0 if text.startswith("Answer:") else -1)
+        if at < 0:
+            return
+        written = text[at + len("Answer:"):]
+        targets = [c for c in self.candidates(text[:at]) if c.startswith(written) or written.startswith(c)]
+        if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
+            wanted = self.eos
+        else:
+            wanted = sorted({t for c in targets for t in _continuations(self.pieces, c[len(written):], False)})
+        row = torch.full_like(scores, float("-inf"))
+        if wanted:
+            keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
+            row[keep] = scores[keep]
+            if not torch.isfinite(row[keep]).any():  # masked before: the choice stays open
+                row[keep] = 0.0
+        else:
+            row[self.eos] = 0.0
+        scores.copy_(row)
 
 
 def _written_facts(text: str, trigger: str) -> list[tuple[str, ...]]:
