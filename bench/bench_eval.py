@@ -14,7 +14,7 @@ questions of each hop (``refactx_index.evaluation.stratified_sample``); each var
 ``refactx_index.prompt.fitted_prompt``): ``free`` (the paper's: the model may answer without
 a fact), ``prefill`` (every reply opens with ``Fact:``), ``entities`` (``prefill`` and the
 question's own entities only at a fact's subject), ``grounded`` (``prefill`` and the answer
-an entity of a stored fact written, or "I don't know"). Written: ``docs/figures/eval-metaqa-dev.json``
+an object of a stored fact written, or "I don't know"), ``entities-grounded`` (both). Written: ``docs/figures/eval-metaqa-dev.json``
 (date, commit, machine, command, every variant's summary and answers), ``.md`` and ``.png``.
 
 1. the indexes, built with the model's own tokenizer: the finance example in process
@@ -50,7 +50,8 @@ SETS = {"finance": ROOT / "bench" / "questions" / "finance.jsonl",
         "wikidata-sample500": ROOT / "bench" / "questions" / "wikidata-sample500.jsonl"}
 VARIANTS = {"free": {}, "prefill": {"prefill_fact": True},
             "entities": {"prefill_fact": True, "entities_first": True},
-            "grounded": {"prefill_fact": True, "grounded": True}}
+            "grounded": {"prefill_fact": True, "grounded": True},
+            "entities-grounded": {"prefill_fact": True, "entities_first": True, "grounded": True}}
 
 
 def metaqa_index(tokenizer_dir: Path):

@@ -152,8 +152,9 @@ def smollm2_tokenizer():
 
 
 def test_grounded_answers_never_let_out_a_name_no_stored_written_fact_holds(smollm2_tokenizer):
-    """Whatever the model's scores, the text after ``Answer:`` ends as a subject or object of a
-    stored fact written before it, or "I don't know.", then the reply ends."""
+    """Whatever the model's scores, the text after ``Answer:`` ends as an object of a stored
+    fact written before it (not the subject a fact was looked up from), or "I don't know.",
+    then the reply ends."""
     import torch
     from hypothesis import given, settings, strategies as st
 
@@ -163,7 +164,7 @@ def test_grounded_answers_never_let_out_a_name_no_stored_written_fact_holds(smol
     prompt = tok("Question: who directed Kismet?\n", add_special_tokens=False)["input_ids"]
     reply = tok(FACTS_WRITTEN, add_special_tokens=False)["input_ids"]
     eos = [tok.eos_token_id]
-    allowed = {" Kismet.", " William Dieterle.", " Drama, War (1944).", " I don't know."}
+    allowed = {" William Dieterle.", " Drama, War (1944).", " I don't know."}
     size = len(tok)
 
     @given(seed=st.integers(0, 2**31 - 1), bias=st.sampled_from(["none", "eos", "other"]))
@@ -212,7 +213,8 @@ def test_the_prompt_is_drawn_from_the_index_and_rendered_as_text_without_a_chat_
 
     tok = open_tokenizer(str(tokenizer_dir("qwen2.5")))
     index = MemoryTreeIndex.from_facts(MOVIE_FACTS, tok)
-    examples = index_examples(index, tok)
+    examples = index_examples(index, tok, unknown=True)
+    assert index_examples(index, tok) == tuple(e for e in examples if not e[1].endswith(UNKNOWN))
     stored = set(MOVIE_FACTS)
     for _, answer in examples:  # every fact an example writes is a stored one
         assert all(line[len("Fact: "):] in stored for line in answer.splitlines() if line.startswith("Fact:"))

@@ -5,6 +5,7 @@ what the client does not send: malformed JSON, oversized bodies)."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -124,6 +125,22 @@ def test_a_path_index_is_served_after_path_with_the_path_prompt(client, server):
 def test_the_unconstrained_model_is_asked_with_a_null_index(client):
     reply = _ask(client, "What is the capital of Germany?", extra_body={"refactx": {"index": None}})
     assert reply.choices[0].message.content and "facts" in reply.model_extra
+
+
+def test_a_grounded_answer_is_an_object_of_a_stored_fact_written_or_i_dont_know(client, server):
+    for question in QUESTIONS:
+        reply = _ask(client, question, extra_body={"refactx": {"grounded": True}})
+        text = reply.choices[0].message.content
+        opened = [m.end() for m in re.finditer(r"(?m)^Answer:", text)]
+        if not opened or reply.choices[0].finish_reason != "stop":  # no answer, or one cut by max_tokens
+            continue
+        answer = text[opened[-1]:].strip()
+        written = [f["text"] for f in reply.model_extra["facts"] if f["stored"] and f["complete"]]
+        objects = {t.strip().removesuffix(" .").rsplit("> <", 1)[-1].rstrip(">") for t in written}
+        assert answer in {f"{o}." for o in objects} | {"I don't know."}, (text, written)
+    for bad, why in (({"grounded": "yes"}, "true or false"), ({"grounded": True, "index": None}, "needs an index")):
+        with pytest.raises(openai.BadRequestError, match=why):
+            _ask(client, "Hi", extra_body={"refactx": bad})
 
 
 def test_bad_requests_get_their_status_and_the_next_request_succeeds(client, server):

@@ -204,23 +204,37 @@ def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str
 class EntitiesFirst:
     """A logits processor after the fact constraint: in a row whose reply is writing a fact's
     subject (after the last trigger, no ``>`` yet) and still follows one of its question's
-    entities, only the tokens that continue one of them stay allowed (when the constraint
-    leaves one; else nothing changes). Rows are ``questions x beams``."""
+    entities or an object of a fact the reply wrote before (so that a chain goes on from the
+    first fact's object), only the next token of one of them stays allowed (when the
+    constraint leaves one; else nothing changes). Each name is followed in the ids the index
+    stores it in (encoded as the tokenize stage encodes facts): a token that only spells a
+    prefix of the name (``S`` of ``Sugar``) would lead to another subject of the tree. Rows
+    are ``questions x beams``."""
 
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", entities: Sequence[Sequence[str]], prompt_width: int,
                  trigger: str,
                  fact_prefix: str, num_beams: int, prefill: str = ""):
         self.tokenizer, self.width, self.trigger, self.beams, self.prefill = (
             tokenizer, prompt_width, trigger, max(num_beams, 1), prefill)
-        self.targets = [[f"{fact_prefix}<{e}>" for e in row] for row in entities]
-        self.pieces = _token_pieces(tokenizer)
+        self.entities = [list(row) for row in entities]
+        self.fact_prefix = fact_prefix
+        self._paths: dict[str, tuple[tuple[int, ...], list[str]]] = {}
+
+    def path(self, name: str) -> tuple[tuple[int, ...], list[str]]:
+        """The ids of ``fact_prefix <name>`` as stored, and the text of each of their prefixes."""
+        found = self._paths.get(name)
+        if found is None:
+            ids = tuple(encode_facts(as_vocabulary(self.tokenizer).tokenizer(), [f"<{name}>"], (), self.fact_prefix,
+                                     "").ids(0))
+            found = self._paths[name] = (ids, [self.tokenizer.decode(list(ids[:k])) for k in range(len(ids))])
+        return found
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
         for r in range(input_ids.shape[0]):
-            targets = self.targets[r // self.beams]
-            if not targets:
+            entities = self.entities[r // self.beams]
+            if not entities:
                 continue
             text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
             at = text.rfind(self.trigger)
@@ -229,8 +243,9 @@ class EntitiesFirst:
             written = text[at + len(self.trigger):]
             if ">" in written or "\n" in written:
                 continue
-            wanted = sorted({t for target in targets if target.startswith(written)
-                             for t in _continuations(self.pieces, target[len(written):])})
+            names = entities + _written_objects(text[:at], self.trigger)
+            wanted = sorted({ids[k] for ids, texts in map(self.path, names)
+                             for k in range(len(ids)) if texts[k] == written})
             if not wanted:
                 continue
             keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
@@ -266,42 +281,64 @@ class GroundedAnswer:
         return self._known[text]
 
     def candidates(self, before: str) -> list[str]:
-        """The answers the reply text ``before`` its ``Answer:`` allows."""
+        """The answers the reply text ``before`` its ``Answer:`` allows: the objects of the
+        stored facts it wrote that no written fact starts from (a chain's middle step and the
+        question's own entity are what was looked up, not what was found), all their objects
+        when that leaves none, and "I don't know"."""
         from .prompt import UNKNOWN
 
-        names: list[str] = []
-        for m in re.finditer(re.escape(self.trigger) + r"[ \t]*(<[^\n]*?> \.)", before):
-            text = m.group(1)
-            parts = text[1:-3].split("> <") if text.endswith("> .") else []
-            if len(parts) >= 3 and self.stored(text):
-                names += [parts[0], parts[-1]]
-        return [f" {n}." for n in dict.fromkeys(names)] + [f" {UNKNOWN}"]
+        facts = [parts for parts in _written_facts(before, self.trigger) if self.stored(parts[-1])]
+        subjects = {f[0] for f in facts}
+        objects = list(dict.fromkeys(f[-2] for f in facts))
+        names = [o for o in objects if o not in subjects] or objects
+        return [f" {n}." for n in names] + [f" {UNKNOWN}"]
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        for r in range(input_ids.shape[0]):
+            self.mask_row(input_ids[r, self.width:].tolist(), scores[r])
+        return scores
+
+    def mask_row(self, generated: Sequence[int], scores: Any) -> None:
+        """Mask, in place, the next-token ``scores`` of one row whose reply so far is ``generated``."""
         import torch
 
-        for r in range(input_ids.shape[0]):
-            text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
-            at = text.rfind("\nAnswer:")
-            at = at + 1 if at >= 0 else (0 if text.startswith("Answer:") else -1)
-            if at < 0:
-                continue
-            written = text[at + len("Answer:"):]
-            targets = [c for c in self.candidates(text[:at]) if c.startswith(written) or written.startswith(c)]
-            if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
-                wanted = self.eos
-            else:
-                wanted = sorted({t for c in targets for t in _continuations(self.pieces, c[len(written):], False)})
-            row = torch.full_like(scores[r], float("-inf"))
-            if wanted:
-                keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
-                row[keep] = scores[r, keep]
-                if not torch.isfinite(row[keep]).any():  # masked before: the choice stays open
-                    row[keep] = 0.0
-            else:
-                row[self.eos] = 0.0
-            scores[r] = row
-        return scores
+        text = self.prefill + self.tokenizer.decode(list(generated), skip_special_tokens=True)
+        at = text.rfind("\nAnswer:")
+        at = at + 1 if at >= 0 else (0 if text.startswith("Answer:") else -1)
+        if at < 0:
+            return
+        written = text[at + len("Answer:"):]
+        targets = [c for c in self.candidates(text[:at]) if c.startswith(written) or written.startswith(c)]
+        if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
+            wanted = self.eos
+        else:
+            wanted = sorted({t for c in targets for t in _continuations(self.pieces, c[len(written):], False)})
+        row = torch.full_like(scores, float("-inf"))
+        if wanted:
+            keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
+            row[keep] = scores[keep]
+            if not torch.isfinite(row[keep]).any():  # masked before: the choice stays open
+                row[keep] = 0.0
+        else:
+            row[self.eos] = 0.0
+        scores.copy_(row)
+
+
+def _written_facts(text: str, trigger: str) -> list[tuple[str, ...]]:
+    """The complete facts ``<s> <p> <o> .`` written after a trigger in ``text``, each as its
+    parts followed by its whole text."""
+    found = []
+    for m in re.finditer(re.escape(trigger) + r"[ \t]*(<[^\n]*?> \.)", text):
+        whole = m.group(1)
+        parts = whole[1:-3].split("> <")
+        if len(parts) >= 3:
+            found.append((*parts, whole))
+    return found
+
+
+def _written_objects(text: str, trigger: str) -> list[str]:
+    """The objects of the complete facts written after a trigger in ``text``, in order."""
+    return list(dict.fromkeys(f[-2] for f in _written_facts(text, trigger)))
 
 
 def _continuations(pieces: "_Pieces", target: str, beyond: bool = True) -> list[int]:

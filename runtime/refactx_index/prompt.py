@@ -162,13 +162,15 @@ def branch_facts(index: Any, count: int = 16) -> list[tuple[int, ...]]:
     return facts
 
 
-def index_examples(index: Any, tokenizer: "VocabularyLike") -> tuple[tuple[str, str], ...]:
+def index_examples(index: Any, tokenizer: "VocabularyLike", unknown: bool = False) -> tuple[tuple[str, str], ...]:
     """Worked examples from ``index``'s own facts (``<s> <r> <o> .``), one per kind of
-    question, in this order, each where the index has what it needs: a single fact (a
-    relation with one object); a chain of two facts, the second starting from the first's
-    object (one to three objects, all written); a yes/no answered from a fact; a list (a
-    relation with two or three objects, all written); and an "I don't know" (a relation the
-    subject has no fact of: the fact written does not answer). Each example is about another
+    question, each where the index has what it needs: a single fact (a relation with one
+    object); a chain of two facts, the second starting from the first's object (one to three
+    objects, all written); a yes/no answered from a fact; a list (a relation with two or three
+    objects, all written); and, only with ``unknown``, an "I don't know" (a relation the subject
+    has no fact of: the fact written does not answer; SmolLM2-135M shown it answered "I don't
+    know" after the very fact that held the answer, on MetaQA dev: docs/evaluation.md). The
+    single fact comes last, the "I don't know" first. Each example is about another
     subject where the index has enough of them (a model shown one subject again and again
     copies it), taken from the tree's most populous branches, so the choice is fixed per index."""
     from .explore import objects, relations
@@ -225,6 +227,7 @@ def index_examples(index: Any, tokenizer: "VocabularyLike") -> tuple[tuple[str, 
     if s:
         r, o = found
         examples.append((f"What is {s} {r}?", f"I need the {r} of {s}.\n{_fact(s, r, o)}\nAnswer: {o}."))
+    first_single = len(examples)
     s, found = pick(chain)
     if s:
         r1, o1, r2, ends = found
@@ -241,11 +244,13 @@ def index_examples(index: Any, tokenizer: "VocabularyLike") -> tuple[tuple[str, 
         r, objs = found
         facts = "\n".join(_fact(s, r, x) for x in objs)
         examples.append((f"What are all {s} {r}?", f"I need every {r} of {s}.\n{facts}\nAnswer: {', '.join(objs)}."))
-    s, found = pick(missing)
+    s, found = pick(missing) if unknown else (None, None)
     if s:
         other, r, o = found
         examples.append((f"What is {s} {other}?", f"I need the {other} of {s}.\n{_fact(s, r, o)}\nAnswer: {UNKNOWN}"))
-    return tuple(examples)
+    # a small model copies the example it read last: the single fact answered closes the list,
+    # the "I don't know" opens it
+    return tuple(examples[first_single:][::-1] + examples[:first_single])
 
 
 _FITTED: "weakref.WeakKeyDictionary[Any, Prompt]" = weakref.WeakKeyDictionary()

@@ -292,9 +292,9 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             options = {}
         if not isinstance(options, dict):
             raise _Refused(400, '"refactx" must be an object, e.g. {"index": "NAME"}', "invalid_request")
-        extra = set(options) - {"index", "prompt"}
+        extra = set(options) - {"index", "prompt", "grounded"}
         if extra:
-            raise _Refused(400, f'"refactx" takes "index" and "prompt", not {sorted(map(str, extra))}',
+            raise _Refused(400, f'"refactx" takes "index", "prompt" and "grounded", not {sorted(map(str, extra))}',
                            "invalid_request")
         if options.get("prompt", "refactx") not in ("refactx", "none"):
             raise _Refused(400, '"refactx.prompt" is "refactx" or "none"', "invalid_request")
@@ -304,6 +304,19 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             if index not in engine.indexes:
                 raise _Refused(404, f"unknown index {index!r}; served: {sorted(engine.indexes)}", "index_not_found")
         return index
+
+    def grounded_of(body: dict[str, Any], index: str | None) -> bool:
+        """``refactx.grounded``: the answer an object of a stored fact the reply wrote."""
+        grounded = (body.get("refactx") or {}).get("grounded", False)
+        if not isinstance(grounded, bool):
+            raise _Refused(400, '"refactx.grounded" is true or false', "invalid_request")
+        if grounded and index is None:
+            raise _Refused(400, '"refactx.grounded" needs an index: its answers come from the facts written',
+                           "invalid_request")
+        if grounded and not getattr(engine, "grounded_answers", False):
+            raise _Refused(400, '"refactx.grounded" is served by the transformers engine (refactx serve --engine '
+                                'transformers)', "invalid_request")
+        return grounded
 
     def check_model(body: dict[str, Any]) -> None:
         model = body.get("model")
@@ -419,6 +432,7 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             check_model(body)
             index = index_of(body)
             params = decoding(body)
+            params["grounded"] = grounded_of(body, index)
             turns = chat_turns(body, index) if chat else None
             if not chat:
                 _text(body.get("prompt"), "prompt")

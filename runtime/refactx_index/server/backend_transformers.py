@@ -59,10 +59,22 @@ class _Rows:
                 else:
                     gen.seed()  # its own random seed; torch's global generator is left alone
                 self.generators[r] = gen
+        self.grounded: dict[int, Any] = {}
+        for r, job in enumerate(jobs):
+            if job.grounded and job.index is not None:
+                from ..ask import GroundedAnswer
+                from ..engines.core import index_trigger
+
+                trigger = index_trigger(engine.indexes[job.index])
+                self.grounded[r] = GroundedAnswer(engine.tokenizer, width, trigger, sorted(engine.eos),
+                                                  stored=lambda text: True)
 
     def __call__(self, input_ids, scores):  # the logits processor
         started = time.perf_counter()
         self.engine.constraint.apply(scores, self.rows)
+        for r, grounded in self.grounded.items():
+            if not self.done[r]:
+                grounded.mask_row(input_ids[r, self.width:].tolist(), scores[r])
         self.engine.constraint_seconds += time.perf_counter() - started
         for r, gen in self.generators.items():
             if not self.done[r]:
@@ -130,6 +142,8 @@ class _Rows:
 
 class TransformersEngine:
     """Generation for the server (module doc). ``indexes``: name -> index."""
+
+    grounded_answers = True  # honours Job.grounded
 
     def __init__(self, loaded: LoadedModel, indexes: dict[str, TreeIndex], *, max_batch: int = 16) -> None:
         self.loaded = loaded

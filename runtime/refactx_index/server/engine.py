@@ -45,6 +45,9 @@ class Job:
     error: BaseException | None = None
     build_id: int | None = None
     constraint_seconds: float = 0.0
+    # the text after "Answer:" an object of a stored fact the reply wrote, or "I don't know."
+    # (ask.GroundedAnswer); needs an index
+    grounded: bool = False
 
 
 class Engine(Protocol):
