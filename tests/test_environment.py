@@ -41,7 +41,7 @@ PIPELINE_MODULES = {
 }
 # Runtime submodules that exist to use an optional extra (generation: torch, transformers;
 # an engine adapter imports its engine: vLLM lives in its own virtual environment)
-OPTIONAL_EXTRA_SUBMODULES = re.compile(r"^refactx_index\.(generat\w*|logits\w*|hf\w*|engines\.(transformers|vllm))$")
+OPTIONAL_EXTRA_SUBMODULES = re.compile(r"^refactx_index\.(generat\w*|logits\w*|hf\w*|engines\.(transformers|vllm|vllm_beams|sglang))$")
 
 
 def _pinned(requirement_file: Path, name: str) -> str | None:
