@@ -17,7 +17,7 @@ import pytest
 
 from .test_engine_vllm import VLLM_PYTHON
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 openai = pytest.importorskip("openai")
 QUESTIONS = {"What is the capital of Germany?": "Germany", "Which continent is Japan in?": "Japan"}
