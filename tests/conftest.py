@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
         if "::" in arg:
             with contextlib.suppress(ValueError):
                 _partial_files.add(Path(arg.partition("::")[0]).resolve().relative_to(config.rootpath).as_posix())
-    recorded = config.cache.get(FILE_SECONDS_KEY, {}) if config.cache else {}
+    recorded = config.cache.get(FILE_SECONDS_KEY, {}) if getattr(config, "cache", None) else {}
     slow = {_file_of(item.nodeid) for item in items if item.get_closest_marker("slow")}
 
     def order(item) -> float:
@@ -87,7 +87,7 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(config, "workerinput"):  # a worker: the controller records
         config.workeroutput[PARTIAL_FILES_OUTPUT] = sorted(_partial_files)
         return
-    if config.cache is None or session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
+    if getattr(config, "cache", None) is None or session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
         return  # a run cut short: its files' times are partial
     measured = {path: round(s, 2) for path, s in _file_seconds.items() if path not in _partial_files}
     if measured:
