@@ -22,6 +22,10 @@ VOCABULARIES = ["qwen2.5", "llama3", "mistral-7b-v0.1", "phi-3-mini", "gpt2"]
 # A server for tests: REFACTX_TEST_PG (a DSN to an admin database), else the local
 # PostgreSQL at 127.0.0.1:5432 (README.md, "Try it"), else an embedded one started for the session.
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
+# the shared sample's verbalized facts, sorted (fixture sample_fact_texts)
+SAMPLE_FACTS = ROOT / "tests" / "golden" / "sample_facts.txt"
+# tests of the runtime that start no JVM: conftest refuses them the Spark fixture
+RUNTIME_TESTS = "tests/runtime/"
 
 
 # Longest files first. Under pytest-xdist's --dist loadfile (pytest.ini) files are handed to
@@ -44,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
         if "::" in arg:
             with contextlib.suppress(ValueError):
                 _partial_files.add(Path(arg.partition("::")[0]).resolve().relative_to(config.rootpath).as_posix())
-    recorded = config.cache.get(FILE_SECONDS_KEY, {}) if config.cache else {}
+    recorded = config.cache.get(FILE_SECONDS_KEY, {}) if getattr(config, "cache", None) else {}
     slow = {_file_of(item.nodeid) for item in items if item.get_closest_marker("slow")}
 
     def order(item) -> float:
@@ -54,6 +58,11 @@ def pytest_collection_modifyitems(config, items):
         return -float("inf") if path in slow else 0.0
 
     items.sort(key=order)  # stable: each file keeps its own order
+    jvm = [item.nodeid for item in items if item.nodeid.startswith(RUNTIME_TESTS)
+           and ("spark" in item.fixturenames or item.get_closest_marker("spark"))]
+    if jvm:
+        raise pytest.UsageError(f"{RUNTIME_TESTS} starts no JVM, but these tests ask for Spark "
+                                f"(move them to tests/pipeline or tests/integration): {jvm}")
 
 
 def pytest_deselected(items):
@@ -78,7 +87,7 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(config, "workerinput"):  # a worker: the controller records
         config.workeroutput[PARTIAL_FILES_OUTPUT] = sorted(_partial_files)
         return
-    if config.cache is None or session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
+    if getattr(config, "cache", None) is None or session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
         return  # a run cut short: its files' times are partial
     measured = {path: round(s, 2) for path, s in _file_seconds.items() if path not in _partial_files}
     if measured:
@@ -185,14 +194,20 @@ def sample_verbalized(spark, tmp_path_factory):
     return cfg
 
 
-@pytest.fixture(scope="session")
-def sample_fact_texts(sample_verbalized) -> list[str]:
-    """The shared sample's facts, verbalized by the pipeline's own stages (once per session)."""
+def verbalized_fact_texts(cfg) -> list[str]:
+    """The fact texts the verbalize stage wrote in ``cfg``'s work directory."""
     import pyarrow.dataset as ds
 
-    cfg = sample_verbalized
     table = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(columns=["text"])
     return table.column("text").to_pylist()
+
+
+@pytest.fixture(scope="session")
+def sample_fact_texts() -> list[str]:
+    """The shared sample's facts as the pipeline's verbalize stage writes them, one a line in
+    SAMPLE_FACTS: the runtime's tests build their indexes from them in process, with no JVM
+    (tests/test_provenance.py checks the file against the stage)."""
+    return SAMPLE_FACTS.read_text(encoding="utf-8").split("\n")[:-1]
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from .conftest import ROOT
 from .test_generation import corporate_facts
 from .test_generation import facts_after_triggers as facts_of
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 VLLM_PYTHON = Path(os.environ.get("REFACTX_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 QUESTIONS = ["Which country is Northern Ireland part of?", "What is the capital of Germany?",

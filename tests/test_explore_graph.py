@@ -16,8 +16,6 @@ from refactx_index.vocab import open_tokenizer
 
 from .conftest import tokenizer_dir
 
-pytestmark = [pytest.mark.spark]
-
 FACT = re.compile(r"^<(.*?)> <(.*?)> <(.*)> \.$")
 
 

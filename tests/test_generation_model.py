@@ -12,7 +12,7 @@ import pytest
 
 from .conftest import shared_path
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -86,7 +86,6 @@ def test_a_request_whose_build_is_dropped_gets_build_retired_and_the_retry_reads
         assert children(index.root(retry).next_tokens()) == expected_next(new, ())[0]
 
 
-@pytest.mark.spark
 @pytest.mark.slow
 def test_a_build_activated_mid_generation_serves_the_next_request_not_this_one(pg_dsn, sample_fact_texts):
     """The real model asks about Germany on a build that has its facts; the first token it

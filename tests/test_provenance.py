@@ -462,3 +462,18 @@ def test_runtime_fact_id_is_sparks_xxhash64(spark):
     rows = spark.createDataFrame([(t,) for t in texts], "text string").select(
         "text", F.xxhash64("text").alias("id")).collect()
     assert [(r["text"], fact_id(r["text"])) for r in rows] == [(r["text"], r["id"]) for r in rows]
+
+
+def test_the_checked_in_sample_facts_are_what_the_stages_write(sample_verbalized):
+    """tests/golden/sample_facts.txt, the facts the runtime's tests build their indexes from, is
+    the verbalize stage's output on the shared sample (checked here, where the sample is verbalized
+    anyway). Regenerate it with
+    ``REFACTX_REGEN_GOLDEN=1 ./dev test tests/test_provenance.py -k sample_facts`` and review the diff."""
+    import os
+
+    from .conftest import SAMPLE_FACTS, verbalized_fact_texts
+
+    written = "".join(f"{text}\n" for text in sorted(verbalized_fact_texts(sample_verbalized)))
+    if os.environ.get("REFACTX_REGEN_GOLDEN"):
+        SAMPLE_FACTS.write_text(written, encoding="utf-8")
+    assert written == SAMPLE_FACTS.read_text(encoding="utf-8"), f"the verbalize stage no longer writes {SAMPLE_FACTS.name}"

@@ -71,7 +71,6 @@ def _post(url: str, body: dict, **kw) -> httpx.Response:
                       timeout=300, **kw)
 
 
-@pytest.mark.spark
 @pytest.mark.slow
 def test_a_huge_request_is_refused_while_another_client_is_answered_and_sigterm_stops_it_under_load(served):
     url, proc = served["url"], served["proc"]

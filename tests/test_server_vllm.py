@@ -25,7 +25,7 @@ from .test_engine_vllm import VLLM_PYTHON
 
 from .conftest import ROOT
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 openai = pytest.importorskip("openai")
 QUESTIONS = {"What is the capital of Germany?": "Germany", "Which continent is Japan in?": "Japan"}

@@ -284,3 +284,4 @@ def test_statements_merged_by_colliding_labels_are_counted(spark, cfg):
     assert counts["statements_kept"] == 4 and counts["facts"] == 2
     assert counts["statements_merged"] == {"duplicate_statement": 1, "same_text": 1}
     assert counts["by_kind"]["statement"] + sum(counts["statements_merged"].values()) == counts["statements_kept"]
+
