@@ -4,7 +4,7 @@
 ``refactx_index._step`` advances the batch matcher's common rows and collects its mask
 (``batch.BatchMatcher``). Both are optional: where no C compiler is at hand the install still
 succeeds and numpy does the same work, slower (``format.DECODER`` and ``batch.STEPPER`` say
-which; tests/test_format.py and tests/test_batch_matcher.py check that the project's own
+which; tests/runtime/test_format.py and tests/runtime/test_batch_matcher.py check that the project's own
 install has them).
 """
 

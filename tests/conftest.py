@@ -206,7 +206,7 @@ def verbalized_fact_texts(cfg) -> list[str]:
 def sample_fact_texts() -> list[str]:
     """The shared sample's facts as the pipeline's verbalize stage writes them, one a line in
     SAMPLE_FACTS: the runtime's tests build their indexes from them in process, with no JVM
-    (tests/test_provenance.py checks the file against the stage)."""
+    (tests/pipeline/test_provenance.py checks the file against the stage)."""
     return SAMPLE_FACTS.read_text(encoding="utf-8").split("\n")[:-1]
 
 

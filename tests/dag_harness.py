@@ -1,4 +1,4 @@
-"""The one harness of the DAG tests (tests/test_dags.py, tests/test_graph_dag.py): Airflow
+"""The one harness of the DAG tests (tests/integration/test_dags.py, tests/integration/test_graph_dag.py): Airflow
 imported under a temporary AIRFLOW_HOME, DAG files parsed with exactly the environment a test
 gives, and every task's command rendered as a running task instance would.
 

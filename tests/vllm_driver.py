@@ -1,4 +1,4 @@
-"""Runs vLLM for tests/test_engine_vllm.py, in the vLLM virtual environment (.venv-vllm).
+"""Runs vLLM for tests/runtime/test_engine_vllm.py, in the vLLM virtual environment (.venv-vllm).
 
 vLLM pins its own transformers, so it lives in a virtual environment of its own with the
 runtime wheel; this script is what the tests run there. It reads a JSON spec (argv[1]),

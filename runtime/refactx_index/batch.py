@@ -59,7 +59,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 # How a step's common rows are advanced and its mask collected: "compiled" (``_step.c``: one
 # loop over the rows, the rare rows left to the numpy code) where the runtime was installed
 # with it, else "numpy" (a constant number of whole-array calls). Both give the same states and
-# masks (tests/test_batch_matcher.py walks both). REFACTX_MATCHER=numpy in the environment, or
+# masks (tests/runtime/test_batch_matcher.py walks both). REFACTX_MATCHER=numpy in the environment, or
 # ``BatchMatcher(stepper="numpy")``, picks numpy (bench/bench_engines.py times both).
 STEPPERS = ("compiled", "numpy") if _step is not None else ("numpy",)
 STEPPER = os.environ.get("REFACTX_MATCHER") or STEPPERS[0]

@@ -847,7 +847,7 @@ if _fragment is not None:
     DECODERS["compiled"] = _decode_body_compiled
 # Which decoder ``decode_fragment`` uses: the compiled one where the runtime was installed with
 # it (a C compiler at install time), else numpy; both accept and refuse the same rows and fill
-# the same arrays (tests/test_format.py compares them). REFACTX_DECODER=numpy in the
+# the same arrays (tests/runtime/test_format.py compares them). REFACTX_DECODER=numpy in the
 # environment, or assigning this, picks numpy (bench/bench_decode.py times both).
 DECODER = os.environ.get("REFACTX_DECODER") or ("compiled" if _fragment is not None else "numpy")
 if DECODER not in DECODERS:

@@ -474,7 +474,7 @@ def _common_prefixes(mat: np.ndarray) -> np.ndarray:
 def _tree_rows(mat: np.ndarray, lengths: np.ndarray, lcp: np.ndarray, threshold: int,
                max_subtree_tokens: int) -> dict[bytes, bytes]:
     """``memory.build_rows`` of the sorted, distinct, -1-padded sequences ``mat``: the same
-    cut rule and the same bytes (tests/test_paths.py compares them), with each expanded
+    cut rule and the same bytes (tests/pipeline/test_paths.py compares them), with each expanded
     row's children found by numpy over its range and every whole-subtree row encoded in one
     ``encode_subtree_runs`` call (the pipeline's prefix rows job's encoder), so there is no
     Python work per sequence, only per row."""

@@ -7,7 +7,7 @@ row per source (layout ``rows``) are read as well. A fact is found by its ``fact
 verbalize computes as Spark's ``xxhash64(text)``. The runtime computes the same id from the text with
 :func:`fact_id` (XXH64, seed 42, over the text's UTF-8 bytes, as Spark's ``XXH64`` does),
 so the table needs no copy of the text (8 bytes a row instead of ~60) and its key is the
-id the rest of the pipeline already uses. ``tests/test_provenance.py`` checks it against
+id the rest of the pipeline already uses. ``tests/pipeline/test_provenance.py`` checks it against
 Spark on every fact of a build and on texts of every length class and script.
 
 Only stored facts are looked up: verbalize drops a fact whose id collides with another

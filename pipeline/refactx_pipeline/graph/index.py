@@ -6,7 +6,7 @@ rules the Spark stage ``graph`` applies as DataFrame operations), verbalized by
 ``refactx_index.vocab.encode_facts`` (what the tokenize stage calls) and cut into rows by
 ``refactx_index.memory.build_rows`` (the reference the prefix_rows job agrees with). The
 same graph and config give the same facts and token sequences as the Spark pipeline
-(``tests/test_graph.py``).
+(``tests/pipeline/test_graph.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Both builds of a corporate graph follow these rules (the ``[graph]`` config sect
 in-process build (``graph/index.py``) runs this module's Python, the Spark stage ``graph``
 (``graph/stage.py``) the same rules as DataFrame operations, and shares with it the parsers
 of N-Triples lines and Turtle files (:func:`ntriples_record`, :func:`turtle_records`);
-``tests/test_graph.py`` checks that both give the same statements, labels and counts.
+``tests/pipeline/test_graph.py`` checks that both give the same statements, labels and counts.
 
 - **reading**: triples as CSV, TSV or Parquet (subject, predicate, object, optional
   datatype; an empty datatype makes the object an entity id), a labels table (id, label,

@@ -2,7 +2,7 @@
 
 A stage is handed one ``StageContext`` and returns its counts. The context lives here, in
 the stages' own layer, because every stage module names it and a stage may not import the
-orchestrator above it (docs/architecture.md, checked by tests/test_environment.py); the
+orchestrator above it (docs/architecture.md, checked by tests/integration/test_environment.py); the
 orchestrator (``orchestration/pipeline.py``) builds one per stage and is the one place that
 checks it against the stage table: a stage that needs Spark gets a session, a database stage
 a DSN, validate and activate the build of every configured vocabulary, and no other stage

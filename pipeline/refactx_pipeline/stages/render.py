@@ -4,7 +4,7 @@ The in-process build of a corporate graph (``graph/index.py``) runs without Spar
 renders literals and writes facts with these functions. They follow the Spark expressions
 rule for rule: the same regular expressions (Java's ``\\d`` and ``\\s`` are ASCII, here
 spelled as classes; Java's ``(?U)\\s`` is Unicode White_Space), Spark's ``trim`` (spaces
-only). ``tests/test_graph.py`` checks them against every example of docs/verbalize.md, and
+only). ``tests/pipeline/test_graph.py`` checks them against every example of docs/verbalize.md, and
 the equality test against the Spark path on a whole graph.
 """
 

@@ -1,0 +1,230 @@
+"""MetaQA's own question files: the reader on the real dev files (skipped when ../shared has
+none), malformed lines counted, and ``refactx eval`` end to end with the real model on an
+index built from the slice of kb.txt that holds a few questions' facts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from refactx_index.errors import InputRefused
+from refactx_index.evaluation import MetaQAReader, read_question_file, stratified_sample
+
+METAQA = Path(__file__).resolve().parents[3] / "shared" / "data" / "metaqa"
+ROOT = Path(__file__).resolve().parents[2]
+needs_metaqa = pytest.mark.skipif(not (METAQA / "kb.txt").is_file(), reason="MetaQA is not in ../shared")
+
+
+@needs_metaqa
+@pytest.mark.parametrize("hop, count", [("1-hop", 9992), ("2-hop", 14872), ("3-hop", 14274)])
+def test_the_real_dev_files_are_read_whole(hop, count):
+    read = read_question_file(METAQA / hop / "qa_dev.txt")
+    assert len(read.questions) == count and read.rejected == []
+    first = read.questions[0]
+    lines = (METAQA / hop / "qa_dev.txt").read_text(encoding="utf-8").splitlines()
+    qtypes = (METAQA / hop / "qa_dev_qtype.txt").read_text(encoding="utf-8").splitlines()
+    text, answers = lines[0].split("\t")
+    assert first.topic == text[text.index("[") + 1:text.index("]")]
+    assert "[" not in first.question and first.topic in first.question
+    assert first.answers == tuple(answers.split("|")) and first.type == qtypes[0] and first.hop == hop
+    assert {q.type for q in read.questions} == set(qtypes)
+
+
+@needs_metaqa
+def test_a_stratified_sample_is_fixed_by_its_seed():
+    questions = (read_question_file(METAQA / "1-hop" / "qa_dev.txt").questions
+                 + read_question_file(METAQA / "2-hop" / "qa_dev.txt").questions)
+    a, b = stratified_sample(questions, 50, seed=7), stratified_sample(questions, 50, seed=7)
+    assert [q.id for q in a] == [q.id for q in b]
+    assert sum(q.hop == "1-hop" for q in a) == sum(q.hop == "2-hop" for q in a) == 50
+    assert [q.id for q in stratified_sample(questions, 50, seed=8)] != [q.id for q in a]
+
+
+def _write(folder: Path, lines: list[str], qtypes: list[str] | None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "qa_dev.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if qtypes is not None:
+        (folder / "qa_dev_qtype.txt").write_text("\n".join(qtypes) + "\n", encoding="utf-8")
+    return folder / "qa_dev.txt"
+
+
+def test_malformed_lines_are_counted_with_their_line_and_reason(tmp_path):
+    lines = ["what movies did [Tom Cullen] act in\tWeekend",
+             "no tab here [Tom Cullen]",
+             "what did Tom Cullen act in\tWeekend",
+             "what did [Tom] [Cullen] act in\tWeekend",
+             "who directed [Weekend]\t | ",
+             "who directed [ ]\tAndrew Haigh",
+             "who directed [Weekend]\tAndrew Haigh|"]
+    path = _write(tmp_path / "1-hop", lines, ["actor_to_movie"] + ["movie_to_director"] * 6)
+    read = read_question_file(path)
+    assert [(r.line, r.reason) for r in read.rejected] == [
+        (2, "1 tab-separated fields (expected question and answers)"),
+        (3, "no [topic entity] in the question"), (4, "more than one [topic entity]"),
+        (5, "no gold answer"), (6, "an empty [topic entity]")]
+    assert [(q.question, q.answers, q.type, q.hop, q.id) for q in read.questions] == [
+        ("what movies did Tom Cullen act in", ("Weekend",), "actor_to_movie", "1-hop", "1-hop:1"),
+        ("who directed Weekend", ("Andrew Haigh",), "movie_to_director", "1-hop", "1-hop:7")]
+    # without a qtype file the type is the hop; a qtype file of another length is refused
+    (tmp_path / "1-hop" / "qa_dev_qtype.txt").unlink()
+    assert {q.type for q in read_question_file(path).questions} == {"1-hop"}
+    _write(tmp_path / "1-hop", lines, ["actor_to_movie"])
+    with pytest.raises(InputRefused, match="7 lines but 1 in qa_dev_qtype.txt"):
+        read_question_file(path)
+    bad = _write(tmp_path / "2-hop", ["[x] no tab"], None)
+    with pytest.raises(InputRefused, match="no questions .*line 1"):
+        read_question_file(bad, "metaqa")
+    assert MetaQAReader().accepts(path, lines[0]) and not MetaQAReader().accepts(tmp_path / "q.jsonl", "{}")
+
+
+def _slice(topics: set[str], out: Path) -> Path:
+    """The kb.txt lines of every film whose lines name one of ``topics``."""
+    lines = (METAQA / "kb.txt").read_text(encoding="utf-8").splitlines()
+    films = {line.split("|")[0] for line in lines if set(line.split("|")) & topics}
+    out.write_text("\n".join(line for line in lines if line.split("|")[0] in films) + "\n", encoding="utf-8")
+    return out
+
+
+@needs_metaqa
+@pytest.mark.slow
+def test_eval_of_metaqa_questions_end_to_end_with_the_real_model(tmp_path):
+    from refactx_index.cli import main
+    from refactx_index.models import model_directory
+    from refactx_pipeline.config import Config, VocabularyConfig
+    from refactx_pipeline.graph.index import build_graph_index
+
+    one = (METAQA / "1-hop" / "qa_dev.txt").read_text(encoding="utf-8").splitlines()[:3]
+    one_types = (METAQA / "1-hop" / "qa_dev_qtype.txt").read_text(encoding="utf-8").splitlines()[:3]
+    two = (METAQA / "2-hop" / "qa_dev.txt").read_text(encoding="utf-8").splitlines()[1:2]
+    two_types = (METAQA / "2-hop" / "qa_dev_qtype.txt").read_text(encoding="utf-8").splitlines()[1:2]
+    topics = {line[line.index("[") + 1:line.index("]")] for line in one + two}
+    q1 = _write(tmp_path / "1-hop", one + ["a line without its answers", "what did [Nobody At All] act in\tX"],
+                one_types + ["actor_to_movie", "actor_to_movie"])
+    q2 = _write(tmp_path / "2-hop", two, two_types)
+
+    cfg = Config.load(str(ROOT / "conf" / "metaqa.toml"), env={}).updated(
+        {"graph.triples": [str(_slice(topics, tmp_path / "kb-slice.txt"))]})
+    built = build_graph_index(cfg, VocabularyConfig.parse(f"smollm2={model_directory('smollm2')}"))
+    built.index.save(tmp_path / "metaqa.rfx")
+
+    out = tmp_path / "eval" / "metaqa"
+    assert main(["eval", str(q1), str(q2), "--index-file", str(tmp_path / "metaqa.rfx"), "--beams", "1",
+                 "--max-new-tokens", "40", "--batch-size", "5", "--no-plot", "--prefill-fact",
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["rejected_lines"] == 1 and doc["rejected"][0]["line"] == 4
+    # the examples come from the index's own facts
+    assert all(a.count("Fact: <") >= 1 for _, a in doc["prompt"]["examples"])
+    constrained = doc["summary"]["constrained"]
+    assert constrained["all"]["questions"] == 4 and constrained["apart"]["questions"] == 1
+    assert constrained["apart"]["topic_not_in_index"] == 1
+    assert constrained["1-hop"]["questions"] == 3 and constrained["2-hop"]["questions"] == 1
+    for mode in ("constrained", "unconstrained"):
+        s = doc["summary"][mode]["all"]
+        assert s["hits1"] + sum(s["failures"].values()) == s["questions"]
+    by_id = {a["id"]: a for a in doc["answers"]["constrained"]}
+    assert by_id["1-hop:5"]["topic_found"] is False and by_id["1-hop:5"]["supported_by_index"] is False
+    kb = [line.split("|") for line in (tmp_path / "kb-slice.txt").read_text(encoding="utf-8").splitlines()]
+    for n, line in enumerate(one, 1):
+        text, answers = line.split("\t")
+        topic = text[text.index("[") + 1:text.index("]")]
+        near = {x.lower() for s, _, o in kb if topic in (s, o) for x in (s, o)}
+        assert by_id[f"1-hop:{n}"]["topic_found"] is True
+        assert by_id[f"1-hop:{n}"]["supported_by_index"] == all(a.lower() in near for a in answers.split("|"))
+    # every reply opens with a fact, and constrained every complete fact is stored
+    assert all(a["facts"] >= 1 for a in doc["answers"]["constrained"])
+    assert constrained["all"]["facts_stored_share"] == 1.0
+
+
+FACTS_WRITTEN = ("I need the director of Kismet.\nFact: <Kismet> <directed by> <William Dieterle> .\n"
+                 "Fact: <Kismet> <genre> <Drama, War (1944)> .\nFact: <Kismet> <starring> <Nobody Stored> .\nAnswer:")
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    from refactx_index.models import model_directory
+
+    return AutoTokenizer.from_pretrained(model_directory("smollm2"))
+
+
+def test_grounded_answers_never_let_out_a_name_no_stored_written_fact_holds(smollm2_tokenizer):
+    """Whatever the model's scores, the text after ``Answer:`` ends as an object of a stored
+    fact written before it (not the subject a fact was looked up from), or "I don't know.",
+    then the reply ends."""
+    import torch
+    from hypothesis import given, settings, strategies as st
+
+    from refactx_index.ask import GroundedAnswer
+
+    tok = smollm2_tokenizer
+    prompt = tok("Question: who directed Kismet?\n", add_special_tokens=False)["input_ids"]
+    reply = tok(FACTS_WRITTEN, add_special_tokens=False)["input_ids"]
+    eos = [tok.eos_token_id]
+    allowed = {" William Dieterle.", " Drama, War (1944).", " I don't know."}
+    size = len(tok)
+
+    @given(seed=st.integers(0, 2**31 - 1), bias=st.sampled_from(["none", "eos", "other"]))
+    @settings(max_examples=40, deadline=None)
+    def check(seed, bias):
+        processor = GroundedAnswer(tok, len(prompt), "Fact:", eos, stored=lambda text: "Nobody" not in text)
+        generator = torch.Generator().manual_seed(seed)
+        ids = list(prompt) + list(reply)
+        for _ in range(30):
+            scores = torch.randn(1, size, generator=generator)
+            if bias == "eos":  # a model eager to stop
+                scores[0, eos] += 50
+            elif bias == "other":  # a model eager to name the unstored actor
+                for t in tok(" Nobody Stored.", add_special_tokens=False)["input_ids"]:
+                    scores[0, t] += 50
+            scores = processor(torch.tensor([ids]), scores)
+            nxt = int(scores[0].argmax())
+            if nxt in eos:
+                break
+            ids.append(nxt)
+        answer = tok.decode(ids[len(prompt) + len(reply):], skip_special_tokens=True)
+        assert answer in allowed, answer
+        assert nxt in eos
+
+    check()
+
+
+MOVIE_FACTS = [
+    "<Kismet> <directed by> <William Dieterle> .", "<William Dieterle> <directed> <Kismet> .",
+    "<William Dieterle> <directed> <The Devil and Daniel Webster> .",
+    "<The Devil and Daniel Webster> <directed by> <William Dieterle> .",
+    "<Kismet> <starring> <Marlene Dietrich> .", "<Kismet> <starring> <Ronald Colman> .",
+    "<Marlene Dietrich> <starred in> <Kismet> .", "<Ronald Colman> <starred in> <Kismet> .",
+    "<Kismet> <release year> <1944> .", "<1944> <release year of> <Kismet> .",
+    "<Top Hat> <starring> <Ginger Rogers> .", "<Ginger Rogers> <starred in> <Top Hat> .",
+    "<Top Hat> <release year> <1935> .", "<1935> <release year of> <Top Hat> .",
+]
+
+
+def test_the_prompt_is_drawn_from_the_index_and_rendered_as_text_without_a_chat_template():
+    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.prompt import UNKNOWN, Prompt, index_examples
+    from refactx_index.vocab import open_tokenizer
+
+    from ..conftest import tokenizer_dir
+
+    tok = open_tokenizer(str(tokenizer_dir("qwen2.5")))
+    index = MemoryTreeIndex.from_facts(MOVIE_FACTS, tok)
+    examples = index_examples(index, tok, unknown=True)
+    assert index_examples(index, tok) == tuple(e for e in examples if not e[1].endswith(UNKNOWN))
+    stored = set(MOVIE_FACTS)
+    for _, answer in examples:  # every fact an example writes is a stored one
+        assert all(line[len("Fact: "):] in stored for line in answer.splitlines() if line.startswith("Fact:"))
+    endings = [a.splitlines()[-1] for _, a in examples]
+    assert "Answer: yes." in endings and f"Answer: {UNKNOWN}" in endings
+    assert any(a.count("Fact:") >= 2 and q.startswith("What are all") for q, a in examples)  # a list
+    assert any(q.startswith("What is the ") and " of what " in q for q, _ in examples)  # a chain
+    assert len({q.split(" ", 2)[2].split(" ")[0] for q, _ in examples}) >= 2  # more than one subject
+
+    prompt = Prompt(examples=examples)
+    text = prompt.render(tok, "who directed Top Hat", prefill="Fact:")  # tokenizers.Tokenizer: no chat template
+    assert text.startswith(prompt.system) and text.endswith("Question: who directed Top Hat\nReply:\nFact:")
+    assert all(f"Question: {q}\nReply:\n{a}" in text for q, a in examples)
