@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from refactx_index import format as fmt
-
+from refactx_index.tree import format as fmt
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STAGE = ROOT / "build" / "bench_e2e" / "build-local2" / "wikidata" / "bench2" / "prefix_rows" / "qwen2.5"
 FIELDS = ("tokens", "child_start", "child_count", "ends", "external", "leaves")

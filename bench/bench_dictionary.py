@@ -33,8 +33,8 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
 
-    from refactx_index import format as fmt
-    from refactx_index.memory import build_rows, compress_rows
+    from refactx_index.tree import format as fmt
+    from refactx_index.tree.memory import build_rows, compress_rows
     from refactx_index.vocab import encode_facts, open_tokenizer
 
     texts = realistic_facts(args.facts)

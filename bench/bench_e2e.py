@@ -216,7 +216,7 @@ def set_ratios(summary: dict[str, Any]) -> None:
 
 def hot_prefix_latency(dsn: str, cfg, index_name: str, hot_text: str) -> dict[str, Any]:
     """Cold and warm lookup latency of the node of ``hot_text`` (the skewed prefix)."""
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
     from refactx_index.vocab import open_tokenizer
 
     tok = open_tokenizer(cfg.tokenize.vocabularies[0].path)
@@ -266,8 +266,7 @@ def zstd_floor(cfg, vocab: str) -> dict[str, Any]:
 
 
 def decoders_available() -> list[str]:
-    from refactx_index import format as fmt
-
+    from refactx_index.tree import format as fmt
     return sorted(fmt.DECODERS)
 
 
@@ -281,8 +280,8 @@ def walk_figures(dsn: str, schema: str, index_name: str, walks: int, prefetch: l
 
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_walk import draw_walks, time_walks
-    from refactx_index import format as fmt
-    from refactx_index.index import PREFETCH_LEAVES
+    from refactx_index.tree import format as fmt
+    from refactx_index.tree.index import PREFETCH_LEAVES
 
     paths = draw_walks(dsn, index_name, walks, np.random.default_rng(seed), schema)
     cursors = []
@@ -383,8 +382,7 @@ def facts_per_row(rows_path: str) -> dict[str, int]:
     import numpy as np
     import pyarrow.dataset as ds
 
-    from refactx_index import format as fmt
-
+    from refactx_index.tree import format as fmt
     path = Path(rows_path)
     dictionary_file = path.parent / "dictionary.bin"
     dictionary = fmt.PresetDictionary(dictionary_file.read_bytes()) if dictionary_file.exists() else None

@@ -76,10 +76,10 @@ def bench_matcher(texts: list[str], batches: list[int], repeat: int) -> dict:
     import numpy as np
     import torch
 
-    from refactx_index.batch import BatchMatcher
-    from refactx_index.masking import MaskApplier
-    from refactx_index.matcher import FactMatcher
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.constraint.batch import BatchMatcher
+    from refactx_index.constraint.masking import MaskApplier
+    from refactx_index.constraint.matcher import FactMatcher
+    from refactx_index.tree.memory import MemoryTreeIndex
     from refactx_index.vocab import encode_facts, open_tokenizer
 
     tokenizer_file = SHARED / "tokenizers/qwen2.5/tokenizer.json"
@@ -93,7 +93,7 @@ def bench_matcher(texts: list[str], batches: list[int], repeat: int) -> dict:
     prompt = tok.encode("Question? Fact:", add_special_tokens=False).ids
     out: dict = {"facts": len(facts), "vocab": vocab, "tokens_per_fact": float(np.mean([len(f) for f in facts])),
                  "rows": {}}
-    from refactx_index.batch import STEPPERS
+    from refactx_index.constraint.batch import STEPPERS
 
     for rows in batches:
         slots = np.arange(rows)
@@ -242,8 +242,8 @@ def bench_transformers(texts: list[str], batches: list[int], tokens: int) -> dic
     from transformers import LogitsProcessorList
 
     from refactx_index.engines.transformers import RefactxLogitsProcessor
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import load_model
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import load_model
 
     loaded = load_model("smollm2")
     index = MemoryTreeIndex.from_facts(texts, str(loaded.tokenizer_file))
@@ -286,8 +286,8 @@ def bench_vllm(texts: list[str], batches: list[int], tokens: int) -> dict:
     if not python.exists():
         print(f"vllm: {python} is absent (./dev installs it): skipped", flush=True)
         return {}
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import model_directory
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import model_directory
 
     model = model_directory("smollm2")
     with tempfile.TemporaryDirectory() as work:
@@ -388,8 +388,8 @@ def bench_beams(texts: list[str], prompts: int, tokens: int, width: int) -> dict
     if not python.exists():
         print(f"beams: {python} is absent (./dev installs it): skipped", flush=True)
         return {}
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import model_directory
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import model_directory
 
     model = model_directory("smollm2")
     with tempfile.TemporaryDirectory() as work:
@@ -410,7 +410,7 @@ def beams_child(spec_file: str, result_file: str) -> None:
     from vllm.inputs import TokensPrompt
 
     from refactx_index.engines.vllm_beams import beam_search
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
 
     spec = json.loads(Path(spec_file).read_text())
     llm = LLM(model=spec["model"], dtype="float32", gpu_memory_utilization=0.25, max_model_len=1024,
@@ -449,7 +449,7 @@ def bench_cuda(texts: list[str], batches: list[int], tokens: int, shapes: list[s
     from transformers import LogitsProcessor, LogitsProcessorList, Qwen2Config, Qwen2ForCausalLM
 
     from refactx_index.engines.transformers import RefactxLogitsProcessor
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
     from refactx_index.vocab import open_tokenizer
 
     device = torch.device(device_name)

@@ -9,9 +9,9 @@ question sets.
 
 MetaQA (``../shared/data/metaqa``): its ``kb.txt`` built in process into an index with the
 model's vocabulary (``conf/metaqa.toml``); a fixed, seeded sample of ``--per-hop`` dev
-questions of each hop (``refactx_index.evaluation.stratified_sample``); each variant of
+questions of each hop (``refactx_index.qa.evaluation.stratified_sample``); each variant of
 ``--variants`` answered in both modes with the same prompt (drawn from the index,
-``refactx_index.prompt.fitted_prompt``): ``free`` (the paper's: the model may answer without
+``refactx_index.prompting.prompt.fitted_prompt``): ``free`` (the paper's: the model may answer without
 a fact), ``prefill`` (every reply opens with ``Fact:``), ``entities`` (``prefill`` and the
 question's own entities only at a fact's subject), ``grounded`` (``prefill`` and the answer
 an object of a stored fact written, or "I don't know"), ``entities-grounded`` (both). Written: ``docs/figures/eval-metaqa-dev.json``
@@ -21,7 +21,7 @@ an object of a stored fact written, or "I don't know"), ``entities-grounded`` (b
    (``build_graph_index``), the shared Wikidata sample by the pipeline's stages (Spark
    ``local[2]``, parse ... verbalize into ``build/bench-eval``) as an in-memory index;
 2. each set (``bench/questions/finance.jsonl``, ``bench/questions/wikidata-sample500.jsonl``,
-   or their first ``--limit`` questions) answered and scored by ``refactx_index.evaluation``;
+   or their first ``--limit`` questions) answered and scored by ``refactx_index.qa.evaluation``;
 3. written: ``docs/figures/eval-<set>.json`` / ``.md`` / ``.png`` per set and
    ``docs/figures/eval.json`` (both summaries); ``--out`` elsewhere (a ``--limit`` run should
    not overwrite the committed figures).
@@ -80,13 +80,13 @@ def _commit() -> str:
 
 
 def run_metaqa(args, loaded) -> None:
-    from refactx_index.evaluation import (evaluate, markdown_table, read_question_file, report, stratified_sample,
+    from refactx_index.qa.evaluation import (evaluate, markdown_table, read_question_file, report, stratified_sample,
                                           write_outputs)
-    from refactx_index.prompt import fitted_prompt
+    from refactx_index.prompting.prompt import fitted_prompt
 
     mark = time.perf_counter()
     if args.index_file:
-        from refactx_index.memory import MemoryTreeIndex
+        from refactx_index.tree.memory import MemoryTreeIndex
 
         index = MemoryTreeIndex.load(args.index_file)
     else:
@@ -136,7 +136,7 @@ def finance_index(tokenizer_dir: Path, work: Path):
 def wikidata_index(tokenizer_file: Path, work: Path):
     import pyarrow.dataset as ds
 
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
     from refactx_pipeline.common import spark_session
     from refactx_pipeline.config import Config
     from refactx_pipeline.orchestration.pipeline import build
@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "figures"), help="where the figures go")
     args = parser.parse_args(argv)
 
-    from refactx_index.evaluation import evaluate, markdown_table, read_questions, write_outputs
-    from refactx_index.models import load_model
+    from refactx_index.qa.evaluation import evaluate, markdown_table, read_questions, write_outputs
+    from refactx_index.qa.models import load_model
 
     started = time.perf_counter()
     loaded = load_model(args.model)

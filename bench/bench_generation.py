@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from refactx_index.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD  # noqa: E402
+from refactx_index.tree.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD  # noqa: E402
 
 QUESTIONS = ["Which country is Northern Ireland part of?", "What is the capital of Germany?",
              "Which continent is Japan in?", "Which countries share a border with France?"]
@@ -43,10 +43,10 @@ def main() -> None:
     import torch
     from transformers import LogitsProcessorList
 
-    from refactx_index.generation import RefactxLogitsProcessor
-    from refactx_index.models import load_model
-    from refactx_index.pg import open_index
-    from refactx_index.prompt import Prompt
+    from refactx_index.engines.transformers import RefactxLogitsProcessor
+    from refactx_index.qa.models import load_model
+    from refactx_index.tree.pg import open_index
+    from refactx_index.prompting.prompt import Prompt
     from refactx_index.vocab import encode_facts, open_tokenizer
     from tests.pgtree import fresh_database, load_tree
 

@@ -3,7 +3,7 @@
 For every vocabulary in ../shared/tokenizers and a range of allowed-token counts, times
 per constrained row (scores of one row set to -inf except at the allowed ids):
 
-* ``index list`` -- what ``refactx_index.masking`` does on CPU, per row here (the engines do
+* ``index list`` -- what ``refactx_index.constraint.masking`` does on CPU, per row here (the engines do
   it for all rows of a step at once, ``bench/bench_engines.py``): gather the allowed
   scores, ``fill(-inf)`` through a numpy view, scatter them back (calling thread only);
 * ``bitmask`` -- the xgrammar-style alternative: a packed bit per vocabulary entry,

@@ -109,8 +109,8 @@ def spark_section(args) -> tuple[dict, object]:
 def trie_section(args, fact_texts: list[str] | None) -> dict:
     from tokenizers import Tokenizer
 
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.paths import END, PathCaps, PathGraph
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.prompting.paths import END, PathCaps, PathGraph
 
     tokenizer = Tokenizer.from_file(str(SHARED / "tokenizers" / "qwen2.5" / "tokenizer.json"))
     caps = PathCaps(2, args.max_fanout, args.max_paths)

@@ -108,7 +108,7 @@ def verbalized(cfg) -> dict[str, Any]:
 
 def lookups(dsn: str, name: str, answers: list[list[str]]) -> tuple[dict[str, float], list]:
     """Milliseconds of ``index.provenance`` per answer (first, median and max of the rest)."""
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
 
     timings, found = [], []
     with open_index(dsn, name, follow=False) as index:

@@ -37,8 +37,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import zstandard
 
-from refactx_index import format as fmt
-
+from refactx_index.tree import format as fmt
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STAGE = ROOT / "build" / "bench_e2e" / "build-local2" / "wikidata" / "bench2" / "prefix_rows" / "qwen2.5"
 HEADER = 14

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from refactx_index import open_index  # noqa: E402
-from refactx_index.memory import MemoryTreeIndex  # noqa: E402
+from refactx_index.tree.memory import MemoryTreeIndex  # noqa: E402
 from tests.pgtree import fresh_database, load_tree  # noqa: E402
 
 WIDE_PREFIX = (1279,)
@@ -101,7 +101,7 @@ def bench_generation(args) -> None:
     except ImportError as exc:
         print(f"[gen]    skipped: {exc}")
         return
-    from refactx_index.generation import RefactxLogitsProcessor
+    from refactx_index.engines.transformers import RefactxLogitsProcessor
 
     tok_path = ROOT.parent / "shared" / "tokenizers" / "gpt2" / "tokenizer.json"
     if not tok_path.exists():

@@ -61,9 +61,9 @@ def main() -> None:
     import httpx
     import uvicorn
 
-    from refactx_index import explore
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import load_model
+    from refactx_index.tree import explore
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import load_model
     from refactx_index.server.app import ServerSettings, create_app
     from refactx_index.server.backend_transformers import TransformersEngine
 

@@ -53,7 +53,7 @@ VARIANTS = {
 def dictionary_figures(conn: psycopg.Connection, build_id: int, plain_id: int, n: int) -> dict:
     """Size and decode cost of the build with its preset dictionary against the same rows
     compressed one by one (same facts, same run)."""
-    from refactx_index import format as fmt
+    from refactx_index.tree import format as fmt
     from refactx_pipeline.catalog import pgcatalog
 
     dictionary = pgcatalog.build_dictionary(conn, "refactx", build_id)
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
 
-    from refactx_index.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD
+    from refactx_index.tree.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD
     from refactx_index.vocab import encode_facts, open_tokenizer
     from tests.pgtree import fresh_database, load_tree
 

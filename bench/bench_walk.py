@@ -37,7 +37,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from refactx_index.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD  # noqa: E402
+from refactx_index.tree.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD  # noqa: E402
 
 WORDS = ("river mountain north south saint new old great little red black white green upper lower "
          "national royal central western eastern university church castle lake island valley bridge "
@@ -95,7 +95,7 @@ def summarize(samples: list[float]) -> dict[str, float]:
 def draw_walks(dsn: str, name: str, n: int, rng: np.random.Generator, schema: str = "refactx") -> list[list[int]]:
     """``n`` walks from the root, each step choosing a child with probability proportional to
     its leaf count, until a fact ends: drawn once, replayed identically by every method."""
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
 
     walks = []
     with open_index(dsn, name, schema=schema, follow=False) as index:
@@ -119,9 +119,9 @@ def time_walks(dsn: str, name: str, walks: list[list[int]], method: str, prefetc
                schema: str = "refactx") -> dict:
     """Replay ``walks`` with one method (``WALK_METHODS``) on a freshly opened index (cold
     cache): time per step and the round trips they paid."""
-    from refactx_index.index import PREFETCH_LEAVES
-    from refactx_index.matcher import FactMatcher
-    from refactx_index.pg import open_index
+    from refactx_index.tree.index import PREFETCH_LEAVES
+    from refactx_index.constraint.matcher import FactMatcher
+    from refactx_index.tree.pg import open_index
 
     # the row-only cursor never fetches the rows below; the root lookups and the matcher use
     # the runtime's default

@@ -214,7 +214,7 @@ def sample_fact_texts() -> list[str]:
 def sample_fact_ids(sample_fact_texts) -> set[tuple[int, ...]]:
     """Every sample fact in SmolLM2's vocabulary, encoded as the tokenize stage encodes facts
     (independently of any index): what a constrained answer may write."""
-    from refactx_index.models import model_directory
+    from refactx_index.qa.models import model_directory
     from refactx_index.vocab import encode_facts, open_tokenizer
 
     encoded = encode_facts(open_tokenizer(str(model_directory("smollm2") / "tokenizer.json")),

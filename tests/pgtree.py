@@ -16,8 +16,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.stages.activate import activate_build
-from refactx_index.format import FORMAT_VERSION
-from refactx_index.memory import build_rows, compress_rows, deepest_row
+from refactx_index.tree.format import FORMAT_VERSION
+from refactx_index.tree.memory import build_rows, compress_rows, deepest_row
 
 
 def as_version_2(node: bytes) -> bytes:

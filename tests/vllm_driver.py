@@ -42,7 +42,7 @@ def _engine(spec: dict, engine: dict):
 def _beams(llm, spec: dict, run: dict) -> list[dict]:
     """Constrained beam search (engines/vllm_beams.py) over the run's prompts."""
     from refactx_index.engines.vllm_beams import beam_search
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
 
     tok = llm.get_tokenizer()
     beams = run["beams"]
@@ -62,7 +62,7 @@ def _run(llm, spec: dict, run: dict) -> list[dict]:
     tok = llm.get_tokenizer()
     prompts = run["prompts"]
     if run.get("chat"):
-        from refactx_index.prompt import Prompt
+        from refactx_index.prompting.prompt import Prompt
 
         prompts = [tok.apply_chat_template(Prompt().messages(q), tokenize=False, add_generation_prompt=True)
                    for q in prompts]

@@ -19,7 +19,7 @@ Test data made by code (the dump generator, the finance example) is not in the w
 repository's ``devtools/refactx_testing``, for the tests and the benchmarks.
 
 ``submit.py`` is the file spark-submit runs for a stage. The row format comes from the
-runtime package (``refactx_index.format``); the runtime never imports this package.
+runtime package (``refactx_index.tree.format``); the runtime never imports this package.
 """
 
 __version__ = "0.1.0"

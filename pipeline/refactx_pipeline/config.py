@@ -31,12 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from refactx_index.errors import ConfigError
-from refactx_index.memory import (
+from refactx_index.tree.memory import (
     DEFAULT_MAX_SUBTREE_TOKENS,
     DEFAULT_SUBTREE_THRESHOLD,
     pack_bounds,
 )
-from refactx_index.pg import DEFAULT_SCHEMA, DEFAULT_STATEMENT_TIMEOUT_MS
+from refactx_index.tree.pg import DEFAULT_SCHEMA, DEFAULT_STATEMENT_TIMEOUT_MS
 
 ENV_PREFIX = "REFACTX__"
 DEFAULT_LANGUAGES = ("en",)
@@ -349,7 +349,7 @@ class TokenizeConfig(Section):
     vocabularies: tuple[VocabularyConfig, ...] = ()
     fact_prefix: str = " "
     fact_suffix: str = ""
-    max_tokens: int = Field(256, ge=4, le=4096)  # refactx_index.format.MAX_FRAGMENT_LEVELS
+    max_tokens: int = Field(256, ge=4, le=4096)  # refactx_index.tree.format.MAX_FRAGMENT_LEVELS
     reuse_from: str = ""  # token dataset root of an earlier build (incremental)
 
     _vocab = field_validator("vocabularies", mode="before")(_vocabularies)

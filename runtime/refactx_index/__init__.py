@@ -26,25 +26,25 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .cache import ByteLRUCache
-    from .format import FORMAT_VERSION
-    from .index import IndexInfo, NextTokens, TreeIndex
-    from .memory import MemoryTreeIndex, build_rows
-    from .pg import PgTreeIndex, open_index
+    from .tree.cache import ByteLRUCache
+    from .tree.format import FORMAT_VERSION
+    from .tree.index import IndexInfo, NextTokens, TreeIndex
+    from .tree.memory import MemoryTreeIndex, build_rows
+    from .tree.pg import PgTreeIndex, open_index
 
 __version__ = "0.1.0"
 
 # name -> module that defines it; resolved on first access (PEP 562)
 _LAZY = {
-    "FORMAT_VERSION": ".format",
-    "ByteLRUCache": ".cache",
-    "IndexInfo": ".index",
-    "NextTokens": ".index",
-    "TreeIndex": ".index",
-    "MemoryTreeIndex": ".memory",
-    "build_rows": ".memory",
-    "PgTreeIndex": ".pg",
-    "open_index": ".pg",
+    "FORMAT_VERSION": ".tree.format",
+    "ByteLRUCache": ".tree.cache",
+    "IndexInfo": ".tree.index",
+    "NextTokens": ".tree.index",
+    "TreeIndex": ".tree.index",
+    "MemoryTreeIndex": ".tree.memory",
+    "build_rows": ".tree.memory",
+    "PgTreeIndex": ".tree.pg",
+    "open_index": ".tree.pg",
     "RefactxLogitsProcessor": ".engines.transformers",
 }
 

@@ -28,7 +28,7 @@ answers from them::
     refactx facts lookup --dsn postgresql://... --index wikidata-smollm2 "<Germany> <capital> <Berlin> ."
 
 ``refactx eval QUESTIONS...`` answers question files (JSONL, or MetaQA's) constrained and unconstrained
-(the same prompt and decoding) and scores both (:mod:`refactx_index.evaluation`; the plot
+(the same prompt and decoding) and scores both (:mod:`refactx_index.qa.evaluation`; the plot
 needs the ``eval`` extra)::
 
     refactx eval questions.jsonl --index-file finance.rfx --out eval/finance
@@ -59,13 +59,27 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Sequence
+import time
+from dataclasses import asdict
+from typing import Sequence
 
 from .display import format_answer, format_completions, quoted_head
 from .errors import RefactxError
+from .prompting import paths
+from .prompting.paths import PathCaps, read_id_labels, seed_labels
+from .prompting.prompt import Prompt, fitted_prompt
+from .qa.ask import ask
+from .qa.evaluation import evaluate, markdown_table, read_question_file, stratified_sample, write_outputs
+from .qa.models import load_model, model_directory
+from .server.app import LOOPBACK_HOSTS, ServerSettings, create_app
+from .server.backend_transformers import TransformersEngine
+from .server.backend_vllm import VllmEngine
+from .tree import explore
+from .tree.index import check_vocabulary
+from .tree.memory import MemoryTreeIndex
+from .tree.pg import open_index
+from .vocab import VocabularyLike, open_model_vocabulary, open_tokenizer
 
-if TYPE_CHECKING:
-    from .vocab import VocabularyLike
 
 log = logging.getLogger(__name__)
 
@@ -74,21 +88,15 @@ NOTHING = 3
 
 def _open(args: argparse.Namespace):
     if args.index_file:
-        from .memory import MemoryTreeIndex
-
         return MemoryTreeIndex.load(args.index_file)
     dsn = args.dsn or os.environ.get("REFACTX_DSN")
     if not dsn or not args.index:
         raise SystemExit("refactx: give --index-file FILE, or --dsn (or REFACTX_DSN) and --index NAME")
-    from .pg import open_index
 
     return open_index(dsn, args.index, tokenizer=args.tokenizer)
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from . import explore
-    from .vocab import open_tokenizer
-
     tokenizer = open_tokenizer(args.tokenizer)
     with _open(args) as index:
         if args.what == "facts":
@@ -112,8 +120,6 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
-    from .vocab import open_tokenizer
-
     # a PostgreSQL build is opened with the vocabulary checked (tokenizer.json's sha256): a
     # wrong one would tokenize the text into ids the tree does not hold and show nothing
     tokenizer = open_tokenizer(args.tokenizer)
@@ -134,8 +140,6 @@ def source_line(fact_id: int, source) -> str:
 
 
 def cmd_facts(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     text = args.text.strip()  # a fact as the tree spells it (with its leading fact_prefix) works too
     with _open(args) as index:
         found = index.provenance([text])
@@ -157,7 +161,6 @@ def cmd_facts(args: argparse.Namespace) -> int:
 
 def _path_graph(args: argparse.Namespace, tokenizer: "VocabularyLike | None"):
     """The graph of ``--facts``, else of the facts of the index ``_open`` opens."""
-    from . import paths
 
     if args.facts:
         return paths.PathGraph.from_fact_texts(paths.read_fact_texts(args.facts))
@@ -168,22 +171,14 @@ def _path_graph(args: argparse.Namespace, tokenizer: "VocabularyLike | None"):
 
 
 def _path_caps(args: argparse.Namespace):
-    from .paths import PathCaps
-
     return PathCaps(args.hops, args.max_fanout, args.max_paths)
 
 
 def _seeds(args: argparse.Namespace, seeds: Sequence[str]) -> list[str]:
-    from .paths import read_id_labels, seed_labels
-
     return seed_labels(seeds, read_id_labels(args.labels) if args.labels else None)
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
-    import time
-
-    from .vocab import open_tokenizer
-
     tokenizer = open_tokenizer(args.tokenizer) if args.tokenizer else None
     graph = _path_graph(args, tokenizer)
     seeds = _seeds(args, args.seed)
@@ -209,13 +204,6 @@ def cmd_paths(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    import time
-
-    from .ask import ask
-    from .index import check_vocabulary
-    from .models import load_model
-    from .prompt import Prompt
-
     # None: the index's kind decides (Fact: and the fact prompt, or Path: over a path index)
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else None
     with contextlib.ExitStack() as stack:
@@ -243,13 +231,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import time
-
-    from .evaluation import evaluate, markdown_table, read_question_file, stratified_sample, write_outputs
-    from .index import check_vocabulary
-    from .models import load_model
-    from .prompt import Prompt
-
     questions, rejected = [], []
     for path in args.questions:
         read = read_question_file(path, args.format)
@@ -268,8 +249,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         loaded = load_model(args.model)
         check_vocabulary(index, loaded.vocabulary)
         if prompt is None:
-            from .prompt import fitted_prompt
-
             prompt = fitted_prompt(index, loaded.vocabulary)
         started = time.perf_counter()
         results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size,
@@ -294,23 +273,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .index import check_vocabulary
-    from .server.app import ServerSettings, create_app
-
     api_key, allowed_hosts = _serve_access(args)
     indexes, specs = {}, {}  # opened here; what vLLM's worker opens (file path or DSN)
     for spec in args.index_file or []:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             raise SystemExit(f"refactx: --index-file takes NAME=PATH, not {spec!r}")
-        from .memory import MemoryTreeIndex
 
         indexes[name], specs[name] = MemoryTreeIndex.load(path), os.path.abspath(path)
     if args.index:
         dsn = args.dsn or os.environ.get("REFACTX_DSN")
         if not dsn:
             raise SystemExit("refactx: --index needs --dsn (or REFACTX_DSN)")
-        from .pg import open_index
 
         for name in args.index:
             indexes[name], specs[name] = open_index(dsn, name, follow=True), dsn
@@ -320,10 +294,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if default not in indexes:
         raise SystemExit(f"refactx: --default-index {default!r} is not among {sorted(indexes)}")
     if args.engine == "vllm":
-        from .models import model_directory
-        from .server.backend_vllm import VllmEngine
-        from .vocab import open_model_vocabulary
-
         model_dir = str(model_directory(args.model))
         vocabulary = open_model_vocabulary(model_dir)  # the server's one load of the tokenizer
         for index in indexes.values():  # before vLLM starts (its worker checks again)
@@ -333,9 +303,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             gpu_memory_utilization=args.gpu_memory_utilization,
                             enforce_eager=args.enforce_eager)
     else:
-        from .models import load_model
-        from .server.backend_transformers import TransformersEngine
-
         loaded = load_model(args.model)
         for index in indexes.values():  # a model that does not write an index's ids is refused here
             check_vocabulary(index, loaded.vocabulary)
@@ -373,7 +340,6 @@ def _serve_access(args: argparse.Namespace) -> tuple[str | None, tuple[str, ...]
     """The API key (--api-key, else $REFACTX_API_KEY) and the Host names served: without a key
     the server binds only to a loopback address unless --no-api-key says a proxy in front
     authenticates; on loopback only the loopback names are served by default (DNS rebinding)."""
-    from .server.app import LOOPBACK_HOSTS
 
     api_key = args.api_key or os.environ.get("REFACTX_API_KEY") or None
     loopback = args.host in LOOPBACK_HOSTS or args.host.startswith("127.")
@@ -446,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     ak.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
     ak.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
     ak.add_argument("--max-new-tokens", type=int, default=128)
-    ak.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompt.py)")
+    ak.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompting/prompt.py)")
     ak.add_argument("--unconstrained", action="store_true", help="without the fact constraint (to compare)")
     ak.add_argument("--json", action="store_true", help="the answers as JSON (reply, facts, answer, timings)")
     ak.add_argument("--paths", metavar="SEED[,SEED]",
@@ -504,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-new-tokens", type=int, default=128)
     ev.add_argument("--batch-size", type=int, default=8, help="questions generated together (default 8)")
     ev.add_argument("--limit", type=int, help="only the first LIMIT questions")
-    ev.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompt.py; "
+    ev.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompting/prompt.py; "
                                           "default: examples drawn from the index's own facts)")
     ev.add_argument("--constrained-only", action="store_true", help="skip the unconstrained answers")
     ev.add_argument("--out", default="eval", help="path prefix of the JSON, Markdown and PNG outputs (default: eval)")

@@ -4,12 +4,14 @@ the command prints it.
 
 - :func:`format_completions`: the continuations of a text with their fact counts, and the
   first whole facts below it;
-- :func:`format_answer`: an :class:`refactx_index.ask.Answer`'s reply with each fact marked
+- :func:`format_answer`: an :class:`refactx_index.qa.ask.Answer`'s reply with each fact marked
   as stored or not, its final answer and its timings;
 - :func:`quoted_head`: the start of a long text, quoted for a message.
 """
 
 from __future__ import annotations
+
+from .tree.explore import complete, enumerate_facts
 
 
 def quoted_head(text: str, limit: int = 80) -> str:
@@ -23,7 +25,6 @@ def format_completions(index, tokenizer, text: str, limit: int) -> tuple[str, in
     """The continuations of ``text`` with their leaf counts, and whole facts below it (at most
     ``limit`` of each), one a line; and the number of facts below ``text`` (0 when it is not in
     the index)."""
-    from .explore import complete, enumerate_facts
 
     continuations = complete(index, tokenizer, text, limit)
     total = sum(n for _, n in continuations)

@@ -9,7 +9,7 @@ locally cached ``tokenizer.json``). It is identified by the sha256 of that file:
 an index built with one file is only valid for the same file.
 
 A model's vocabulary (:func:`open_model_vocabulary`, from a model directory; a GGUF file is
-converted to one by :mod:`refactx_index.models`) adds what a generation engine needs and
+converted to one by :mod:`refactx_index.qa.models`) adds what a generation engine needs and
 the tokenizer alone cannot tell: the width of the model's logits (which may exceed the
 tokenizer's size) and every end-of-sequence id (the model config's and the generation
 config's). The fact server, its vLLM worker, ``ask`` and ``eval`` all take their ids from
@@ -28,14 +28,16 @@ import hashlib
 import itertools
 import json
 import logging
-import re
 import os
+import re
 import threading
 import weakref
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, Union
+
+import numpy as np
 
 from .errors import ConfigError
 
@@ -624,7 +626,6 @@ def encode_facts(
     thread). The ids are the whole texts' ids. Everything after the encoder is array work
     (numpy), none per token in Python.
     """
-    import numpy as np
 
     context_ids = np.asarray(tokenizer.encode(CONTEXT, add_special_tokens=False).ids, dtype=np.int32)
     k = len(context_ids)
@@ -663,7 +664,6 @@ def encode_flat(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None",
                 strings: list[str]) -> tuple[Any, Any]:
     """Each string's ids without special tokens, as (lengths, the ids of all strings in one
     flat int32 array); the ASCII strings through ``ascii_tokenizer`` when given."""
-    import numpy as np
 
     id_lists = [e.ids for e in _encode_batch(tokenizer, ascii_tokenizer, strings)]
     lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
@@ -674,7 +674,6 @@ def encode_flat(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None",
 def gather_pieces(values: Any, starts: Any, lengths: Any, rows: Any) -> Any:
     """The ids of the pieces ``rows`` (indexes into a store whose piece ``r`` holds
     ``values[starts[r]:starts[r] + lengths[r]]``), put together in one flat array."""
-    import numpy as np
 
     taken = lengths[rows]
     # every piece's ids copied to its place: source = its row's start + the position within it
@@ -690,7 +689,6 @@ def _encode_by_pieces(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None
                       strings: list[str]) -> tuple[Any, Any]:
     """``encode_flat``'s result, from the strings' pieces (cut by ``FACT_PIECE_CUT``), each
     distinct piece encoded once; valid where ``spaces_start_pretokens(tokenizer)``."""
-    import numpy as np
 
     parts = [FACT_PIECE_CUT.split(s) for s in strings]
     counts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
@@ -744,7 +742,6 @@ def facts_encode_by_pieces(tokenizer: "Tokenizer") -> bool:
 
 def _encode_batch(tokenizer: "Tokenizer", ascii_tokenizer: "Tokenizer | None", strings: list[str]) -> Sequence[Any]:
     """``encode_batch_fast`` of ``strings``, the ASCII ones through ``ascii_tokenizer`` when given."""
-    import numpy as np
 
     if ascii_tokenizer is None or not strings:
         return tokenizer.encode_batch_fast(strings, add_special_tokens=False)

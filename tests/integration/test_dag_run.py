@@ -142,7 +142,7 @@ def test_dump_sensor_and_one_branch_per_vocabulary(pg_dsn, tmp_path, migrated_ai
     assert json.loads((build / SECOND / "activate" / "counts.qwen2.5.json").read_text())
     assert not (build / SECOND / "prefix_rows" / "counts.gpt2.json").exists()
 
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
 
     with open_index(pg_dsn, "wikidata-gpt2") as index:  # the previous build still answers
         assert int(index.next_tokens([]).leaves.sum()) > 1000  # facts below the root

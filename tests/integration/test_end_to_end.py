@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from refactx_pipeline.config import Config, VocabularyConfig
-from refactx_index.format import decode_fragment, encode_prefix
+from refactx_index.tree.format import decode_fragment, encode_prefix
 from refactx_pipeline.catalog import pgcatalog
 
 from ..conftest import fresh_database, sample_config, tokenizer_dir
@@ -49,7 +49,7 @@ def _facts_text(spark, cfg: Config) -> dict[int, str]:
 
 
 def _open(cfg: Config, dsn: str, vocab: str):
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
 
     return open_index(dsn, cfg.index_name(vocab), schema=cfg.pg.schema)
 

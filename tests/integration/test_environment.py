@@ -156,7 +156,7 @@ def test_runtime_package_imports_no_pipeline_dependency():
 
 def test_runtime_submodules_import_no_pipeline_dependency():
     submodules = _runtime_submodules()
-    assert {"refactx_index.pg", "refactx_index.format", "refactx_index.matcher"} <= set(submodules)
+    assert {"refactx_index.tree.pg", "refactx_index.tree.format", "refactx_index.constraint.matcher"} <= set(submodules)
     loaded = _modules_after_import(submodules)
     assert loaded & PIPELINE_MODULES == set(), f"importing {submodules}"
 
@@ -198,8 +198,8 @@ def test_imports_cross_the_border_in_one_direction_only():
 # (``server``) and the generation internals (``matcher``, ``masking``, ``batch``, ``generation``,
 # ``engines.core``) are not part of it: the pipeline reaches none of them.
 RUNTIME_PUBLIC_MODULES = {
-    "errors", "format", "index", "memory", "pg", "cache", "vocab", "explore", "display", "ask",
-    "prompt", "models", "paths", "provenance", "evaluation", "engines.transformers",
+    "errors", "tree.format", "tree.index", "tree.memory", "tree.pg", "tree.cache", "vocab", "tree.explore", "display", "qa.ask",
+    "prompting.prompt", "qa.models", "prompting.paths", "tree.provenance", "qa.evaluation", "engines.transformers",
 }
 
 
@@ -214,8 +214,8 @@ def _runtime_uses(path: Path) -> list[tuple[str, str | None]]:
             uses += [(a.name, None) for a in node.names if a.name.partition(".")[0] == "refactx_index"]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").partition(".")[0] == "refactx_index":
             for alias in node.names:
-                if node.module == "refactx_index" and alias.name in RUNTIME_PUBLIC_MODULES:
-                    uses.append((f"refactx_index.{alias.name}", None))
+                if f"{node.module}.{alias.name}".partition(".")[2] in RUNTIME_PUBLIC_MODULES:
+                    uses.append((f"{node.module}.{alias.name}", None))
                 else:
                     uses.append((node.module, alias.name))
     return uses
@@ -243,7 +243,7 @@ def test_the_pipeline_uses_only_the_runtime_public_api():
             if not ok:
                 outside.append(f"{path.name}: {module}" + (f".{name}" if name else ""))
     assert outside == [], "the pipeline reaches past the runtime's public API:\n" + "\n".join(sorted(outside))
-    assert {"refactx_index.format", "refactx_index.vocab", "refactx_index.display"} <= used
+    assert {"refactx_index.tree.format", "refactx_index.vocab", "refactx_index.display"} <= used
     missing = [m for m in sorted(public) if importlib.util.find_spec(m) is None]
     assert missing == [], f"RUNTIME_PUBLIC_MODULES names modules that do not exist: {missing}"
 

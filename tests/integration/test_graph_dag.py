@@ -249,7 +249,7 @@ def test_a_new_export_is_built_and_served_end_to_end(pg_dsn, tmp_path, migrated_
     assert set(runs[0][2]["stages"]) == {"graph", "verbalize"}
 
     # the served index holds the facts the in-process build makes of the same export
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
     from refactx_pipeline.graph.index import build_graph_index
 
     from .test_end_to_end import _enumerate

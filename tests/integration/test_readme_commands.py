@@ -20,7 +20,7 @@ from .test_readme import FENCE, README
 # placeholders the README writes, and what fills them here
 PLACEHOLDERS = {
     "graph.toml": "the made-up financial graph's config (python -m refactx_testing.finance_example)",
-    "PATH": "SmolLM2's model folder (what ./dev demo fetches; refactx_index.models.model_directory)",
+    "PATH": "SmolLM2's model folder (what ./dev demo fetches; refactx_index.qa.models.model_directory)",
 }
 # (program, subcommand) -> why it is not run here, and where it is tested
 NOT_RUN = {
@@ -70,7 +70,7 @@ def test_every_readme_command_is_run_or_says_why_not():
 @pytest.mark.slow
 def test_the_readme_graph_index_command_runs_as_written(tmp_path):
     from refactx_index import MemoryTreeIndex
-    from refactx_index.models import model_directory
+    from refactx_index.qa.models import model_directory
 
     bin_dir = Path(sys.executable).parent
     (tmp_path / ".venv").mkdir()

@@ -51,8 +51,8 @@ def runtime_venv(tmp_path_factory) -> Path:
 
 
 def test_the_runtime_wheel_alone_asks_and_serves(runtime_venv, sample_fact_texts, tmp_path):
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import model_directory
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import model_directory
 
     index_file = tmp_path / "sample.rfx"
     MemoryTreeIndex.from_facts(sample_fact_texts, str(model_directory("smollm2") / "tokenizer.json")).save(index_file)

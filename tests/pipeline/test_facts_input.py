@@ -42,7 +42,7 @@ def write_inputs(tmp_path):
 def test_the_facts_stage_cleans_rejects_and_dedupes_text_and_parquet_inputs(spark, cfg, tmp_path):
     import pyarrow.dataset as ds
 
-    from refactx_index.provenance import fact_id
+    from refactx_index.tree.provenance import fact_id
     from refactx_pipeline.stages import facts
     from refactx_pipeline.stages.contract import StageContext
 
@@ -98,7 +98,7 @@ def test_select_stages_reads_fact_texts_instead_of_a_dump():
 
 @pytest.mark.pg
 def test_an_index_built_from_fact_texts_serves_exactly_them(spark, cfg, tmp_path, pg_dsn):
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
     from refactx_index.vocab import decode_continuation, open_tokenizer
 
     from refactx_pipeline.orchestration.pipeline import build

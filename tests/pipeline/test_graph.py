@@ -428,7 +428,7 @@ def _example_config(tmp_path) -> Config:
 @pytest.mark.spark
 @pytest.mark.pg
 def test_spark_and_in_process_builds_give_the_same_index(spark, pg_dsn, tmp_path):
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
     from refactx_pipeline.graph.index import build_graph_index
     from refactx_pipeline.orchestration.pipeline import build
 
@@ -461,7 +461,7 @@ def test_spark_and_in_process_builds_give_the_same_index(spark, pg_dsn, tmp_path
     with open_index(pg_dsn, cfg.index_name("qwen2.5"), schema=cfg.pg.schema) as index:
         assert _enumerate(index) == sequences
     # and the saved in-memory file answers alike
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
 
     built.index.save(tmp_path / "finance.rfx")
     loaded = MemoryTreeIndex.load(tmp_path / "finance.rfx", tokenizer=str(tokenizer_dir("qwen2.5")))
@@ -481,7 +481,7 @@ def test_finance_example_is_deterministic_and_about_ten_thousand_triples(tmp_pat
 
 
 def test_graph_index_command_writes_an_index_file_that_loads(tmp_path, capsys):
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
     from refactx_pipeline.cli.commands import main
 
     cfg = write_hostile_graph(tmp_path, "csv")

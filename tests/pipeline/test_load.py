@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from refactx_index import format as fmt
+from refactx_index.tree import format as fmt
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import DICTIONARY_FILE
 from refactx_pipeline.config import VocabularyConfig
@@ -156,7 +156,7 @@ def test_load_validate_activate_and_switch(spark, cfg, pg_dsn):
     assert b["status"] == "active" and b["table_name"] == f"tree_b{first}"
     assert b["facts"] == len(FACTS) and b["rows"] > 1 and b["table_bytes"] > 0 and b["index_bytes"] > 0
     # depth: the deepest row's prefix length (lookups speculate no deeper)
-    from refactx_index.memory import build_rows, deepest_row
+    from refactx_index.tree.memory import build_rows, deepest_row
 
     assert b["depth"] == deepest_row(build_rows(FACTS, threshold=1)) and b["subtree_threshold"] == 1 and b["format_version"] == fmt.FORMAT_VERSION
     load_counts = json.loads((cfg.stage_dir("load") / "counts.json").read_text())

@@ -153,7 +153,7 @@ def _texts(path: Path, column: str = "text") -> list[str]:
 
 
 def _runtime_graph(fact_texts):
-    from refactx_index.paths import PathGraph
+    from refactx_index.prompting.paths import PathGraph
 
     return PathGraph.from_fact_texts(fact_texts)
 
@@ -161,8 +161,8 @@ def _runtime_graph(fact_texts):
 def facts_file_lines(cfg) -> list[str]:
     """The verbalize stage's facts as a facts file with object kinds (``TEXT<TAB>KIND``, a
     line per kind), the kinds read from its provenance by the runtime's own readers."""
-    from refactx_index.paths import object_kinds
-    from refactx_index.provenance import group_sources
+    from refactx_index.prompting.paths import object_kinds
+    from refactx_index.tree.provenance import group_sources
 
     facts = ds.dataset(str(cfg.stage_dir("verbalize") / "facts"), format="parquet").to_table(
         columns=["fact_id", "text"]).to_pylist()
@@ -174,7 +174,7 @@ def facts_file_lines(cfg) -> list[str]:
 
 
 def test_tiny_graph_oracle_spark_and_runtime_agree_for_l_1_2_3(tiny):
-    from refactx_index.paths import PathCaps
+    from refactx_index.prompting.paths import PathCaps
 
     cfg, counts = tiny
     edges = oracle_edges(STATEMENTS, ENTITIES, PROPERTIES, INVERSE)
@@ -208,7 +208,7 @@ def test_fact_texts_without_object_kinds_read_literals_by_their_labels(tiny):
     """Bare fact texts (a facts file without kinds, a build without provenance) say nothing of
     an object's kind: a literal is the node of its text, so the one equal to its subject's
     label is a cycle and the one equal to another entity's label goes on through it."""
-    from refactx_index.paths import PathCaps
+    from refactx_index.prompting.paths import PathCaps
 
     cfg = tiny[0]
     found = _runtime_graph(_texts(cfg.stage_dir("verbalize") / "facts")).paths(["Douglas Adams"], PathCaps(2))
@@ -232,7 +232,7 @@ def test_a_path_build_is_served_as_a_paths_index(spark, tiny, pg_dsn):
     the served tree holds every path text, tokenized as the tokenize stage does."""
     import psycopg
 
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
     from refactx_index.vocab import encode_facts, open_tokenizer
     from refactx_pipeline.orchestration.pipeline import build
 
@@ -277,7 +277,7 @@ def _sample_oracle_inputs(cfg):
 
 
 def test_sample_oracle_spark_and_runtime_agree_for_l_1_2_3(sample_paths):
-    from refactx_index.paths import PathCaps
+    from refactx_index.prompting.paths import PathCaps
 
     cfg, counts = sample_paths
     statements, labels, properties = _sample_oracle_inputs(cfg)
@@ -315,8 +315,8 @@ def _kept(st, labels, properties) -> bool:
 # ---------------------------------------------------------------- generation over paths
 def _matcher(index, tokenizer):
     from refactx_index.engines.core import trigger_variants
-    from refactx_index.matcher import FactMatcher
-    from refactx_index.paths import TRIGGER
+    from refactx_index.constraint.matcher import FactMatcher
+    from refactx_index.prompting.paths import TRIGGER
 
     return FactMatcher(index, trigger_variants(tokenizer, TRIGGER), [0])
 
@@ -326,8 +326,8 @@ def test_a_dead_end_can_only_end_the_path():
     (` .`): the row cannot write past the trie; where a path may go on, both are allowed."""
     from tokenizers import Tokenizer
 
-    from refactx_index.paths import PathCaps, PathGraph
-    from refactx_index.matcher import FACT, FREE
+    from refactx_index.prompting.paths import PathCaps, PathGraph
+    from refactx_index.constraint.matcher import FACT, FREE
 
     file = tokenizer_dir("qwen2.5") / "tokenizer.json"
     tok = Tokenizer.from_file(str(file))
@@ -357,7 +357,7 @@ def test_a_dead_end_can_only_end_the_path():
 def smollm2():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from refactx_index.models import load_model
+    from refactx_index.qa.models import load_model
 
     return load_model("smollm2")
 
@@ -368,7 +368,7 @@ def test_smollm2_writes_only_stored_paths_verbatim(smollm2, sample_fact_texts):
     from transformers import LogitsProcessorList
 
     from refactx_index.engines.transformers import RefactxLogitsProcessor
-    from refactx_index.paths import TRIGGER, PathCaps, PathGraph
+    from refactx_index.prompting.paths import TRIGGER, PathCaps, PathGraph
     from refactx_index.vocab import decode_continuation, encode_facts, open_tokenizer
 
     graph = PathGraph.from_fact_texts(sample_fact_texts)
@@ -455,7 +455,7 @@ def test_refactx_paths_command_ends_a_path_at_a_literal_equal_to_an_entitys_labe
                             "Douglas Adams -> pseudonym -> Dirk Gently",
                             "Douglas Adams -> pseudonym -> Dirk Gently -> occupation -> private investigator"]
     assert out["not_simple"] == 2  # its native name, and Dirk Gently's creator
-    from refactx_index.paths import PathGraph, read_fact_texts
+    from refactx_index.prompting.paths import PathGraph, read_fact_texts
 
     assert PathGraph.from_fact_texts(read_fact_texts(str(with_kinds))).rejected == 1
 
@@ -464,8 +464,8 @@ def test_the_graph_of_an_index_file_reads_objects_by_their_labels(tmp_path):
     """An index file holds no provenance: its graph is that of its bare fact texts."""
     from tokenizers import Tokenizer
 
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.paths import PathCaps, PathGraph, graph_of_index
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.prompting.paths import PathCaps, PathGraph, graph_of_index
 
     file = tokenizer_dir("qwen2.5") / "tokenizer.json"
     texts = [text for text, _ in FIVE_FACTS]
@@ -491,9 +491,9 @@ FIVE_SOURCES = [
 def test_the_graph_of_a_build_reads_each_objects_kind_from_its_provenance(pg_dsn):
     """A PostgreSQL build with provenance gives each object's kind: its graph is that of the
     facts file with kinds; the same build without provenance is read by labels."""
-    from refactx_index.paths import PathCaps, PathGraph, graph_of_index
-    from refactx_index.pg import open_index
-    from refactx_index.provenance import fact_id
+    from refactx_index.prompting.paths import PathCaps, PathGraph, graph_of_index
+    from refactx_index.tree.pg import open_index
+    from refactx_index.tree.provenance import fact_id
     from refactx_index.vocab import encode_facts, open_tokenizer
 
     from ..pgtree import load_tree, store_provenance_rows
@@ -542,7 +542,7 @@ def _file(spec):
     if spec == "smollm2":
         pytest.importorskip("transformers")
         from refactx_index.errors import ConfigError
-        from refactx_index.models import model_directory
+        from refactx_index.qa.models import model_directory
 
         try:
             return model_directory("smollm2") / "tokenizer.json"
@@ -561,7 +561,7 @@ ODD_LABELS = ["Alpha", "Leaf 5", "1952-03-11", "O'Neil's", "U.S.", "C++", "A.", 
 
 
 def _odd_graph():
-    from refactx_index.paths import PathGraph
+    from refactx_index.prompting.paths import PathGraph
 
     n = len(ODD_LABELS)
     facts = [f"<{a}> <{r}> <{ODD_LABELS[(i + k) % n]}> ." for i, a in enumerate(ODD_LABELS)
@@ -574,8 +574,8 @@ def test_a_path_tries_ids_are_the_whole_texts_ids_for_real_vocabularies(spec, sa
     """The rule of the per-question trie: a path's ids are exactly what the tokenize stage
     (``encode_facts``) gives its whole text, whether they were put together from its labels'
     ids (byte-level BPE with a known pre-tokenizer regex) or encoded whole (SentencePiece)."""
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.paths import PathCaps, PathGraph, segments_concatenate
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.prompting.paths import PathCaps, PathGraph, segments_concatenate
     from refactx_index.vocab import encode_facts, open_tokenizer
 
     file = _file(spec)
@@ -609,8 +609,8 @@ def test_tree_rows_are_build_rows():
     duplicates; a sequence that is a prefix of others)."""
     import numpy as np
 
-    from refactx_index.memory import build_rows
-    from refactx_index.paths import _common_prefixes, _memory_index, _tree_rows
+    from refactx_index.tree.memory import build_rows
+    from refactx_index.prompting.paths import _common_prefixes, _memory_index, _tree_rows
 
     rng = np.random.default_rng(24)
     for trial in range(30):
@@ -627,7 +627,7 @@ def test_tree_rows_are_build_rows():
         values = np.array([t for s in seqs for t in s], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum([len(s) for s in seqs])))
         index = _memory_index(values, offsets, name="m", tokenizer="", tokenizer_hash="", vocab_size=0)
-        from refactx_index.memory import MemoryTreeIndex
+        from refactx_index.tree.memory import MemoryTreeIndex
 
         reference = MemoryTreeIndex.from_sequences(seqs, name="m", index_kind="paths", dictionary=False)
         assert index.rows == reference.rows and index.info == reference.info
@@ -640,8 +640,8 @@ def test_a_label_with_spaces_at_its_edge_or_a_special_token_is_handled_as_whole_
     object that matches special tokens."""
     from tokenizers import Tokenizer
 
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.paths import PathCaps, PathGraph
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.prompting.paths import PathCaps, PathGraph
 
     file = str(tokenizer_dir("qwen2.5") / "tokenizer.json")
     graph = PathGraph({"Alpha": [("knows", " Beta "), ("is", "Gamma")], " Beta ": [("knows", "Gamma")]})
@@ -661,8 +661,8 @@ def test_a_label_with_spaces_at_its_edge_or_a_special_token_is_handled_as_whole_
 def test_a_prepared_graph_tokenizes_no_label_at_question_time():
     """``prepare`` tokenizes every label once; later questions add none and their tries are
     those of whole texts."""
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.paths import PathCaps
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.prompting.paths import PathCaps
 
     file = str(tokenizer_dir("qwen2.5") / "tokenizer.json")
     graph = _odd_graph()
@@ -680,8 +680,8 @@ def test_a_prepared_graph_tokenizes_no_label_at_question_time():
 
 def test_a_path_index_file_keeps_its_kind(tmp_path):
     """An .rfx file of a path index loads as a path index (``ask`` then writes after Path:)."""
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.paths import PathGraph
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.prompting.paths import PathGraph
 
     file = str(tokenizer_dir("qwen2.5") / "tokenizer.json")
     index, _ = PathGraph({"Alpha": [("knows", "Beta")]}).index(["Alpha"], file)

@@ -7,8 +7,7 @@ from typing import Iterable, Mapping, Sequence
 
 import pytest
 
-from refactx_index import format as fmt
-
+from refactx_index.tree import format as fmt
 pytestmark = pytest.mark.spark
 
 
@@ -126,7 +125,7 @@ FACTS = [
 @pytest.mark.parametrize("threshold,max_tokens,partitions",
                          [(1, 4096, 1), (2, 4096, 3), (64, 4096, 2), (1, 1, 5), (64, 6, 4), (3, 10, 9)])
 def test_rows_match_reference(spark, threshold, max_tokens, partitions):
-    from refactx_index.memory import build_rows as reference_rows
+    from refactx_index.tree.memory import build_rows as reference_rows
 
     rows = build_rows(spark, FACTS, threshold, max_tokens, partitions)
     assert check_rows_against_trie(rows, FACTS, threshold, max_tokens) > 0
@@ -169,7 +168,7 @@ def test_packed_rows_match_reference_and_read_the_same(spark, pack_facts, pack_c
     """Packed rows (an expanded prefix stores its small children whole): the Spark job's rows
     are the reference's byte for byte, across partition edges; the cut rule holds; and every
     prefix reads the same children, leaf counts and ends as in the plain layout, with fewer rows."""
-    from refactx_index.memory import build_rows as reference_rows
+    from refactx_index.tree.memory import build_rows as reference_rows
 
     rows = build_rows(spark, PACKED_FACTS, 16, 4096, partitions, pack_facts, pack_child_facts)
     assert rows == reference_rows(PACKED_FACTS, threshold=16, max_subtree_tokens=4096,
@@ -184,7 +183,7 @@ def test_packed_rows_match_reference_and_read_the_same(spark, pack_facts, pack_c
 def test_a_hot_prefix_is_cut_into_bounded_rows_across_partitions(spark):
     """2,000 facts under one 6-token prefix, sorted into 8 partitions: every partition
     edge falls inside the hot prefix, yet its rows are whole and bounded."""
-    from refactx_index.memory import build_rows as reference_rows
+    from refactx_index.tree.memory import build_rows as reference_rows
 
     hot = [9, 9, 9, 9, 9, 9]
     facts = [hot + [i // 100, i % 100, 7] for i in range(2000)] + [[1, 2, 3], hot[:3]]
@@ -271,7 +270,7 @@ def test_dictionary_rows_match_the_reference_byte_for_byte(spark, threshold, max
     (the same bytes, whatever the partitioning, and whether the rows were zlib-compressed
     before the dictionary pass or encoded raw, as the stage now does), and decode to the rows
     of the previous format: the same children, leaf counts and ends for every prefix."""
-    from refactx_index.memory import build_rows as reference_rows, compress_rows
+    from refactx_index.tree.memory import build_rows as reference_rows, compress_rows
     from refactx_pipeline.stages.prefix_rows import build_dictionary, prefix_rows, with_dictionary
     from refactx_pipeline.stages.schemas import TOKENS
 

@@ -32,7 +32,7 @@ def module_db(pg_server):
 def built(spark, sample_verbalized, module_db):
     """The shared sample's SmolLM2 build, active in ``module_db``."""
     pytest.importorskip("torch")
-    from refactx_index.models import model_directory
+    from refactx_index.qa.models import model_directory
     from refactx_pipeline.orchestration.pipeline import build
 
     cfg = sample_verbalized.updated({
@@ -63,7 +63,7 @@ def test_stored_provenance_is_the_verbalize_stages_and_names_real_statements(spa
     import psycopg
     from pyspark.sql import functions as F
 
-    from refactx_index.provenance import block_keys, fact_id
+    from refactx_index.tree.provenance import block_keys, fact_id
 
     cfg, load = built
     verbalized = spark.read.parquet(str(cfg.stage_dir("verbalize") / "provenance"))
@@ -105,7 +105,7 @@ def test_stored_provenance_is_the_verbalize_stages_and_names_real_statements(spa
 
 
 def test_runtime_reads_every_facts_provenance_in_one_round_trip(spark, built, module_db):
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
 
     cfg, load = built
     facts, expected = _texts(spark, cfg), _sources_by_fact(spark, cfg)
@@ -126,7 +126,7 @@ def test_runtime_reads_every_facts_provenance_in_one_round_trip(spark, built, mo
 def test_a_rows_layout_build_gives_every_fact_the_sources_the_blocks_give(spark, built, module_db, layout_named):
     """The same provenance in layout ``rows`` (a text row per source, as builds loaded before the
     blocks store it) serves beside the blocks: every fact's sources the same, in one round trip."""
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
 
     from ..pgtree import load_tree, store_provenance_rows
 
@@ -170,8 +170,8 @@ def test_a_damaged_or_missing_block_is_an_error_never_a_wrong_source(spark, buil
     import psycopg
 
     from refactx_index.errors import FormatError
-    from refactx_index.pg import open_index
-    from refactx_index.provenance import block_of
+    from refactx_index.tree.pg import open_index
+    from refactx_index.tree.provenance import block_of
 
     cfg, load = built
     bits = load["provenance"]["block_bits"]
@@ -239,8 +239,8 @@ def test_the_servers_facts_carry_the_provenance_of_each_stored_fact(spark, built
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from refactx_index.models import load_model
-    from refactx_index.pg import open_index
+    from refactx_index.qa.models import load_model
+    from refactx_index.tree.pg import open_index
     from refactx_index.server.app import ServerSettings, create_app
     from refactx_index.server.backend_transformers import TransformersEngine
 
@@ -311,7 +311,7 @@ def test_builds_shows_the_trees_and_the_provenances_bytes_and_their_total(built,
 
 def test_a_build_without_provenance_serves_and_says_provenance_is_unavailable(pg_dsn, capsys):
     from refactx_index.cli import main
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
 
     from ..pgtree import load_tree
 
@@ -367,7 +367,7 @@ def test_graph_build_provenance_gives_the_input_rows_ids(spark, tmp_path, monkey
     described = [r for r in provenance if r["kind"] == "description"]
     assert described and all(r["subject"] in entities for r in described)
     # the blocks hold the graph's own ids (as strings) and give every fact its sources
-    from refactx_index.provenance import sources_from_blocks
+    from refactx_index.tree.provenance import sources_from_blocks
 
     bits = json.loads((cfg.stage_dir("verbalize") / "counts.json").read_text())["provenance_blocks"]["bits"]
     blocks = {r["block"]: bytes(r["data"])
@@ -400,7 +400,7 @@ def test_spark_packs_every_kind_of_source_into_blocks_that_decode_to_it(spark, b
     verbalize stage's Spark packing and the runtime's decoder."""
     from pyspark.sql import functions as F
 
-    from refactx_index.provenance import sources_from_blocks
+    from refactx_index.tree.provenance import sources_from_blocks
     from refactx_pipeline.stages.verbalize import provenance_blocks
 
     sources = [(t, *rest) for t, *rest in EDGE_SOURCES]
@@ -455,7 +455,7 @@ def test_runtime_fact_id_is_sparks_xxhash64(spark):
     multi-byte UTF-8, against Spark itself."""
     from pyspark.sql import functions as F
 
-    from refactx_index.provenance import fact_id
+    from refactx_index.tree.provenance import fact_id
 
     texts = ["", "a", "abc", "abcd", "abcdefg", "abcdefgh", "x" * 31, "y" * 32, "z" * 33, "w" * 200,
              "<Zürich> <名前> <😀> .", "<Danny Boyle> <date of birth> <1956-10-20> ."]

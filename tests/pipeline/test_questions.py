@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from refactx_index.evaluation import fact_object
+from refactx_index.qa.evaluation import fact_object
 
 from ..conftest import ROOT
 
@@ -70,7 +70,7 @@ def test_the_same_seed_gives_the_committed_questions_and_their_gold_answers_are_
 @pytest.fixture(scope="module")
 def finance(tmp_path_factory):
     """The finance example's index for SmolLM2, built in process, and its fact texts."""
-    from refactx_index.models import model_directory
+    from refactx_index.qa.models import model_directory
     from refactx_pipeline.config import Config, VocabularyConfig
     from refactx_pipeline.graph.index import build_graph_index
     from refactx_testing.finance_example import write_example
@@ -114,9 +114,9 @@ def test_eval_command_scores_finance_questions_constrained_and_not(finance, tmp_
 
 
 def test_eval_on_wikidata_questions_writes_only_stored_facts_constrained(sample_fact_texts):
-    from refactx_index.evaluation import evaluate, question_from_json, report
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import load_model
+    from refactx_index.qa.evaluation import evaluate, question_from_json, report
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import load_model
 
     loaded = load_model("smollm2")
     index = MemoryTreeIndex.from_facts(sample_fact_texts, str(loaded.tokenizer_file))

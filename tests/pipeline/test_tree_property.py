@@ -57,8 +57,8 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_toke
     from refactx_pipeline.catalog import pgcatalog
     from refactx_pipeline.stages.schemas import TOKENS
     from refactx_pipeline.config import Config, VocabularyConfig
-    from refactx_index import format as fmt
-    from refactx_index.memory import build_rows as reference_rows, compress_rows
+    from refactx_index.tree import format as fmt
+    from refactx_index.tree.memory import build_rows as reference_rows, compress_rows
     from refactx_pipeline.stages.contract import StageContext
 
     cfg = Config().updated({

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from refactx_index import InputRefused, MemoryTreeIndex
-from refactx_index.ask import DEFAULT_MAX_QUESTION_CHARS, ask
+from refactx_index.qa.ask import DEFAULT_MAX_QUESTION_CHARS, ask
 
 
 
 @pytest.fixture(scope="module")
 def loaded():
-    from refactx_index.models import load_model
+    from refactx_index.qa.models import load_model
 
     return load_model("smollm2")
 

@@ -11,9 +11,9 @@ import random
 import numpy as np
 import pytest
 
-from refactx_index.batch import BatchMatcher, StepMask
-from refactx_index.matcher import DEAD, FACT, FREE, FactMatcher
-from refactx_index.memory import MemoryTreeIndex, encode_texts
+from refactx_index.constraint.batch import BatchMatcher, StepMask
+from refactx_index.constraint.matcher import DEAD, FACT, FREE, FactMatcher
+from refactx_index.tree.memory import MemoryTreeIndex, encode_texts
 from refactx_index.vocab import open_tokenizer
 
 from ..conftest import tokenizer_dir
@@ -21,7 +21,7 @@ from .test_generation import EOS, corporate_facts
 
 torch = pytest.importorskip("torch")
 
-from refactx_index.masking import MaskApplier  # noqa: E402
+from refactx_index.constraint.masking import MaskApplier  # noqa: E402
 
 
 def apply_mask_reference(logits: "torch.Tensor", mask: StepMask) -> "torch.Tensor":
@@ -207,9 +207,8 @@ def test_the_compiled_step_is_installed():
     silently lost it would only be slower: the project's own install must have it."""
     import os
 
-    from refactx_index import batch
-
-    assert "compiled" in batch.STEPPERS, "refactx_index._step was not built"
+    from refactx_index.constraint import batch
+    assert "compiled" in batch.STEPPERS, "refactx_index.constraint._step was not built"
     assert batch.STEPPER == os.environ.get("REFACTX_MATCHER", "compiled")
 
 
@@ -242,8 +241,8 @@ def _canonical(bm: BatchMatcher, slots: np.ndarray, vocab_size: int | None):
     return states, mask.rows.tolist(), mask.token_rows.tolist(), mask.tokens.tolist()
 
 
-@pytest.mark.skipif("compiled" not in __import__("refactx_index.batch").batch.STEPPERS,
-                    reason="refactx_index._step is not built here")
+@pytest.mark.skipif("compiled" not in __import__("refactx_index.constraint.batch").batch.STEPPERS,
+                    reason="refactx_index.constraint._step is not built here")
 @pytest.mark.parametrize("vocabulary", ["qwen2.5", "llama3", "mistral-7b-v0.1", "phi-3-mini", "gpt2"])
 def test_the_compiled_and_numpy_steps_agree_on_random_walks(vocabulary_indexes, vocabulary):
     """The same states, generated facts and flat masks at every step, on walks that enter
@@ -289,8 +288,8 @@ def test_the_compiled_and_numpy_steps_agree_on_random_walks(vocabulary_indexes, 
     walk()
 
 
-@pytest.mark.skipif("compiled" not in __import__("refactx_index.batch").batch.STEPPERS,
-                    reason="refactx_index._step is not built here")
+@pytest.mark.skipif("compiled" not in __import__("refactx_index.constraint.batch").batch.STEPPERS,
+                    reason="refactx_index.constraint._step is not built here")
 def test_a_compiled_step_of_rows_outside_a_fact_allocates_no_arrays(index, tokenizer):
     """256 rows of free text, stepped and masked: a few Python objects, no array sized by
     the rows (numpy's step copies each row's history: 8 bytes x its length x 256 rows)."""

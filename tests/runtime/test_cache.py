@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from refactx_index.cache import ENTRY_OVERHEAD_BYTES, ByteLRUCache
+from refactx_index.tree.cache import ENTRY_OVERHEAD_BYTES, ByteLRUCache
 
 
 def test_evicts_least_recently_used_within_the_byte_bound():

@@ -12,8 +12,8 @@ import pytest
 
 from refactx_index.engines.core import FactConstraint
 from refactx_index.errors import ConfigError
-from refactx_index.matcher import FactMatcher
-from refactx_index.memory import MemoryTreeIndex, encode_texts
+from refactx_index.constraint.matcher import FactMatcher
+from refactx_index.tree.memory import MemoryTreeIndex, encode_texts
 from refactx_index.vocab import open_tokenizer
 
 from ..conftest import tokenizer_dir

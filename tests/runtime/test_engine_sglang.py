@@ -23,8 +23,8 @@ base = pytest.importorskip(
     reason="SGLang's grammar classes are not importable here (pip install sglang --no-deps, then the "
            "modules it names: docs/runtime.md, 'SGLang')")
 
-from refactx_index.matcher import FactMatcher  # noqa: E402
-from refactx_index.memory import MemoryTreeIndex  # noqa: E402
+from refactx_index.constraint.matcher import FactMatcher  # noqa: E402
+from refactx_index.tree.memory import MemoryTreeIndex  # noqa: E402
 
 from ..conftest import tokenizer_dir  # noqa: E402
 from .test_generation import EOS, corporate_facts  # noqa: E402

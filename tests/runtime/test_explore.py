@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from refactx_index.explore import complete, enumerate_facts
-from refactx_index.memory import MemoryTreeIndex
+from refactx_index.tree.explore import complete, enumerate_facts
+from refactx_index.tree.memory import MemoryTreeIndex
 from refactx_index.vocab import encode_facts, open_vocabulary
 
 from ..conftest import VOCABULARIES, tokenizer_dir

@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from refactx_index.explore import entities, facts_page, objects, relations
-from refactx_index.memory import MemoryTreeIndex
+from refactx_index.tree.explore import entities, facts_page, objects, relations
+from refactx_index.tree.memory import MemoryTreeIndex
 from refactx_index.vocab import open_tokenizer
 
 from ..conftest import tokenizer_dir

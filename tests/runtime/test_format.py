@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refactx_index import format as fmt
+from refactx_index.tree import format as fmt
 from refactx_index.errors import FormatError
-from refactx_index.format import (
+from refactx_index.tree.format import (
     FORMAT_VERSION,
     MAX_DICTIONARY_BYTES,
     PresetDictionary,
@@ -57,7 +57,7 @@ def test_children_row_keeps_external_leaf_counts():
 def test_a_packed_row_stores_small_children_whole_beside_external_ones():
     """``encode_packed``: the children given as suffixes are complete subtrees, the others
     external with their leaf counts; the same fragment format, read by the same decoder."""
-    from refactx_index.format import encode_packed
+    from refactx_index.tree.format import encode_packed
 
     node = encode_packed([[5, 1], [5, 2, 3], [], [70000]], [9, 6], [40, 2])
     frag = decode_fragment(node)
@@ -147,7 +147,7 @@ def test_a_flipped_bit_anywhere_is_caught_by_the_checksum(compress):
        cuts=st.lists(st.tuples(st.booleans(), st.integers(0, 8)), min_size=40, max_size=40))
 def test_subtree_runs_encode_like_one_subtree_per_row(facts, cuts):
     """The prefix rows job's vectorized encoder gives each row encode_subtree's bytes."""
-    from refactx_index.format import encode_subtree_runs
+    from refactx_index.tree.format import encode_subtree_runs
 
     n = np.array([len(f) for f in facts])
     mat = np.full((len(facts), int(n.max())), -1, dtype=np.int64)
@@ -354,7 +354,7 @@ def test_a_corrupt_trained_dictionary_is_a_format_error_when_writing_and_reading
 def test_the_compiled_decoder_is_installed():
     """The extension is optional at install (no compiler: numpy decodes), so a build that
     silently lost it would only be slower: the project's own install must have it."""
-    assert "compiled" in fmt.DECODERS, "refactx_index._fragment was not built"
+    assert "compiled" in fmt.DECODERS, "refactx_index.tree._fragment was not built"
     assert fmt.DECODER == os.environ.get("REFACTX_DECODER", "compiled")
 
 
@@ -396,7 +396,7 @@ def test_the_compiled_and_numpy_decoders_agree_on_every_row_and_every_corruption
     with bytes overwritten, cut short or extended past its header's checksum (what a forger
     can write: version 1 rows carry none)."""
     if "compiled" not in fmt.DECODERS:
-        pytest.skip("refactx_index._fragment is not built here")
+        pytest.skip("refactx_index.tree._fragment is not built here")
     row = plain_row(facts, external)
     _, flags, tw, cw, lw, _, n = struct.unpack_from("<BBBBBBI", row)
     assert flags == 0
@@ -413,7 +413,7 @@ def test_the_compiled_and_numpy_decoders_agree_on_every_row_and_every_corruption
 def test_the_decoders_agree_on_the_checks_the_fuzzer_rarely_reaches():
     """A node before its parent, a node with no fact below it, stored counts past their bounds."""
     if "compiled" not in fmt.DECODERS:
-        pytest.skip("refactx_index._fragment is not built here")
+        pytest.skip("refactx_index.tree._fragment is not built here")
     cases = [
         # node 1 claims both nodes as its children, itself included: a node before its parent
         (bytes([5, 6]) + bytes([0, 2, 0]) + bytes([0b00100000]) + bytes([0]), 1, 1, 1, 3),

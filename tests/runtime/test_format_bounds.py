@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import zstandard
 
-from refactx_index import format as fmt
+from refactx_index.tree import format as fmt
 from refactx_index.errors import FormatError
 
 HEADER = struct.Struct("<BBBBBBI")  # version 1's header: no checksum to get past

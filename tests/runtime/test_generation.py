@@ -14,8 +14,8 @@ from ..conftest import tokenizer_dir
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from refactx_index.generation import DEAD, FACT, FREE, RefactxLogitsProcessor  # noqa: E402
-from refactx_index.memory import MemoryTreeIndex, encode_texts  # noqa: E402
+from refactx_index.engines.transformers import DEAD, FACT, FREE, RefactxLogitsProcessor  # noqa: E402
+from refactx_index.tree.memory import MemoryTreeIndex, encode_texts  # noqa: E402
 from refactx_index.vocab import open_tokenizer  # noqa: E402
 
 EOS = 50256
@@ -245,7 +245,7 @@ def test_all_facts_generated_goes_on_as_free_text(tokenizer, caplog):
     fact = encode_texts(tokenizer, [" " + facts[0]])[0]
     prompt = tokenizer.encode("Q", add_special_tokens=False).ids
     trigger = tokenizer.encode(" Fact:", add_special_tokens=False).ids
-    with caplog.at_level(logging.INFO, logger="refactx_index.matcher"):
+    with caplog.at_level(logging.INFO, logger="refactx_index.constraint.matcher"):
         st = proc.state(prompt + trigger + fact + [198] + trigger, prompt_length=len(prompt))
     assert st.mode == FREE and not st.constrained and st.done == (tuple(fact),)
     assert "already generated" in caplog.text

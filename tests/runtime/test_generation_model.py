@@ -28,14 +28,14 @@ MAX_NEW_TOKENS = 64
 
 @pytest.fixture(scope="module")
 def loaded():
-    from refactx_index.models import load_model
+    from refactx_index.qa.models import load_model
 
     return load_model("smollm2")
 
 
 @pytest.fixture(scope="module")
 def index(loaded, sample_fact_texts):
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
 
     return MemoryTreeIndex.from_facts(sample_fact_texts, str(loaded.tokenizer_file))
 
@@ -51,13 +51,13 @@ def stored(loaded, sample_fact_texts) -> set[tuple[int, ...]]:
 
 @pytest.fixture(scope="module")
 def batch_answers(index, loaded):
-    from refactx_index.ask import ask
+    from refactx_index.qa.ask import ask
 
     return ask(QUESTIONS, index, loaded, num_beams=3, max_new_tokens=MAX_NEW_TOKENS)
 
 
 def test_the_prompt_mentions_the_trigger_and_its_examples_write_facts():
-    from refactx_index.prompt import Prompt
+    from refactx_index.prompting.prompt import Prompt
 
     prompt = Prompt()
     assert "Fact:" in prompt.system
@@ -77,7 +77,7 @@ def test_the_model_writes_stored_facts_verbatim_and_never_twice(batch_answers, s
 def test_a_padded_batch_with_beams_equals_each_prompt_alone(batch_answers, index, loaded):
     """(d): 4 prompts of different lengths, left padded, 3 beams: row for row the facts of
     each prompt generated alone."""
-    from refactx_index.ask import ask
+    from refactx_index.qa.ask import ask
 
     assert len({a.prompt_tokens for a in batch_answers}) > 1  # padding was needed
     for question, together in zip(QUESTIONS, batch_answers):
@@ -87,8 +87,8 @@ def test_a_padded_batch_with_beams_equals_each_prompt_alone(batch_answers, index
 
 def test_the_vocabulary_check_refuses_another_tokenizer(index, loaded):
     from refactx_index.errors import VocabularyMismatch
-    from refactx_index.index import check_vocabulary
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.index import check_vocabulary
+    from refactx_index.tree.memory import MemoryTreeIndex
 
     check_vocabulary(index, loaded.tokenizer)  # the same vocabulary, checked on stored facts
     gpt2 = MemoryTreeIndex.from_facts(["<Germany> <capital> <Berlin> ."],
@@ -99,9 +99,9 @@ def test_the_vocabulary_check_refuses_another_tokenizer(index, loaded):
 
 def test_the_postgresql_index_gives_the_same_facts(pg_dsn, index, loaded, stored):
     """The same question, greedy, against the same facts served from PostgreSQL."""
-    from refactx_index.ask import ask
-    from refactx_index.pg import open_index
-    from refactx_index.prompt import fitted_prompt
+    from refactx_index.qa.ask import ask
+    from refactx_index.tree.pg import open_index
+    from refactx_index.prompting.prompt import fitted_prompt
 
     from ..pgtree import load_tree
 
@@ -141,7 +141,7 @@ def test_ask_command_answers_from_an_index_file_as_one_json_document(index, tmp_
 
 
 def test_ask_command_refuses_an_index_of_another_vocabulary_before_generating(tmp_path):
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
 
     path = tmp_path / "gpt2.rfx"
     MemoryTreeIndex.from_facts(["<Germany> <capital> <Berlin> ."], str(shared_path("tokenizers", "gpt2"))).save(path)

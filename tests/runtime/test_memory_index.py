@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from refactx_index import FormatError, TreeIndex, VocabularyMismatch
-from refactx_index.explore import complete, enumerate_facts
-from refactx_index.format import decode_fragment, decode_prefix
-from refactx_index.memory import MemoryTreeIndex, build_rows, encode_texts
+from refactx_index.tree.explore import complete, enumerate_facts
+from refactx_index.tree.format import decode_fragment, decode_prefix
+from refactx_index.tree.memory import MemoryTreeIndex, build_rows, encode_texts
 from refactx_index.vocab import open_tokenizer
 
 from ..conftest import tokenizer_dir
@@ -184,7 +184,7 @@ def test_a_file_of_the_first_layout_is_read_with_a_warning_naming_the_rewrite(gr
 
     from dataclasses import replace
 
-    from refactx_index.memory import build_rows
+    from refactx_index.tree.memory import build_rows
 
     _, seqs, index = graph
     # a file of that layout holds no dictionary: the same build's rows without one
@@ -228,7 +228,7 @@ def version_2_file(index: MemoryTreeIndex, path) -> None:
 def test_the_dictionary_is_saved_with_the_file_and_old_files_still_read(graph, tmp_path):
     from dataclasses import replace
 
-    from refactx_index.memory import build_rows
+    from refactx_index.tree.memory import build_rows
 
     _, seqs, index = graph
     assert index.info.dictionary is not None and index.info.format_version == 4

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from refactx_index.errors import InputRefused
-from refactx_index.evaluation import MetaQAReader, read_question_file, stratified_sample
+from refactx_index.qa.evaluation import MetaQAReader, read_question_file, stratified_sample
 
 METAQA = Path(__file__).resolve().parents[3] / "shared" / "data" / "metaqa"
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def _slice(topics: set[str], out: Path) -> Path:
 @pytest.mark.slow
 def test_eval_of_metaqa_questions_end_to_end_with_the_real_model(tmp_path):
     from refactx_index.cli import main
-    from refactx_index.models import model_directory
+    from refactx_index.qa.models import model_directory
     from refactx_pipeline.config import Config, VocabularyConfig
     from refactx_pipeline.graph.index import build_graph_index
 
@@ -146,7 +146,7 @@ FACTS_WRITTEN = ("I need the director of Kismet.\nFact: <Kismet> <directed by> <
 def smollm2_tokenizer():
     from transformers import AutoTokenizer
 
-    from refactx_index.models import model_directory
+    from refactx_index.qa.models import model_directory
 
     return AutoTokenizer.from_pretrained(model_directory("smollm2"))
 
@@ -158,7 +158,7 @@ def test_grounded_answers_never_let_out_a_name_no_stored_written_fact_holds(smol
     import torch
     from hypothesis import given, settings, strategies as st
 
-    from refactx_index.ask import GroundedAnswer
+    from refactx_index.qa.ask import GroundedAnswer
 
     tok = smollm2_tokenizer
     prompt = tok("Question: who directed Kismet?\n", add_special_tokens=False)["input_ids"]
@@ -205,8 +205,8 @@ MOVIE_FACTS = [
 
 
 def test_the_prompt_is_drawn_from_the_index_and_rendered_as_text_without_a_chat_template():
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.prompt import UNKNOWN, Prompt, index_examples
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.prompting.prompt import UNKNOWN, Prompt, index_examples
     from refactx_index.vocab import open_tokenizer
 
     from ..conftest import tokenizer_dir

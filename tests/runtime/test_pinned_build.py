@@ -10,9 +10,9 @@ import psycopg
 import pytest
 
 from refactx_index import open_index
-from refactx_index.batch import BatchMatcher
+from refactx_index.constraint.batch import BatchMatcher
 from refactx_index.errors import BuildRetired
-from refactx_index.matcher import FactMatcher
+from refactx_index.constraint.matcher import FactMatcher
 from refactx_pipeline.stages.activate import apply_retention
 
 from ..pgtree import expected_next, load_tree, random_sequences
@@ -91,11 +91,11 @@ def test_a_build_activated_mid_generation_serves_the_next_request_not_this_one(p
     """The real model asks about Germany on a build that has its facts; the first token it
     writes activates a build without them. The request's facts come from, and are checked
     against, the build it started on; the next request reads the new build."""
-    from refactx_index.index import tokenizer_sha256
-    from refactx_index.models import load_model
+    from refactx_index.tree.index import tokenizer_sha256
+    from refactx_index.qa.models import load_model
     from refactx_index.server.backend_transformers import TransformersEngine
     from refactx_index.server.engine import Job, encode_chat
-    from refactx_index.prompt import Prompt
+    from refactx_index.prompting.prompt import Prompt
     from refactx_index.vocab import encode_facts, open_tokenizer
 
     loaded = load_model("smollm2")

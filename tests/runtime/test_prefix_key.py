@@ -1,4 +1,4 @@
-"""The prefix key has one definition (refactx_index.format): its byte order is the token order.
+"""The prefix key has one definition (refactx_index.tree.format): its byte order is the token order.
 The Spark SQL expression the prefix rows job uses is checked against it in test_prefix_rows.py."""
 
 from __future__ import annotations
@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refactx_index import format as fmt
-
-
+from refactx_index.tree import format as fmt
 def test_list_and_array_inputs_encode_alike():
     for tokens in ([], [0], [1, 255, 256, 65535, 2**32 - 1], list(range(40))):
         assert fmt.encode_prefix(tokens) == fmt.encode_prefix(np.array(tokens, dtype=np.int64))

@@ -23,8 +23,8 @@ from refactx_index import (
     VocabularyMismatch,
     open_index,
 )
-from refactx_index.index import tokenizer_sha256
-from refactx_index.memory import build_rows, deepest_row
+from refactx_index.tree.index import tokenizer_sha256
+from refactx_index.tree.memory import build_rows, deepest_row
 
 pytestmark = pytest.mark.pg
 
@@ -358,7 +358,7 @@ def test_a_wrong_database_or_user_fails_at_once_with_its_cause(pg_server, caplog
 def test_a_version_1_row_forged_into_a_version_2_build_is_refused(pg_dsn):
     """A row without a checksum must not pass inside a build whose rows all
     carry one (there a flipped bit would be a silent wrong answer)."""
-    from refactx_index.format import decode_prefix
+    from refactx_index.tree.format import decode_prefix
 
     seqs = random_sequences(seed=5)
     build_id = load_tree(pg_dsn, "kg", seqs, threshold=1)

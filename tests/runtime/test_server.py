@@ -27,9 +27,9 @@ QUESTIONS = {"What is the capital of Germany?": "Germany",
 
 @pytest.fixture(scope="module")
 def server(sample_fact_texts):
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import load_model
-    from refactx_index.paths import PathCaps, PathGraph
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import load_model
+    from refactx_index.prompting.paths import PathCaps, PathGraph
     from refactx_index.server.app import ServerSettings, create_app
     from refactx_index.server.backend_transformers import TransformersEngine
 
@@ -101,8 +101,8 @@ def test_a_path_index_is_served_after_path_with_the_path_prompt(client, server):
     """One engine, two kinds: over the path index a row is constrained after ``Path:`` (not
     ``Fact:``) and writes stored paths only; a chat request gets the path prompt there and
     the fact prompt over the fact index."""
-    from refactx_index.paths import PATH_PROMPT
-    from refactx_index.prompt import Prompt
+    from refactx_index.prompting.paths import PATH_PROMPT
+    from refactx_index.prompting.prompt import Prompt
     from refactx_index.server.engine import encode_chat
 
     tok = server["loaded"].tokenizer
@@ -240,8 +240,8 @@ def test_refactx_ask_answers_from_an_index_file(sample_fact_texts, sample_fact_i
     import sys
     from pathlib import Path
 
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import model_directory
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import model_directory
 
     path = tmp_path / "sample.rfx"
     MemoryTreeIndex.from_facts(sample_fact_texts, str(model_directory("smollm2") / "tokenizer.json")).save(path)

@@ -39,8 +39,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def served(sample_fact_texts, tmp_path_factory):
     """``refactx serve`` over an index file of the sample, its API key from the environment."""
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import model_directory
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import model_directory
 
     path = tmp_path_factory.mktemp("served") / "sample.rfx"
     MemoryTreeIndex.from_facts(sample_fact_texts, str(model_directory("smollm2") / "tokenizer.json")).save(path)
@@ -114,7 +114,7 @@ def test_serving_beyond_loopback_needs_an_api_key():
     ["serve", "--engine", "vllm", "--index", "kg"],
 ])
 def test_a_database_that_cannot_answer_fails_fast_in_one_line_without_its_password(dsn, command):
-    from refactx_index.models import model_directory
+    from refactx_index.qa.models import model_directory
 
     tokenizer = str(model_directory("smollm2") / "tokenizer.json")
     dsn = dsn.format(closed=_free_port())
@@ -198,8 +198,8 @@ def test_ready_and_requests_follow_the_database(pg_dsn):
     import uvicorn
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from refactx_index.models import load_model
-    from refactx_index.pg import open_index
+    from refactx_index.qa.models import load_model
+    from refactx_index.tree.pg import open_index
     from refactx_index.server.app import ServerSettings, create_app
     from refactx_index.server.backend_transformers import TransformersEngine
     from refactx_index.vocab import encode_facts, open_tokenizer

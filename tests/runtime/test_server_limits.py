@@ -48,8 +48,8 @@ def serving(engine, settings):
 
 @pytest.fixture(scope="module")
 def engine(sample_fact_texts):
-    from refactx_index.memory import MemoryTreeIndex
-    from refactx_index.models import load_model
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.qa.models import load_model
     from refactx_index.server.backend_transformers import TransformersEngine
 
     loaded = load_model("smollm2")
@@ -329,7 +329,7 @@ def test_roles_and_questions_are_checked(url, messages, says):
 
 
 def test_earlier_turns_are_kept_in_order(url, engine):
-    from refactx_index.prompt import Prompt
+    from refactx_index.prompting.prompt import Prompt
     from refactx_index.server.engine import encode_chat
 
     turns = [{"role": "user", "content": "Which continent is Japan in?"}, {"role": "assistant", "content": "Asia."},
@@ -364,7 +364,7 @@ def test_exploration_is_bounded_by_offset_limit_and_time(url, engine):
 
 
 def test_explorations_count_in_the_in_flight_limit(engine, monkeypatch):
-    from refactx_index import explore
+    from refactx_index.tree import explore
     from refactx_index.server.app import ServerSettings
 
     held, release = threading.Event(), threading.Event()

@@ -44,7 +44,7 @@ class Served(NamedTuple):
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
     """SmolLM2's files, the generation config ending rows on ``Answer`` too (module doc)."""
-    from refactx_index.models import model_directory
+    from refactx_index.qa.models import model_directory
     from refactx_index.vocab import open_tokenizer
 
     base = model_directory("smollm2")
@@ -63,7 +63,7 @@ def model(tmp_path_factory) -> Path:
 def server(tmp_path_factory, sample_fact_texts, model):
     if not VLLM_PYTHON.exists():
         pytest.skip(f"{VLLM_PYTHON} is absent: vLLM could not be installed on this machine")
-    from refactx_index.memory import MemoryTreeIndex
+    from refactx_index.tree.memory import MemoryTreeIndex
 
     work = tmp_path_factory.mktemp("vllm-server")
     index_file = work / "sample.rfx"
@@ -144,7 +144,7 @@ _WORKER = """
 import json, sys
 from types import SimpleNamespace
 import numpy as np, torch
-from refactx_index.ask import read_facts
+from refactx_index.qa.ask import read_facts
 from refactx_index.engines.vllm import RefactxLogitsProcessor
 from refactx_index.vocab import open_model_vocabulary
 model, index, row = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])

@@ -13,8 +13,8 @@ import pytest
 
 from refactx_index.engines.core import FactConstraint
 from refactx_index.errors import IndexNotFound, UnknownIndex, VocabularyMismatch
-from refactx_index.index import check_vocabulary
-from refactx_index.memory import MemoryTreeIndex
+from refactx_index.tree.index import check_vocabulary
+from refactx_index.tree.memory import MemoryTreeIndex
 from refactx_index.vocab import as_vocabulary, open_model_vocabulary, open_tokenizer
 
 from ..conftest import ROOT, tokenizer_dir

@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg import sql
 
-from refactx_index import format as fmt
+from refactx_index.tree import format as fmt
 from refactx_pipeline.errors import ConfigError, LoadError
 from refactx_pipeline.resources import sql_text
 

@@ -149,7 +149,7 @@ def _model_vocabulary(args: argparse.Namespace) -> list[str]:
     if args.no_question:
         return []
     try:
-        from refactx_index.models import model_directory
+        from refactx_index.qa.models import model_directory
 
         return [f"{ASK_VOCABULARY}={model_directory('smollm2')}"]
     except (ImportError, RefactxError) as exc:
@@ -175,7 +175,7 @@ def display_label(cfg: Config, entity: str) -> str | None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from refactx_pipeline.common import read_counts
 
-    from refactx_index.pg import open_index
+    from refactx_index.tree.pg import open_index
 
     cfg, prefix_text = _demo_config(args)
     vocab = cfg.tokenize.vocabularies[0]
@@ -200,7 +200,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(completions, end="")
             if shown == 0:
                 # the prefix is not in this graph: show the first subject's facts instead
-                from refactx_index.explore import enumerate_facts
+                from refactx_index.tree.explore import enumerate_facts
 
                 first = next(iter(enumerate_facts(index, tokenizer, "", 1)), None)
                 if first is not None:
@@ -225,9 +225,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _answer(index, questions: list[str], beams: int, max_new_tokens: int) -> list:
     """Load the demo's model, check it writes the index's ids, answer ``questions`` in one batch."""
-    from refactx_index.ask import ask
-    from refactx_index.index import check_vocabulary
-    from refactx_index.models import load_model
+    from refactx_index.qa.ask import ask
+    from refactx_index.tree.index import check_vocabulary
+    from refactx_index.qa.models import load_model
 
     started = time.perf_counter()
     loaded = load_model("smollm2")

@@ -4,7 +4,7 @@ No Spark, no database: the graph is read and checked by ``refactx_pipeline.graph
 rules the Spark stage ``graph`` applies as DataFrame operations), verbalized by
 ``refactx_pipeline.stages.render`` (the Python twins of the verbalize stage's expressions), tokenized by
 ``refactx_index.vocab.encode_facts`` (what the tokenize stage calls) and cut into rows by
-``refactx_index.memory.build_rows`` (the reference the prefix_rows job agrees with). The
+``refactx_index.tree.memory.build_rows`` (the reference the prefix_rows job agrees with). The
 same graph and config give the same facts and token sequences as the Spark pipeline
 (``tests/pipeline/test_graph.py``).
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from refactx_index.errors import ConfigError
-from refactx_index.memory import MemoryTreeIndex
+from refactx_index.tree.memory import MemoryTreeIndex
 from refactx_index.vocab import ENCODED_OK, ENCODED_REJECT_REASON, encode_facts, open_vocabulary
 
 from refactx_pipeline.config import Config, VerbalizeConfig, VocabularyConfig

@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS {schema}.active (
 CREATE TABLE IF NOT EXISTS {schema}.tree (
     build_id  bigint NOT NULL,
     prefix    bytea  NOT NULL,   -- big-endian uint32 per token; root = ''
-    node      bytea  NOT NULL    -- fragment, refactx_index.format
+    node      bytea  NOT NULL    -- fragment, refactx_index.tree.format
 ) PARTITION BY LIST (build_id);
 
 -- Added by the loader (compatible extensions of the tables above).
@@ -61,7 +61,7 @@ ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS retired_at timestamptz;
 -- provenance_rows: the rows loaded (null: the build was loaded without provenance).
 CREATE TABLE IF NOT EXISTS {schema}.provenance (
     build_id  bigint NOT NULL,
-    fact_id   bigint NOT NULL,   -- xxhash64 of the fact's text (refactx_index.provenance.fact_id)
+    fact_id   bigint NOT NULL,   -- xxhash64 of the fact's text (refactx_index.tree.provenance.fact_id)
     kind      text   NOT NULL,   -- statement | inverse | description | short_description
     subject   text   NOT NULL,
     property  text,
@@ -76,14 +76,14 @@ CREATE TABLE IF NOT EXISTS {schema}.building (
 );
 -- index_kind: what the build's sequences are, facts (<s> <p> <o> .) or paths (A -> r -> B .).
 ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS index_kind text NOT NULL DEFAULT 'facts';
--- Format versions 3 and 4: each build's preset dictionary (refactx_index.format.PresetDictionary,
+-- Format versions 3 and 4: each build's preset dictionary (refactx_index.tree.format.PresetDictionary,
 -- at most 64 KiB), written by the load before the build serves and read once by a reader
 -- when it opens the build. A build without a row here has rows that need none.
 CREATE TABLE IF NOT EXISTS {schema}.build_dictionaries (
     build_id    bigint PRIMARY KEY REFERENCES {schema}.builds (build_id),
     dictionary  bytea  NOT NULL
 );
--- Where each stored fact comes from, packed (refactx_index.provenance, layout 'blocks'): the
+-- Where each stored fact comes from, packed (refactx_index.tree.provenance, layout 'blocks'): the
 -- sources of the facts whose ids share their top provenance_block_bits bits are one block,
 -- keyed by those bits (fact_id >> (64 - bits), signed); one LIST partition per build,
 -- provenance_b<build_id>, with a unique B-tree on block. provenance_layout: 'blocks' here,
@@ -92,7 +92,7 @@ CREATE TABLE IF NOT EXISTS {schema}.build_dictionaries (
 CREATE TABLE IF NOT EXISTS {schema}.provenance_blocks (
     build_id  bigint NOT NULL,
     block     bigint NOT NULL,   -- the top provenance_block_bits bits of its facts' ids
-    data      bytea  NOT NULL    -- refactx_index.provenance.encode_block
+    data      bytea  NOT NULL    -- refactx_index.tree.provenance.encode_block
 ) PARTITION BY LIST (build_id);
 ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS provenance_layout text;
 ALTER TABLE {schema}.builds ADD COLUMN IF NOT EXISTS provenance_block_bits integer;

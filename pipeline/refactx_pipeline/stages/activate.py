@@ -2,7 +2,7 @@
 
 The switch (``sql/activate.sql``) is one transaction: the previous build becomes
 ``retired``, ``active`` points at the new one, which becomes ``active``, and a NOTIFY on
-``refactx_index.pg.ACTIVATION_CHANNEL`` tells served indexes to switch. Readers look up
+``refactx_index.tree.pg.ACTIVATION_CHANNEL`` tells served indexes to switch. Readers look up
 ``active`` then query the build's own table, so they see the old build or the new one,
 never a half-loaded one. Two checks come first, under the name's lock: a build far smaller
 than the served one is refused (``pg.max_shrink``), and so is a build that a role reading
@@ -28,7 +28,7 @@ from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.config import Config
 from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
 from refactx_pipeline.errors import ActivationRefused, ConfigError, LoadError
-from refactx_index.pg import ACTIVATION_CHANNEL
+from refactx_index.tree.pg import ACTIVATION_CHANNEL
 
 log = logging.getLogger(__name__)
 

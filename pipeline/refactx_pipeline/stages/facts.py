@@ -10,7 +10,7 @@ Each text is made one line the way verbalize makes its own (whitespace runs, new
 included, become one space; trimmed). A text that is then empty, or longer than
 ``MAX_FACT_CHARS``, is not a fact: it goes to ``facts/rejects`` with its reason and is
 counted. A text given more than once is one fact (counted as ``duplicates``). The id is
-verbalize's (``xxhash64`` of the text, ``refactx_index.provenance.fact_id``), and a text whose
+verbalize's (``xxhash64`` of the text, ``refactx_index.tree.provenance.fact_id``), and a text whose
 id another text already has is dropped and counted, as verbalize does. There is no
 provenance: the texts name no entities.
 

@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import DICTIONARY_FILE, stage_input, write_counts
 from refactx_pipeline.stages.contract import StageContext, StageCounts
-from refactx_index import format as fmt
-from refactx_index import provenance as prov
+from refactx_index.tree import format as fmt
+from refactx_index.tree import provenance as prov
 from refactx_pipeline.config import Config, VocabularyConfig
 from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
 from refactx_pipeline.errors import ConfigError, LoadError

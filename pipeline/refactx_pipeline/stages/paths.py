@@ -12,7 +12,7 @@ Seeds (a union): the ids of ``path_index.seeds_file`` (one per line), the ids un
 and, with ``path_index.min_facts`` = k > 0, every entity that is the subject of at least k
 kept statements. A seed with no display label is counted (``seeds.unknown``), not used.
 
-Caps, applied the same way by the runtime's ``refactx_index.paths`` and by the tests' oracle:
+Caps, applied the same way by the runtime's ``refactx_index.prompting.paths`` and by the tests' oracle:
 
 * ``max_fanout`` F: a node's out-edges are ranked by (relation label, target label, target
   id) and only the first F are followed. A path that reaches a node with d > F out-edges

@@ -3,7 +3,7 @@
 Input ``tokenize/<vocab>/tokens`` (schema ``TOKENS``), output ``prefix_rows/<vocab>/rows``
 (schema ``ROWS``).
 
-The cut rule (``refactx_index.memory.build_rows`` is the reference, row for row): the
+The cut rule (``refactx_index.tree.memory.build_rows`` is the reference, row for row): the
 root is a row; a prefix is *expanded* when more than ``T = tree.subtree_threshold``
 facts lie below it, or their tokens after the prefix number more than ``B =
 tree.max_subtree_tokens``; an expanded prefix's row lists its children, each an
@@ -66,7 +66,7 @@ from pyspark.sql.types import (
 from refactx_pipeline.common import DICTIONARY_FILE, stage_input, write_counts
 from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import ROWS
-from refactx_index import format as fmt
+from refactx_index.tree import format as fmt
 from refactx_index.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -473,7 +473,7 @@ def build_dictionary(rows: DataFrame) -> fmt.PresetDictionary | None:
     """The build's preset dictionary from a deterministic sample of its rows: the
     ``format.DICTIONARY_SAMPLE_ROWS`` first by ``crc32(prefix)`` (then prefix), whatever the
     partitioning (a top-k per task, merged on the driver), given to ``format.make_dictionary``
-    -- the bytes ``refactx_index.memory.compress_rows`` makes from the same rows."""
+    -- the bytes ``refactx_index.tree.memory.compress_rows`` makes from the same rows."""
     sample = (
         rows.select(F.crc32("prefix").alias("h"), "prefix", "node")
         .orderBy("h", "prefix")

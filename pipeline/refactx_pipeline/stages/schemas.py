@@ -91,7 +91,7 @@ FACTS = StructType(
 PROVENANCE = StructType(
     [
         StructField("fact_id", LongType(), False),  # the fact's FACTS.fact_id
-        # statement | inverse | description | short_description (refactx_index.provenance.KINDS)
+        # statement | inverse | description | short_description (refactx_index.tree.provenance.KINDS)
         StructField("kind", StringType(), False),
         StructField("subject", StringType(), False),  # the statement's subject / the described entity
         StructField("property", StringType(), True),  # the statement's property (null: a description)
@@ -111,8 +111,8 @@ TOKENS = StructType(
 # prefix_rows/<vocabulary>/rows -- exactly one row per stored prefix
 ROWS = StructType(
     [
-        StructField("prefix", BinaryType(), False),  # refactx_index.format.encode_prefix
-        StructField("node", BinaryType(), False),  # refactx_index.format fragment
+        StructField("prefix", BinaryType(), False),  # refactx_index.tree.format.encode_prefix
+        StructField("node", BinaryType(), False),  # refactx_index.tree.format fragment
         StructField("depth", IntegerType(), False),  # prefix length in tokens
         StructField("leaves", LongType(), False),  # facts below the prefix
     ]

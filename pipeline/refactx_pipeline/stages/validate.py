@@ -47,7 +47,7 @@ from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.common import stage_input, write_counts
 from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.load import parquet_files, parquet_row_count
-from refactx_index import format as fmt
+from refactx_index.tree import format as fmt
 from refactx_pipeline.config import Config
 from refactx_pipeline.db import STAGE_STATEMENT_TIMEOUT_MS, connect
 from refactx_index.errors import FormatError

@@ -36,8 +36,7 @@ from refactx_pipeline.common import (ingest_stage, move_tree, observe_outcomes, 
                                      write_counts)
 from refactx_pipeline.stages.contract import StageContext, StageCounts
 from refactx_pipeline.stages.schemas import FACTS, PROVENANCE
-from refactx_index import provenance as prov
-
+from refactx_index.tree import provenance as prov
 log = logging.getLogger(__name__)
 
 STAGE = "verbalize"
@@ -417,7 +416,7 @@ PROVENANCE_BLOCKS = "block long, facts int, sources int, data binary"
 
 
 def _id_columns(name: str) -> list[Column]:
-    """An id as a block stores it (refactx_index.provenance.split_id): code, number, text."""
+    """An id as a block stores it (refactx_index.tree.provenance.split_id): code, number, text."""
     value = F.col(name)
     wikidata = value.rlike(prov.WIKIDATA_ID_PATTERN)
     return [
@@ -500,7 +499,7 @@ def pack_blocks(bits: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
 def provenance_blocks(sources: DataFrame, bits: int) -> DataFrame:
     """One PROVENANCE_BLOCKS row per block that holds a source of ``sources`` (PROVENANCE
     columns and the fact's ``text``): its key, facts, sources and bytes
-    (refactx_index.provenance.encode_block), packed on the executors."""
+    (refactx_index.tree.provenance.encode_block), packed on the executors."""
     sources = block_sources(sources, bits)
     # hashed by block (no sampling job, as a range partitioning would run): a block is whole in
     # one partition, which the sort streams to pack_blocks block by block

@@ -1,7 +1,7 @@
 """Engine adapters: the fact constraint inside the engines that serve models.
 
 Each adapter is a thin module over one :class:`~refactx_index.engines.core.FactConstraint`
-(requests in slots, one :class:`~refactx_index.batch.BatchMatcher` per index, one mask
+(requests in slots, one :class:`~refactx_index.constraint.batch.BatchMatcher` per index, one mask
 per step). What an engine must give the constraint each step is written at the top of
 :mod:`refactx_index.engines.core`; docs/runtime.md lists what each engine supports.
 

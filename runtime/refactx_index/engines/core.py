@@ -8,16 +8,16 @@ engine gives it:
    (:meth:`~FactConstraint.remove`), moving or swapping slots (:meth:`~FactConstraint.move`);
 2. the token each constrained slot wrote last step (:meth:`~FactConstraint.step`);
 3. the logits of the step with the slot of each row (:meth:`~FactConstraint.apply`), which
-   it masks in place: one :class:`~refactx_index.batch.StepMask` for all rows of all
-   indexes, one copy and three kernels (:mod:`refactx_index.masking`).
+   it masks in place: one :class:`~refactx_index.constraint.batch.StepMask` for all rows of all
+   indexes, one copy and three kernels (:mod:`refactx_index.constraint.masking`).
 
 Slots of requests that asked for no index are never touched: their logits stay
-bit-identical. Each index has its own :class:`~refactx_index.batch.BatchMatcher`;
+bit-identical. Each index has its own :class:`~refactx_index.constraint.batch.BatchMatcher`;
 ``matcher_seconds`` and ``mask_seconds`` add up the time of each part (benchmarks).
 
 What the engine reads back is public: ``slots`` (slot -> index), ``refused`` (slots that may
 only end), :meth:`FactConstraint.busy`, :meth:`FactConstraint.build_of`. A finished reply's
-facts are read by :func:`refactx_index.ask.read_facts`, the one reader the server, ``ask``
+facts are read by :func:`refactx_index.qa.ask.read_facts`, the one reader the server, ``ask``
 and ``eval`` share. Every engine takes its trigger ids, end ids and mask width from one
 :class:`~refactx_index.vocab.Vocabulary` (:meth:`FactConstraint.for_vocabulary`).
 """
@@ -32,17 +32,20 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from ..batch import BatchMatcher, StepMask
+from ..constraint.batch import BatchMatcher, StepMask
+from ..constraint.masking import MaskApplier
+from ..constraint.matcher import FactMatcher
 from ..errors import ConfigError, UnknownIndex
-from ..index import ServedBuild, TreeIndex
-from ..masking import MaskApplier
-from ..matcher import FactMatcher
+from ..prompting.paths import PATH_PROMPT, TRIGGER
+from ..prompting.prompt import Prompt
+from ..tree.index import ServedBuild, TreeIndex
+from ..tree.memory import MemoryTreeIndex
+from ..tree.pg import open_index
 from ..vocab import CONTEXT, Vocabulary, VocabularyLike, as_vocabulary
 
 if TYPE_CHECKING:
     import torch
 
-    from ..prompt import Prompt
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +71,6 @@ def index_trigger(index: TreeIndex) -> str:
     """What starts a constrained span over ``index``: ``Path:`` over a path index
     (``info.index_kind`` ``paths``, docs/paths.md), ``Fact:`` over a fact index."""
     if index.info.index_kind == "paths":
-        from ..paths import TRIGGER
-
         return TRIGGER
     return CONTEXT
 
@@ -78,10 +79,7 @@ def index_prompt(index: TreeIndex) -> "Prompt":
     """The prompt that explains ``index_trigger(index)`` to the model: the path prompt over a
     path index, the fact prompt otherwise."""
     if index.info.index_kind == "paths":
-        from ..paths import PATH_PROMPT
-
         return PATH_PROMPT
-    from ..prompt import Prompt
 
     return Prompt()
 
@@ -102,12 +100,8 @@ def open_indexes(spec: Mapping[str, str], *, follow: bool = True) -> dict[str, T
         if not isinstance(where, str) or not where:
             raise ConfigError(f"index {name!r}: give a .rfx file or a PostgreSQL DSN")
         if is_dsn(where):
-            from ..pg import open_index
-
             opened[name] = open_index(where, name, follow=follow)
         else:
-            from ..memory import MemoryTreeIndex
-
             opened[name] = MemoryTreeIndex.load(where)
     return opened
 

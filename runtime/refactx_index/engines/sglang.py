@@ -13,8 +13,8 @@ A request asks for the constraint through SGLang's ``ebnf`` sampling parameter:
 fact). Requests without a grammar are left alone; a name the backend does not serve is an
 invalid grammar, which SGLang answers with an error.
 
-How SGLang's grammar calls map onto the batch matcher (:mod:`refactx_index.batch`): each
-request's grammar object holds one slot of the index's :class:`~refactx_index.batch.BatchMatcher`,
+How SGLang's grammar calls map onto the batch matcher (:mod:`refactx_index.constraint.batch`): each
+request's grammar object holds one slot of the index's :class:`~refactx_index.constraint.batch.BatchMatcher`,
 started at the end of its prompt (the backend's grammar key carries the prompt's last ids,
 so a prompt ending with the trigger starts inside a fact); ``accept_token`` steps the slot;
 ``rollback`` replays the request's tokens less the last ``k`` (speculative decoding);
@@ -34,10 +34,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..batch import BatchMatcher
+from ..constraint.batch import BatchMatcher
+from ..constraint.matcher import FactMatcher
 from ..errors import ConfigError
-from ..index import TreeIndex, check_vocabulary
-from ..matcher import FactMatcher
+from ..tree.index import TreeIndex, check_vocabulary
 from ..vocab import VocabularyLike
 from .core import index_triggers, open_indexes
 

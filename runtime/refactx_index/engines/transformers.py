@@ -1,9 +1,9 @@
 """The fact constraint for transformers ``generate``: a thin adapter over ``FactConstraint``.
 
 :class:`RefactxLogitsProcessor` is a ``transformers`` logits processor. The rules are the
-matcher's (:mod:`refactx_index.matcher`); the states live in one
+matcher's (:mod:`refactx_index.constraint.matcher`); the states live in one
 :class:`~refactx_index.engines.core.FactConstraint` whose slot ``r`` is row ``r`` of the
-batch, which masks each step with one :class:`~refactx_index.batch.StepMask`, as in every
+batch, which masks each step with one :class:`~refactx_index.constraint.batch.StepMask`, as in every
 other engine. This module only finds where the prompt ends and which row of the last step
 each row continues.
 
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from ..batch import BatchMatcher
+from ..constraint.batch import BatchMatcher
+from ..constraint.matcher import DEAD, FACT, FREE, FactMatcher, RowState
 from ..errors import ConfigError, InputRefused
-from ..index import ServedBuild, TreeIndex
-from ..matcher import DEAD, FACT, FREE, FactMatcher, RowState
+from ..tree.index import ServedBuild, TreeIndex
 from ..vocab import CONTEXT, VocabularyLike
 from .core import FactConstraint, trigger_variants
 

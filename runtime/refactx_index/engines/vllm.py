@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError, InputRefused
-from ..index import check_vocabulary
+from ..tree.index import check_vocabulary
 from ..vocab import as_vocabulary, open_model_vocabulary
 from .core import FactConstraint, open_indexes
 

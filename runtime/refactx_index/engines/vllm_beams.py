@@ -3,7 +3,7 @@
 vLLM's own beam search is an outer loop of one-token requests without ``extra_args``, so
 a logits processor never sees it. :func:`beam_search` is such a loop that keeps the
 constraint: every running beam of every prompt is one request per step (``max_tokens=1``,
-prefix caching makes the shared prefix cheap), and a :class:`~refactx_index.batch.BatchMatcher`
+prefix caching makes the shared prefix cheap), and a :class:`~refactx_index.constraint.batch.BatchMatcher`
 holds each beam's fact state. A beam outside a fact asks for its top log-probabilities
 (``logprobs``); a beam inside one asks for the log-probabilities of exactly the ids the
 matcher allows (``logprob_token_ids``, at most 128 a request: larger sets are split over
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..batch import BatchMatcher
-from ..index import TreeIndex
-from ..matcher import FACT, FactMatcher
+from ..constraint.batch import BatchMatcher
+from ..constraint.matcher import FACT, FactMatcher
+from ..tree.index import TreeIndex
 from .core import index_trigger, trigger_variants
 
 if TYPE_CHECKING:

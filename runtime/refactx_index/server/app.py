@@ -36,10 +36,10 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, AsyncIterator
 
-from .. import explore
 from ..engines.core import index_prompt
 from ..errors import BuildRetired, DatabaseUnavailable, QueryTimeout, RefactxError
-from ..prompt import Prompt
+from ..prompting.prompt import Prompt
+from ..tree import explore
 from .engine import Engine, Job, encode_chat
 
 log = logging.getLogger(__name__)

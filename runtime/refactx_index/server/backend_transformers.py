@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from ..ask import read_facts
-from ..engines.core import FactConstraint
-from ..index import TreeIndex
-from ..models import LoadedModel
+from ..engines.core import FactConstraint, index_trigger
+from ..qa.ask import GroundedAnswer, read_facts
+from ..qa.models import LoadedModel
+from ..tree.index import TreeIndex
 from .engine import Job
 
 log = logging.getLogger(__name__)
@@ -62,9 +62,6 @@ class _Rows:
         self.grounded: dict[int, Any] = {}
         for r, job in enumerate(jobs):
             if job.grounded and job.index is not None:
-                from ..ask import GroundedAnswer
-                from ..engines.core import index_trigger
-
                 trigger = index_trigger(engine.indexes[job.index])
                 self.grounded[r] = GroundedAnswer(engine.tokenizer, width, trigger, sorted(engine.eos),
                                                   stored=lambda text: True)

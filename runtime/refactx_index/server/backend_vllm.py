@@ -28,9 +28,9 @@ import logging
 import os
 import time
 
-from ..ask import read_facts
 from ..engines.core import FactConstraint
-from ..index import TreeIndex
+from ..qa.ask import read_facts
+from ..tree.index import TreeIndex
 from ..vocab import Vocabulary
 from .engine import Job
 

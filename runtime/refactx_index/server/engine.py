@@ -3,7 +3,7 @@
 The HTTP layer (:mod:`refactx_index.server.app`) speaks to an :class:`Engine`: transformers in
 process (:mod:`refactx_index.server.backend_transformers`) or vLLM's ``AsyncLLM``
 (:mod:`refactx_index.server.backend_vllm`). Both read a finished reply's facts with
-:func:`refactx_index.ask.read_facts` and take their end ids from the model's one
+:func:`refactx_index.qa.ask.read_facts` and take their end ids from the model's one
 :class:`~refactx_index.vocab.Vocabulary`.
 """
 
@@ -13,8 +13,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from ..ask import GeneratedFact
-from ..index import TreeIndex
+from ..qa.ask import GeneratedFact
+from ..tree.index import TreeIndex
 from ..vocab import Vocabulary
 
 if TYPE_CHECKING:

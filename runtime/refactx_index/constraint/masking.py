@@ -1,4 +1,4 @@
-"""One mask per step: a :class:`~refactx_index.batch.StepMask` applied to a batch's logits.
+"""One mask per step: a :class:`~refactx_index.constraint.batch.StepMask` applied to a batch's logits.
 
 Whatever the number of constrained rows, a step costs one host-to-device copy and three
 kernels: gather the allowed scores, fill the constrained rows with ``-inf``, scatter the

@@ -76,7 +76,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import zstandard
 
-from .errors import FormatError
+from ..errors import FormatError
 
 try:  # built from _fragment.c where the runtime was installed with a C compiler
     from . import _fragment

@@ -29,8 +29,9 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from ..errors import FormatError, InputRefused
+from ..vocab import ENCODED_OK, VocabularyLike, as_vocabulary, encode_facts
 from .cache import ByteLRUCache
-from .errors import FormatError, InputRefused
 from .format import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
@@ -49,7 +50,6 @@ from .index import (
     check_vocabulary,
     fragment_nbytes,
 )
-from .vocab import VocabularyLike, as_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,6 @@ class MemoryTreeIndex(RowTreeIndex):
         (a path) is recorded by name and sha256 like a PostgreSQL build. Raises
         :class:`InputRefused` (a ``ValueError``) for a fact that cannot be stored.
         """
-        from .vocab import ENCODED_OK, encode_facts
 
         vocab = as_vocabulary(tokenizer)
         texts = list(facts)

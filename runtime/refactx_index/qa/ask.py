@@ -1,11 +1,11 @@
 """Answer questions with constrained generation: the model fetches facts, then answers.
 
-``ask(questions, index, loaded)`` builds the chat prompt (``refactx_index.prompt``),
+``ask(questions, index, loaded)`` builds the chat prompt (``refactx_index.prompting.prompt``),
 generates with :class:`~refactx_index.engines.transformers.RefactxLogitsProcessor` (beam search
 or greedy; a batch of questions is left-padded into one ``generate`` call), and reads
 each reply back: the facts it wrote (each checked against the index, by :func:`read_facts`,
 the reader the server shares), the final answer, token counts and timings. Before any
-generation, :func:`refactx_index.index.check_vocabulary` makes sure that the model's
+generation, :func:`refactx_index.tree.index.check_vocabulary` makes sure that the model's
 vocabulary is the index's.
 
 Two per-request options, off by default: ``prefill_fact`` opens every reply with the
@@ -20,6 +20,7 @@ tokens that continue one of them (:class:`EntitiesFirst`). ``grounded`` makes th
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
 import time
@@ -27,13 +28,15 @@ import weakref
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .errors import InputRefused
-from .index import ServedBuild, TreeIndex
-from .matcher import FACT, FactMatcher
+from ..constraint.matcher import FACT, FactMatcher
+from ..engines.core import index_prompt, index_trigger
+from ..errors import InputRefused
+from ..prompting.prompt import Prompt, TRIGGER, UNKNOWN, final_answer, fitted_prompt
+from ..tree.explore import _frontier
+from ..tree.index import ServedBuild, TreeIndex
+from ..tree.provenance import Provenance
+from ..vocab import Vocabulary, VocabularyLike, as_vocabulary, encode_facts
 from .models import LoadedModel
-from .prompt import TRIGGER, Prompt, final_answer
-from .provenance import Provenance
-from .vocab import Vocabulary, VocabularyLike, as_vocabulary, encode_facts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -180,7 +183,6 @@ def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str
     """The labels the question names that are subjects of ``index`` (the exact text of a span
     of whole words, ``<span> <`` starting a stored fact), longest first from left to right,
     not overlapping; spans of stopwords only are not looked up."""
-    from .explore import _frontier
 
     words = [(m.start(), m.end()) for m in re.finditer(r"[^\s]+", question)]
     prefix = index.info.fact_prefix
@@ -285,7 +287,6 @@ class GroundedAnswer:
         stored facts it wrote that no written fact starts from (a chain's middle step and the
         question's own entity are what was looked up, not what was found), all their objects
         when that leaves none, and "I don't know"."""
-        from .prompt import UNKNOWN
 
         facts = [parts for parts in _written_facts(before, self.trigger) if self.stored(parts[-1])]
         subjects = {f[0] for f in facts}
@@ -358,8 +359,6 @@ class _Pieces:
     ids: list[int]  # their ids
 
     def starting_with(self, text: str) -> list[int]:
-        import bisect
-
         lo = bisect.bisect_left(self.ordered, text)
         out = []
         while lo < len(self.ordered) and self.ordered[lo].startswith(text):
@@ -402,7 +401,7 @@ def ask(
 ) -> list[Answer]:
     """Answer ``questions`` in one left-padded batch (see the module doc); ``trigger`` starts
     what the index constrains. By default both follow the index's kind: ``Fact:`` and the
-    fact prompt with examples drawn from the index (:func:`refactx_index.prompt.fitted_prompt`),
+    fact prompt with examples drawn from the index (:func:`refactx_index.prompting.prompt.fitted_prompt`),
     or over a path index (``info.index_kind`` ``paths``) ``Path:`` and ``paths.PATH_PROMPT``.
     ``prefill_fact``, ``entities_first`` and ``grounded``: the module doc.
 
@@ -412,17 +411,13 @@ def ask(
     import torch
     from transformers import LogitsProcessorList
 
-    from .engines.transformers import RefactxLogitsProcessor
-
-    from .engines.core import index_prompt, index_trigger
+    from ..engines.transformers import RefactxLogitsProcessor
 
     tok = loaded.tokenizer
     if prompt is None:
         if index.info.index_kind == "paths":
             prompt = index_prompt(index)
         else:
-            from .prompt import fitted_prompt
-
             prompt = fitted_prompt(index, tok)
     trigger = trigger or index_trigger(index)
     prefill = trigger if prefill_fact else ""

@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Generic, Hashable, TypeVar
 
-from .errors import InputRefused
+from ..errors import InputRefused
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -31,12 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..tree.explore import objects, relations
+from ..vocab import VocabularyLike, as_vocabulary, decode_continuation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from .vocab import VocabularyLike
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +174,6 @@ def index_examples(index: Any, tokenizer: "VocabularyLike", unknown: bool = Fals
     single fact comes last, the "I don't know" first. Each example is about another
     subject where the index has enough of them (a model shown one subject again and again
     copies it), taken from the tree's most populous branches, so the choice is fixed per index."""
-    from .explore import objects, relations
-    from .vocab import as_vocabulary, decode_continuation
 
     fast = as_vocabulary(tokenizer).tokenizer()
     strip = len(index.info.fact_prefix)

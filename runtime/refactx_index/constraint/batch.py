@@ -1,7 +1,7 @@
 """The matcher's rules over a whole batch at once: state per slot, one pass per step.
 
-:class:`~refactx_index.matcher.FactMatcher` states the rules and applies them row by row
-(its :meth:`~refactx_index.matcher.FactMatcher.scan` is the reference). A serving engine
+:class:`~refactx_index.constraint.matcher.FactMatcher` states the rules and applies them row by row
+(its :meth:`~refactx_index.constraint.matcher.FactMatcher.scan` is the reference). A serving engine
 steps hundreds of rows a step, so :class:`BatchMatcher` keeps every row's state in
 arrays indexed by *slot* (the engine's persistent row or request index) and advances all
 rows of a step with a constant number of numpy calls:
@@ -15,7 +15,7 @@ rows of a step with a constant number of numpy calls:
 * **The common step** (a token inside the fragment already held, no fact of this row
   sharing the prefix) is that one search plus array writes: no Python per row.
 * **The rare steps** run per row: crossing into another stored row (the index's
-  :meth:`~refactx_index.index.RowTreeIndex.advance_batch`, one round trip for all rows
+  :meth:`~refactx_index.tree.index.RowTreeIndex.advance_batch`, one round trip for all rows
   that cross), a fact ending (recorded as generated), a trigger entering a fact (one
   root lookup for all rows entering), and rows whose earlier facts share the current
   prefix (their continuations are net of those facts, as the rules say).
@@ -27,7 +27,7 @@ allowed ids are a compiled loop (``_step.c``; ``STEPPER`` below); the rare rows 
 the same numpy code either way.
 
 :meth:`BatchMatcher.mask` gives the step's allowed ids as one flattened ``(row, token)``
-list (:class:`StepMask`), which :mod:`refactx_index.masking` applies to the logits of the
+list (:class:`StepMask`), which :mod:`refactx_index.constraint.masking` applies to the logits of the
 whole batch with one copy and a constant number of kernels.
 """
 
@@ -41,8 +41,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .format import Fragment, encode_prefix
-from .index import Cursor, ServedBuild
+from ..tree.format import Fragment, encode_prefix
+from ..tree.index import Cursor, ServedBuild
 from .matcher import DEAD, FACT, FREE, FactMatcher
 
 try:  # built from _step.c where the runtime was installed with a C compiler

@@ -19,7 +19,7 @@ Question files are read by one reader interface (:class:`QuestionReader`, :data:
 A line that is not a question is counted with its line number and reason (:class:`Rejected`)
 and the others are read; a file with no question at all is an error.
 
-Each question is answered twice by :func:`refactx_index.ask.ask` with the same prompt and
+Each question is answered twice by :func:`refactx_index.qa.ask.ask` with the same prompt and
 decoding, constrained and not ("LLM-only"), and scored the paper's way (docs/evaluation.md):
 
 - an answer is **right** when, normalized (:func:`normalize`), it equals a gold label or
@@ -39,7 +39,7 @@ decoding, constrained and not ("LLM-only"), and scored the paper's way (docs/eva
   as written);
 - **gold ids**: where a question has ``fact_ids``, the answer is also scored by ids
   (``id_right``: one of the stored facts written is a gold fact; a stored fact's id is
-  verbalize's ``fact_id`` of its text, :func:`refactx_index.provenance.fact_id`); a question
+  verbalize's ``fact_id`` of its text, :func:`refactx_index.tree.provenance.fact_id`); a question
   without ``fact_ids``, or a reply without a stored fact, is not scored by id.
 
 Questions with a ``topic`` are checked against the index before they are answered
@@ -61,16 +61,18 @@ import sys
 import time
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
-from .errors import InputRefused
-from .prompt import UNKNOWN
-from .provenance import fact_id
+from ..errors import InputRefused
+from ..prompting.prompt import UNKNOWN
+from ..tree.explore import enumerate_facts
+from ..tree.provenance import fact_id
+from .ask import ask
 
 if TYPE_CHECKING:
-    from .vocab import VocabularyLike
+    from ..vocab import VocabularyLike
 
 MODES = ("constrained", "unconstrained")
 _ARTICLES = {"a", "an", "the"}
@@ -364,7 +366,7 @@ def failure_of(question: Question, said: str, unknown: bool, cut: bool, facts: S
 
 def score(question: Question, answer_text: str, facts: Sequence[Any], cut: bool, seconds: float,
           support: tuple[bool | None, bool | None] = (None, None)) -> Scored:
-    """Score one reply: ``facts`` are :class:`refactx_index.ask.GeneratedFact` (``text``,
+    """Score one reply: ``facts`` are :class:`refactx_index.qa.ask.GeneratedFact` (``text``,
     ``stored``), ``cut`` whether generation hit the token limit, ``support`` what
     :func:`check_support` found (topic found, gold answers within reach)."""
     facts = [f for f in facts if getattr(f, "complete", True)]  # a fact cut by the token limit was not written
@@ -397,8 +399,6 @@ class SupportCheck:
     def objects(self, entity: str) -> frozenset[str]:
         found = self._objects.get(entity)
         if found is None:
-            from .explore import enumerate_facts
-
             found = frozenset(parts[-1] for text, _ in enumerate_facts(self.index, self.tokenizer, f"<{entity}> <",
                                                                        limit=self.max_facts)
                               if (parts := fact_parts(text)) and parts[0] == entity)
@@ -495,10 +495,10 @@ def evaluate(questions: Sequence[Question], index: Any, loaded: Any, *, modes: S
              answer: Callable[..., list[Any]] | None = None, progress: bool = True,
              **options: Any) -> dict[str, list[Scored]]:
     """Answer every question in each mode, ``batch_size`` at a time, and score each answer.
-    ``answer`` is :func:`refactx_index.ask.ask` unless given (same signature); ``options`` go
+    ``answer`` is :func:`refactx_index.qa.ask.ask` unless given (same signature); ``options`` go
     to it. Questions with a topic are checked first (:func:`check_support`)."""
     if answer is None:
-        from .ask import ask as answer
+        answer = ask
     tokenizer = getattr(loaded, "tokenizer", None)
     support = (check_support(questions, index, tokenizer) if tokenizer is not None
                else [(None, None)] * len(questions))
@@ -577,7 +577,6 @@ def plot(summary: dict[str, Any], path: str | Path, title: str = "") -> None:
 def write_outputs(results: dict[str, list[Scored]], out_prefix: str | Path, meta: dict[str, Any],
                   plot_png: bool = True) -> dict[str, Any]:
     """``<prefix>.json`` (settings, summary, every answer), ``<prefix>.md`` and ``<prefix>.png``."""
-    from dataclasses import asdict
 
     summary = report(results)
     prefix = Path(out_prefix)

@@ -40,13 +40,26 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ConfigError
-from .format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtree_runs
-from .index import IndexInfo, TreeIndex, vocabulary_size
-from .memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD, MemoryTreeIndex, deepest_row
+from ..errors import ConfigError
+from ..tree.explore import enumerate_facts
+from ..tree.format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtree_runs
+from ..tree.index import IndexInfo, TreeIndex, vocabulary_size
+from ..tree.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD, MemoryTreeIndex, deepest_row
+from ..tree.provenance import Provenance
+from ..vocab import (
+    PROBE_LABELS,
+    Vocabulary,
+    VocabularyLike,
+    as_vocabulary,
+    encode_facts,
+    encode_flat,
+    gather_pieces,
+    has_space,
+    open_vocabulary,
+    spaces_start_pretokens,
+    special_token_ids,
+)
 from .prompt import UNKNOWN, Prompt
-from .provenance import Provenance
-from .vocab import PROBE_LABELS, VocabularyLike, encode_flat, gather_pieces, has_space, spaces_start_pretokens
 
 TRIGGER = "Path:"
 SEPARATOR = " -> "
@@ -280,7 +293,6 @@ class PathGraph:
         """(vocabulary name, sha256, ``tokenizers.Tokenizer``, forbidden ids, vocabulary size) as
         ``MemoryTreeIndex.from_facts`` derives them; a ``tokenizer.json`` path is opened and
         hashed once per graph (again when the file's size or time changes), not per question."""
-        from .vocab import Vocabulary, as_vocabulary, open_vocabulary, special_token_ids
 
         if isinstance(tokenizer, (str, os.PathLike)):
             path = Path(tokenizer)
@@ -338,7 +350,6 @@ def segments_concatenate(tokenizer: VocabularyLike, separator: str = SEPARATOR, 
     paths built from ``PROBE_LABELS``."""
     if not _splits_at(separator, end) or not spaces_start_pretokens(tokenizer):
         return False
-    from .vocab import encode_facts
 
     probe = _SegmentIds(tokenizer, exact=True)
     shapes = [((a, b), ("r",)) for a, b in zip(PROBE_LABELS, PROBE_LABELS[1:] + PROBE_LABELS[:1])]
@@ -548,7 +559,6 @@ def graph_of_index(index: TreeIndex, tokenizer: VocabularyLike) -> PathGraph:
     not edges); without it (an index file, a build loaded without provenance) objects are
     read by their labels. A PostgreSQL build of Wikidata is too large to walk; give its
     facts as a file instead."""
-    from .explore import enumerate_facts
 
     texts = [text for text, _ in enumerate_facts(index, tokenizer)]
     facts: list[tuple[str, str | None]] = []

@@ -2,7 +2,7 @@
 
 An index answers one question: which tokens may follow this prefix, how many facts
 lie behind each, and may a fact end here. Both implementations store the same rows
-(``refactx_index.format``) and walk them with :class:`RowTreeIndex`; they differ only
+(``refactx_index.tree.format``) and walk them with :class:`RowTreeIndex`; they differ only
 in how a missing row is fetched.
 
 Walking a prefix: start at node 0 of the root row (key ``b""``); follow children
@@ -18,21 +18,17 @@ import struct
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from .errors import FormatError
-from .format import encode_prefix
+import numpy as np
+
+from ..errors import FormatError, VocabularyMismatch
+from ..vocab import VocabularyLike, as_vocabulary, encode_facts, file_sha256, resolve_tokenizer_file
+from .cache import ByteLRUCache
+from .format import Fragment, PresetDictionary, decode_fragment, encode_prefix
+from .provenance import Provenance, fact_id, group_sources
 
 log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:  # numpy is imported by the implementations, not at package import
-    import numpy as np
-
-    from .provenance import Provenance
-
-    from .cache import ByteLRUCache
-    from .format import Fragment, PresetDictionary
-    from .vocab import VocabularyLike
 
 
 @dataclass(frozen=True)
@@ -112,7 +108,6 @@ def tokenizer_sha256(path: str | os.PathLike[str]) -> str:
 
     ``path`` is the file or the directory holding it.
     """
-    from .vocab import file_sha256, resolve_tokenizer_file
 
     return file_sha256(resolve_tokenizer_file(os.fspath(path)))
 
@@ -122,7 +117,6 @@ def decode_row(node: bytes | memoryview, version: int | None = None,
     """Decode a stored row of a build in format ``version`` (a row of another version is a
     ``FormatError``) with the build's preset ``dictionary``, and freeze its arrays (they are
     shared through the cache)."""
-    from .format import decode_fragment
 
     frag = decode_fragment(node, version, dictionary)
     for arr in (frag.tokens, frag.child_start, frag.child_count, frag.ends, frag.external,
@@ -151,8 +145,6 @@ AHEAD_CACHE_BYTES = 16 << 20
 
 
 def _ahead_cache(max_bytes: int) -> "ByteLRUCache[bytes, bytes]":
-    from .cache import ByteLRUCache
-
     return ByteLRUCache(max_bytes, len)
 
 
@@ -288,7 +280,6 @@ class RowTreeIndex:
         order, read in one round trip from ``build`` (default: the serving one); a text that
         is not stored has no sources. None when the build has no provenance (an index file,
         or a build loaded without it)."""
-        from .provenance import fact_id, group_sources
 
         build = build or self._serving()
         if build.fetch_provenance is None:
@@ -537,8 +528,6 @@ def _as_tuple(prefix: Sequence[int] | Iterable[int]) -> tuple[int, ...]:
 
 
 def _empty_answer() -> NextTokens:
-    import numpy as np
-
     empty = np.zeros(0, dtype=np.int64)
     empty.flags.writeable = False
     return NextTokens(empty, empty, False)
@@ -546,7 +535,6 @@ def _empty_answer() -> NextTokens:
 
 def vocabulary_size(tokenizer: "VocabularyLike") -> int:
     """Vocabulary size (added tokens included) of anything :func:`~refactx_index.vocab.as_vocabulary` takes."""
-    from .vocab import as_vocabulary
 
     return as_vocabulary(tokenizer).vocab_size
 
@@ -582,8 +570,6 @@ def check_vocabulary(index: "TreeIndex", vocabulary: "VocabularyLike | None") ->
     tokenizer object, whose fingerprint is not its file's) a few stored facts, decoded and
     encoded again as the tokenize stage does, must give back their own ids.
     """
-    from .errors import VocabularyMismatch
-    from .vocab import as_vocabulary, encode_facts
 
     if vocabulary is None:
         return

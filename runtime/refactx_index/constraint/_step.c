@@ -255,7 +255,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "refactx_index._step",
+    PyModuleDef_HEAD_INIT, "refactx_index.constraint._step",
     "The compiled per-row work of the batch matcher's step and mask (batch.BatchMatcher).", -1, methods,
 };
 

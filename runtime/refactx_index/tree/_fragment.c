@@ -202,7 +202,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "refactx_index._fragment",
+    PyModuleDef_HEAD_INIT, "refactx_index.tree._fragment",
     "The compiled decoder of a row's inflated body (format.decode_fragment).", -1, methods,
 };
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from .errors import InputRefused
+from ..errors import InputRefused
+from ..vocab import VocabularyLike, as_vocabulary
 from .index import TreeIndex
-from .vocab import VocabularyLike, as_vocabulary
 
 
 def _encode(tokenizer: VocabularyLike, text: str) -> list[int]:

@@ -10,7 +10,7 @@ tree (or, when a parent row promised it, a :class:`FormatError`). Every other dr
 is mapped to a :class:`~refactx_index.errors.RefactxError` subclass; none escapes raw.
 
 Builds come and go under a served index. Each build is served through its own
-:class:`~refactx_index.index.ServedBuild` (catalog facts, row query, cache), taken once per
+:class:`~refactx_index.tree.index.ServedBuild` (catalog facts, row query, cache), taken once per
 lookup, so a lookup reads one build and a build's rows never answer for another. With
 ``follow=True`` (the default) a background thread ``LISTEN``s on ``refactx_active`` --
 activation notifies it -- and re-reads the catalog every ``check_interval_s`` as a fallback;
@@ -29,10 +29,15 @@ import logging
 import random
 import re
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from urllib.parse import unquote, urlsplit
 
-from .cache import ByteLRUCache
-from .errors import (
+import psycopg
+from psycopg import errors, sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import (
     BuildRetired,
     DatabaseError,
     DatabaseUnavailable,
@@ -40,7 +45,9 @@ from .errors import (
     IndexNotFound,
     PermissionDenied,
     QueryTimeout,
+    RefactxError,
 )
+from .cache import ByteLRUCache
 from .format import READABLE_VERSIONS, PresetDictionary
 from .index import (
     Cursor,
@@ -57,7 +64,7 @@ from .index import (
 from .provenance import LAYOUT_BLOCKS, LAYOUT_ROWS, Provenance, sources_from_blocks
 
 if TYPE_CHECKING:
-    from .vocab import VocabularyLike
+    from ..vocab import VocabularyLike
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +98,6 @@ def _private_jitter_pool() -> type:
     of its own. The pool draws it from Python's global ``random`` whenever one of its threads
     opens a connection, which moved a caller's seeded sequence by a number of draws that
     differed from process to process."""
-    from psycopg_pool import ConnectionPool
 
     class PrivateJitterPool(ConnectionPool):
         _rng = random.Random()
@@ -121,7 +127,7 @@ def open_index(
     """Open the build that serves ``name`` (see ``{schema}.active``).
 
     ``tokenizer``: ``None`` (no check), a vocabulary name or sha256, or anything
-    :func:`~refactx_index.index.check_vocabulary` takes (a vocabulary, a tokenizer, a path);
+    :func:`~refactx_index.tree.index.check_vocabulary` takes (a vocabulary, a tokenizer, a path);
     a mismatch raises :class:`VocabularyMismatch`. Raises :class:`IndexNotFound`
     when no build is active under ``name``, :class:`FormatError` when the build was
     written in another format version, :class:`DatabaseUnavailable` when the server
@@ -135,7 +141,6 @@ def open_index(
     its own row's round trip. Off (the default: bench_walk measured it slower on 2 cores, see
     docs/runtime.md): they come in the same round trip as the row.
     """
-    from psycopg_pool import PoolTimeout
 
     if pool_size < 1:
         raise ValueError("pool_size must be >= 1")
@@ -212,7 +217,6 @@ _PASSWORD = re.compile(r"""password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)""", re.IGNOREC
 def dsn_secrets(dsn: str) -> list[str]:
     """The password of ``dsn`` (keyword or URI form) as it is written there: what no message
     may show."""
-    from urllib.parse import unquote, urlsplit
 
     found = [m.group(1).strip("'") for m in _PASSWORD.finditer(dsn)]
     if dsn.startswith(("postgresql://", "postgres://")):
@@ -237,7 +241,6 @@ def _first_connection(dsn: str, kwargs: dict[str, Any]) -> str | None:
     it cannot succeed by waiting (wrong password, user or database, a malformed DSN, a refused
     port, an unknown host); return a transient failure's cause (a timeout) for the pool to
     wait out. No message shows the DSN's password."""
-    import psycopg
 
     try:
         with psycopg.connect(dsn, **kwargs):
@@ -295,7 +298,6 @@ class PgTreeIndex(RowTreeIndex):
     def _read_dictionary(self, build_id: int) -> PresetDictionary | None:
         """A format version 3 or 4 build's preset dictionary, read once per build opened (None: the
         build has none; a row that needs one is then a ``FormatError`` naming it)."""
-        from psycopg import sql
 
         query = sql.SQL("SELECT dictionary FROM {}.build_dictionaries WHERE build_id = %s").format(
             sql.Identifier(self._schema))
@@ -309,7 +311,6 @@ class PgTreeIndex(RowTreeIndex):
 
     def _read_served(self) -> ServedBuild:
         """The active build of this index name, with a fresh cache of its own."""
-        from psycopg import sql
 
         query = sql.SQL(
             "SELECT " + _CATALOG_COLUMNS + " FROM {schema}.active a "
@@ -541,8 +542,6 @@ class PgTreeIndex(RowTreeIndex):
     def ping(self, timeout_s: float = 2.0) -> None:
         """Check that the database answers: one ``SELECT 1`` on a pooled connection, waiting
         at most ``timeout_s`` for one. Raises :class:`DatabaseUnavailable` naming the cause."""
-        import psycopg
-        from psycopg_pool import PoolTimeout
 
         for attempt in (1, 2):  # a pooled connection that died with an earlier server: once more
             try:
@@ -564,9 +563,6 @@ class PgTreeIndex(RowTreeIndex):
     def _execute(self, query: Any, params: Sequence[Any], *, binary: bool = False) -> list[tuple]:
         """Run one statement on a pooled connection: retry a lost connection once; map every
         driver error to a refactx error."""
-        import psycopg
-        from psycopg import errors
-        from psycopg_pool import PoolTimeout
 
         for attempt in (1, 2):
             try:
@@ -630,10 +626,6 @@ class _ActivationFollower(threading.Thread):
         self.join(timeout=5.0)
 
     def run(self) -> None:
-        import time
-
-        import psycopg
-
         next_check = time.monotonic() + self._interval_s
         while not self._stopping.is_set():
             try:
@@ -654,8 +646,6 @@ class _ActivationFollower(threading.Thread):
                 self._stopping.wait(min(self._interval_s, 5.0))
 
     def _refresh(self) -> None:
-        from .errors import RefactxError
-
         try:
             self._index.refresh()
         except RefactxError as exc:  # the lookups report it; keep serving the current build

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import zstandard
 
-from .errors import FormatError
+from ..errors import FormatError
 
 # the kinds of source a fact has (verbalize/provenance ``kind``)
 KINDS = ("statement", "inverse", "description", "short_description")

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
-from .vocab import Vocabulary, open_model_vocabulary
+from ..errors import ConfigError
+from ..vocab import Vocabulary, open_model_vocabulary
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -38,8 +38,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import ConfigError, InputRefused
-from .index import Cursor, ServedBuild, TreeIndex
+from ..errors import ConfigError, InputRefused
+from ..tree.index import Cursor, ServedBuild, TreeIndex
 
 log = logging.getLogger(__name__)
 

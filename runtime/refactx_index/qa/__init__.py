@@ -1,0 +1,1 @@
+"""Question answering: load a model, ask it a question constrained to an index, evaluate answers."""
