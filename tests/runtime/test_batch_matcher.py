@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 
+from refactx_index.constraint import batch as batch_module
 from refactx_index.constraint.batch import BatchMatcher, StepMask
 from refactx_index.constraint.matcher import DEAD, FACT, FREE, FactMatcher
 from refactx_index.tree.memory import MemoryTreeIndex, encode_texts
@@ -241,7 +242,7 @@ def _canonical(bm: BatchMatcher, slots: np.ndarray, vocab_size: int | None):
     return states, mask.rows.tolist(), mask.token_rows.tolist(), mask.tokens.tolist()
 
 
-@pytest.mark.skipif("compiled" not in __import__("refactx_index.constraint.batch").batch.STEPPERS,
+@pytest.mark.skipif("compiled" not in batch_module.STEPPERS,
                     reason="refactx_index.constraint._step is not built here")
 @pytest.mark.parametrize("vocabulary", ["qwen2.5", "llama3", "mistral-7b-v0.1", "phi-3-mini", "gpt2"])
 def test_the_compiled_and_numpy_steps_agree_on_random_walks(vocabulary_indexes, vocabulary):
@@ -288,7 +289,7 @@ def test_the_compiled_and_numpy_steps_agree_on_random_walks(vocabulary_indexes, 
     walk()
 
 
-@pytest.mark.skipif("compiled" not in __import__("refactx_index.constraint.batch").batch.STEPPERS,
+@pytest.mark.skipif("compiled" not in batch_module.STEPPERS,
                     reason="refactx_index.constraint._step is not built here")
 def test_a_compiled_step_of_rows_outside_a_fact_allocates_no_arrays(index, tokenizer):
     """256 rows of free text, stepped and masked: a few Python objects, no array sized by
