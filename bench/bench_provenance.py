@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from refactx_index import provenance as prov  # noqa: E402
+from refactx_index.tree import provenance as prov  # noqa: E402
 from refactx_pipeline.catalog import pgcatalog  # noqa: E402
 from refactx_pipeline.stages import load, verbalize  # noqa: E402
 from tests.pgtree import fresh_database, load_tree, store_provenance_rows  # noqa: E402
