@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from ..import_graph import import_circles
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Top-level modules the runtime must not import (its dependencies are numpy and psycopg)
@@ -376,20 +378,7 @@ def test_test_data_generators_are_in_neither_wheel():
 def test_pipeline_has_no_import_circle():
     """No module of the pipeline reaches itself through its imports (lazy ones included)."""
     graph = _pipeline_import_graph()
-    circles, state = [], {}
-
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = "open"
-        for dep in sorted(graph[module]):
-            if state.get(dep) == "open":
-                circles.append(" -> ".join([*path[path.index(dep):], dep]))
-            elif dep not in state:
-                visit(dep, [*path, dep])
-        state[module] = "done"
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+    circles = import_circles(graph)
     assert circles == [], "import circles in the pipeline:\n" + "\n".join(circles)
 
 

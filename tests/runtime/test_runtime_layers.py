@@ -11,6 +11,8 @@ from pathlib import Path
 
 import refactx_index
 
+from ..import_graph import import_circles
+
 ROOT = Path(refactx_index.__path__[0])
 
 # lowest first: the base (errors, the vocabulary), the tree, the fact constraint, what the model
@@ -102,20 +104,7 @@ def test_runtime_layers_import_downwards_only():
 
 def test_runtime_has_no_import_circle():
     graph = _graph()
-    circles, state = [], {}
-
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = "open"
-        for dep in sorted(graph[module]):
-            if state.get(dep) == "open":
-                circles.append(" -> ".join([*path[path.index(dep):], dep]))
-            elif dep not in state:
-                visit(dep, [*path, dep])
-        state[module] = "done"
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+    circles = import_circles(graph)
     assert circles == [], "import circles in the runtime:\n" + "\n".join(circles)
 
 
