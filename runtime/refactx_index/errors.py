@@ -45,8 +45,9 @@ class BuildRetired(IndexNotFound):
 
 
 class InputRefused(RefactxError, ValueError):
-    """An input is refused before any work: empty, or past a configured limit (the message
-    names the limit and how to change it)."""
+    """An input or argument is refused before any work: empty, malformed, outside the row
+    format's bounds, or past a configured limit (the message names what is wrong, and a
+    limit how to change it). A ``ValueError`` too, as the standard library would raise."""
 
 
 class VocabularyMismatch(RefactxError):

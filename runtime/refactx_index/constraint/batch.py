@@ -41,6 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import InputRefused
 from ..tree.format import Fragment, encode_prefix
 from ..tree.index import Cursor, ServedBuild
 from .matcher import DEAD, FACT, FREE, FactMatcher
@@ -200,7 +201,7 @@ class BatchMatcher:
         self.arena_nodes = arena_nodes
         self.stepper = stepper or STEPPER
         if self.stepper not in STEPPERS:
-            raise ValueError(f"stepper {self.stepper!r}: this runtime has {list(STEPPERS)}")
+            raise InputRefused(f"stepper {self.stepper!r}: this runtime has {list(STEPPERS)}")
         self._triggers = [np.asarray(t, dtype=np.int64) for t in matcher.triggers]
         # each trigger as its length then its ids, for the compiled step's scan
         self._trigger_table = np.asarray([x for t in matcher.triggers for x in (len(t), *t)], dtype=np.int64)
@@ -289,7 +290,7 @@ class BatchMatcher:
             if in_fact is not None and in_fact[i]:
                 cut = self._last_trigger_end(ids)
                 if cut is None:
-                    raise ValueError("the prompt is said to end inside a fact but holds no trigger")
+                    raise InputRefused("the prompt is said to end inside a fact but holds no trigger")
                 head, tail = ids[:cut], ids[cut:]
             else:
                 head, tail = ids, []
@@ -307,7 +308,7 @@ class BatchMatcher:
                 self.step(np.asarray([slot]), np.asarray([tok]))
                 if self.mode[slot] != FACT:
                     self._clear(slot)
-                    raise ValueError(f"the prompt's fact text ({len(tail)} tokens after the "
+                    raise InputRefused(f"the prompt's fact text ({len(tail)} tokens after the "
                                      "trigger) is not a prefix of a stored fact")
 
     def _last_trigger_end(self, ids: list[int]) -> int | None:
@@ -377,7 +378,7 @@ class BatchMatcher:
         """The common rows in one compiled loop; the rare ones (``_step.c``'s doc) by the
         numpy code, as :meth:`_step_numpy` steps them."""
         if tokens.size != slots.size:
-            raise ValueError(f"{slots.size} slots and {tokens.size} tokens")
+            raise InputRefused(f"{slots.size} slots and {tokens.size} tokens")
         if self.arena.size > self.arena_nodes:
             self._compact()
         if self._rare.size < slots.size:

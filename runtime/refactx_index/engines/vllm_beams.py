@@ -33,6 +33,7 @@ import numpy as np
 
 from ..constraint.batch import BatchMatcher
 from ..constraint.matcher import FACT, FactMatcher
+from ..errors import InputRefused
 from ..tree.index import TreeIndex
 from .core import index_trigger, trigger_variants
 
@@ -107,7 +108,7 @@ def constrained_beams(score: Callable[[list[tuple[list[int], np.ndarray | None]]
     allowed ids, or the ``top`` best where unconstrained (:func:`beam_search` asks vLLM)."""
     eos = {int(e) for e in eos_ids}
     if not eos:
-        raise ValueError("an end-of-sequence id is required")
+        raise InputRefused("an end-of-sequence id is required")
     vocab = len(tokenizer)
     width = max(beam_width, 1)
     keep = max(2, 1 + len(eos)) * width

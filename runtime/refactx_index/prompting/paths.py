@@ -40,7 +40,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputRefused
 from ..tree.explore import enumerate_facts
 from ..tree.format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtree_runs
 from ..tree.index import IndexInfo, TreeIndex, vocabulary_size
@@ -439,7 +439,7 @@ class _SegmentIds:
             if bad.any():
                 rows_bad = np.unique(np.searchsorted(offsets, np.flatnonzero(bad), side="right") - 1)
                 _, nodes, relations, _ = parts[int(rows_bad[0])]
-                raise ValueError(f"{len(rows_bad)} facts cannot be stored (special tokens, or fused with the "
+                raise InputRefused(f"{len(rows_bad)} facts cannot be stored (special tokens, or fused with the "
                                  f"trigger), e.g. {separator.join(_interleave(nodes, relations)) + end!r}")
         return flat_ids.astype(np.int64), offsets
 

@@ -254,10 +254,10 @@ def stratified_sample(questions: Sequence[Question], per_hop: int, seed: int = 0
 
 def question_from_json(doc: Any) -> Question:
     if not isinstance(doc, dict):
-        raise ValueError("a line must be a JSON object")
+        raise InputRefused("a line must be a JSON object")
     text = doc["question"]
     if not isinstance(text, str) or not text.strip():
-        raise ValueError("'question' must be non-empty text")
+        raise InputRefused("'question' must be non-empty text")
     names: list[str] = []
     for answer in doc.get("answers") or []:
         if isinstance(answer, str):
@@ -266,9 +266,9 @@ def question_from_json(doc: Any) -> Question:
             names.append(answer["label"])
             names += [a for a in answer.get("aliases") or [] if isinstance(a, str)]
         else:
-            raise ValueError(f"an answer must be text or {{'label': ..., 'aliases': [...]}}, not {answer!r}")
+            raise InputRefused(f"an answer must be text or {{'label': ..., 'aliases': [...]}}, not {answer!r}")
     if not any(normalize(n) for n in names):
-        raise ValueError("'answers' holds no gold answer")
+        raise InputRefused("'answers' holds no gold answer")
     topic, hop = doc.get("topic"), doc.get("hop")
     return Question(question=text, answers=tuple(names), type=str(doc.get("type") or "all"),
                     id=doc.get("id"), fact_ids=tuple(int(i) for i in doc.get("fact_ids") or ()),

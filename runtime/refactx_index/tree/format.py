@@ -76,7 +76,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import zstandard
 
-from ..errors import FormatError
+from ..errors import FormatError, InputRefused
 
 try:  # built from _fragment.c where the runtime was installed with a C compiler
     from . import _fragment
@@ -241,7 +241,7 @@ def _plain_body(node: bytes) -> bytes:
     """The uncompressed body of a checksummed row written without a dictionary."""
     frag_version, flags = node[0], node[1]
     if frag_version < 2 or flags & _FLAGS_DICTIONARY:
-        raise ValueError("only a checksummed row without a dictionary is sampled")
+        raise InputRefused("only a checksummed row without a dictionary is sampled")
     body = node[_HEADER.size:]
     return zlib.decompress(body) if flags & _FLAG_ZLIB else body
 
@@ -253,7 +253,7 @@ def with_dictionary(node: bytes, dictionary: PresetDictionary | None, *, compres
     build's dictionary is known."""
     row_version, _flags, tw, cw, lw, _, n = _HEADER_V1.unpack_from(node)
     if row_version != FORMAT_VERSION:
-        raise ValueError(f"a version {row_version} row; only version {FORMAT_VERSION} rows are rewritten")
+        raise InputRefused(f"a version {row_version} row; only version {FORMAT_VERSION} rows are rewritten")
     return _frame(_plain_body(node), n, tw, cw, lw, compress, dictionary)
 
 
@@ -265,12 +265,12 @@ def encode_prefix(tokens: Sequence[int] | np.ndarray) -> bytes:
     token order. The one definition of the key; ``prefix_key_sql`` is the same in Spark SQL."""
     if isinstance(tokens, np.ndarray):
         if tokens.size and (tokens.min() < 0 or tokens.max() > _MAX_TOKEN):
-            raise ValueError("token ids must lie in [0, 2**32)")
+            raise InputRefused("token ids must lie in [0, 2**32)")
         return tokens.astype(">u4").tobytes()
     try:  # struct beats numpy on the short prefixes of a walk
         return struct.pack(f">{len(tokens)}I", *tokens)
     except struct.error as exc:
-        raise ValueError(f"token ids must lie in [0, 2**32): {exc}") from exc
+        raise InputRefused(f"token ids must lie in [0, 2**32): {exc}") from exc
 
 
 def prefix_key_sql(token_ids: str, length: int | str) -> str:
@@ -330,18 +330,18 @@ def encode_fragment(
     external = np.asarray(external, dtype=bool)
     ext_leaves = np.asarray(ext_leaves, dtype=np.int64)
     if n == 0 or tokens.size != n - 1 or ends.size != n or external.size != n:
-        raise ValueError("fragment arrays have inconsistent lengths")
+        raise InputRefused("fragment arrays have inconsistent lengths")
     if n > MAX_FRAGMENT_NODES:
-        raise ValueError(f"a fragment of {n} nodes exceeds MAX_FRAGMENT_NODES ({MAX_FRAGMENT_NODES})")
+        raise InputRefused(f"a fragment of {n} nodes exceeds MAX_FRAGMENT_NODES ({MAX_FRAGMENT_NODES})")
     if int(child_count.sum()) != n - 1:
-        raise ValueError("child counts do not add up to the node count")
+        raise InputRefused("child counts do not add up to the node count")
     if int(external.sum()) != ext_leaves.size:
-        raise ValueError("one ext_leaves entry is needed per external node")
+        raise InputRefused("one ext_leaves entry is needed per external node")
     if ext_leaves.size and int(ext_leaves.max()) > MAX_FRAGMENT_LEAVES:
-        raise ValueError(f"an external node's leaf count exceeds MAX_FRAGMENT_LEAVES ({MAX_FRAGMENT_LEAVES})")
+        raise InputRefused(f"an external node's leaf count exceeds MAX_FRAGMENT_LEAVES ({MAX_FRAGMENT_LEAVES})")
     tw = _width_for(int(tokens.max()) if tokens.size else 0)
     if tw == 8:
-        raise ValueError("token ids must lie in [0, 2**32)")
+        raise InputRefused("token ids must lie in [0, 2**32)")
     cw = _width_for(int(child_count.max()))
     lw = _width_for(int(ext_leaves.max()) if ext_leaves.size else 0)
     body = b"".join(
@@ -396,9 +396,9 @@ def encode_children(
     order = np.argsort(toks, kind="stable")
     toks, leaves = toks[order], leaves[order]
     if toks.size > 1 and np.any(toks[1:] == toks[:-1]):
-        raise ValueError("duplicate child token")
+        raise InputRefused("duplicate child token")
     if np.any(leaves < 1):
-        raise ValueError("every child must have at least one leaf")
+        raise InputRefused("every child must have at least one leaf")
     k = toks.size
     return encode_fragment(
         tokens=toks,
@@ -480,7 +480,7 @@ def encode_subtree_runs(
         return []
     counts = hi - lo
     if np.any(counts < 1):
-        raise ValueError("a subtree needs at least one fact")
+        raise InputRefused("a subtree needs at least one fact")
     facts = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
     row = np.repeat(np.arange(rows), counts)
     first = np.zeros(facts.size, dtype=bool)
@@ -505,7 +505,7 @@ def encode_subtree_runs(
     ends = n[fi] == j + 1
     root_ends = np.asarray(lengths, dtype=np.int64)[lo] == depth
     if tokens.size and int(tokens.max()) > _MAX_TOKEN:
-        raise ValueError("token ids must lie in [0, 2**32)")
+        raise InputRefused("token ids must lie in [0, 2**32)")
     bounds = np.searchsorted(node_row, np.arange(rows + 1))
     # field widths per row, as encode_fragment picks them (a row's nodes: its own + [a, b))
     # (reduceat over the rows that have nodes: their node ranges tile the arrays)
@@ -520,7 +520,7 @@ def encode_subtree_runs(
         a, b = int(bounds[r]), int(bounds[r + 1])
         nodes = b - a + 1
         if nodes > MAX_FRAGMENT_NODES:
-            raise ValueError(f"a fragment of {nodes} nodes exceeds MAX_FRAGMENT_NODES ({MAX_FRAGMENT_NODES})")
+            raise InputRefused(f"a fragment of {nodes} nodes exceeds MAX_FRAGMENT_NODES ({MAX_FRAGMENT_NODES})")
         tw, cw = _width_for(int(top_token[r])), _width_for(int(top_count[r]))
         body = b"".join((
             tokens[a:b].astype(_DTYPES[tw]).tobytes(),
@@ -568,9 +568,9 @@ def encode_packed_ranges(
     toks = np.asarray(child_tokens, dtype=np.int64)
     leaves = np.asarray(child_leaves, dtype=np.int64)
     if toks.size != leaves.size:
-        raise ValueError("one leaf count is needed per external child")
+        raise InputRefused("one leaf count is needed per external child")
     if np.any(leaves < 1):
-        raise ValueError("every child must have at least one leaf")
+        raise InputRefused("every child must have at least one leaf")
     # an external child is a one-token suffix, marked external once the trie is built
     lengths = np.concatenate((np.asarray(stops, dtype=np.int64) - starts, np.ones(toks.size, dtype=np.int64)))
     width = int(lengths.max()) if lengths.size else 0
@@ -583,7 +583,7 @@ def encode_packed_ranges(
         mat[inline:, 0] = toks
     firsts = mat[:inline, 0]
     if np.isin(toks, firsts[firsts >= 0]).any() or np.unique(toks).size != toks.size:
-        raise ValueError("a child is either stored whole or external, and once")
+        raise InputRefused("a child is either stored whole or external, and once")
     return _encode_suffix_matrix(mat, lengths, compress, external=dict(zip(toks.tolist(), leaves.tolist())))
 
 
@@ -592,9 +592,9 @@ def _encode_suffix_matrix(mat: np.ndarray, lengths: np.ndarray, compress: bool,
     """The trie of the rows of ``mat``; ``external``: token -> leaf count of the root's
     children that are external (each given as a one-token row)."""
     if mat.shape[0] == 0:
-        raise ValueError("a subtree needs at least one fact")
+        raise InputRefused("a subtree needs at least one fact")
     if mat.size and (mat.max() > _MAX_TOKEN):
-        raise ValueError("token ids must lie in [0, 2**32)")
+        raise InputRefused("token ids must lie in [0, 2**32)")
     # lexicographic sort; -1 padding sorts a fact before its extensions
     order = np.lexsort(mat.T[::-1]) if mat.shape[1] else np.arange(mat.shape[0])
     mat, lengths = mat[order], lengths[order]

@@ -43,6 +43,7 @@ from ..errors import (
     DatabaseUnavailable,
     FormatError,
     IndexNotFound,
+    InputRefused,
     PermissionDenied,
     QueryTimeout,
     RefactxError,
@@ -143,7 +144,7 @@ def open_index(
     """
 
     if pool_size < 1:
-        raise ValueError("pool_size must be >= 1")
+        raise InputRefused("pool_size must be >= 1")
     options = (
         f"-c statement_timeout={int(statement_timeout_ms)} "
         "-c default_transaction_read_only=on "

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import zstandard
 
-from ..errors import FormatError
+from ..errors import FormatError, InputRefused
 
 # the kinds of source a fact has (verbalize/provenance ``kind``)
 KINDS = ("statement", "inverse", "description", "short_description")
@@ -307,9 +307,9 @@ def encode_block(block: int, bits: int, fact_ids: np.ndarray, kinds: np.ndarray,
     n_sources = len(fact_ids)
     unsigned = _unsigned(fact_ids)
     if np.any(unsigned[1:] < unsigned[:-1]):
-        raise ValueError("a block's sources must be sorted by fact id")
+        raise InputRefused("a block's sources must be sorted by fact id")
     if np.any((fact_ids >> (64 - bits) if bits else np.zeros_like(fact_ids)) != block):
-        raise ValueError(f"a fact id outside block {block} ({bits} bits)")
+        raise InputRefused(f"a fact id outside block {block} ({bits} bits)")
     firsts = np.flatnonzero(np.concatenate([[True], unsigned[1:] != unsigned[:-1]])) if n_sources \
         else np.zeros(0, np.int64)
     facts = unsigned[firsts]
