@@ -50,8 +50,8 @@ def load_tree(
     schema: str = "refactx",
     threshold: int = 4,
     max_subtree_tokens: int = 4096,
-    tokenizer: str = "test-vocab",
-    tokenizer_hash: str = "0" * 64,
+    vocabulary: str = "test-vocab",
+    vocabulary_sha256: str = "0" * 64,
     vocab_size: int = 1000,
     fact_prefix: str = " ",
     format_version: int = FORMAT_VERSION,
@@ -59,12 +59,16 @@ def load_tree(
     reader_role: str = "",
     max_shrink: float | None = None,
     dictionary: bool = True,
+    old_columns: bool = False,
 ) -> int:
     """Build rows with the cut rule, load them as a new build of ``name``; return its build id.
 
     The catalog steps are the loader's own (``refactx_pipeline.catalog.pgcatalog``, ``refactx_pipeline.stages.activate``); only
     the rows come from Python (``build_rows``) through a plain COPY instead of Parquet.
     Validation is skipped: an activated build goes straight from ``loaded`` to ``validated``.
+    ``old_columns``: the build row names its vocabulary in the columns ``tokenizer`` and
+    ``tokenizer_hash``, as catalogs created before 0.2.0 have them (the caller gives the
+    catalog that shape: :func:`as_old_catalog`).
     """
     seqs = {tuple(int(t) for t in s) for s in sequences}
     rows = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_subtree_tokens)
@@ -74,10 +78,12 @@ def load_tree(
     elif dictionary:  # as the pipeline writes version 4: compressed against the build's dictionary
         rows, preset = compress_rows(rows)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        pgcatalog.apply_schema(conn, schema)
+        if not old_columns:
+            pgcatalog.apply_schema(conn, schema)
         pgcatalog.grant_reader(conn, schema, reader_role)
+        names = ("tokenizer", "tokenizer_hash") if old_columns else ("vocabulary", "vocabulary_sha256")
         build_id = pgcatalog.create_build(conn, schema, {
-            "name": name, "tokenizer": tokenizer, "tokenizer_hash": tokenizer_hash,
+            "name": name, names[0]: vocabulary, names[1]: vocabulary_sha256,
             "vocab_size": vocab_size, "source": "test", "dump_date": "test", "depth": deepest_row(rows),
             "subtree_threshold": threshold, "format_version": format_version,
             "fact_prefix": fact_prefix, "fact_suffix": "",
@@ -101,6 +107,17 @@ def load_tree(
             pgcatalog.set_status(conn, schema, build_id, "validated")
             activate_build(conn, schema, build_id, max_shrink=max_shrink, reader_role=reader_role)
     return build_id
+
+
+def as_old_catalog(dsn: str, schema: str = "refactx") -> None:
+    """Create the catalog, then give its builds table the shape of catalogs created before
+    0.2.0: the vocabulary in columns ``tokenizer`` and ``tokenizer_hash`` (the same types,
+    places and constraints)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pgcatalog.apply_schema(conn, schema)
+        builds = sql.Identifier(schema, "builds")
+        conn.execute(sql.SQL("ALTER TABLE {} RENAME COLUMN vocabulary TO tokenizer").format(builds))
+        conn.execute(sql.SQL("ALTER TABLE {} RENAME COLUMN vocabulary_sha256 TO tokenizer_hash").format(builds))
 
 
 def expected_next(seqs: set[tuple[int, ...]], prefix: Sequence[int]) -> tuple[dict[int, int], bool]:

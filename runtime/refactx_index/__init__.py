@@ -5,7 +5,7 @@ imported when an index is opened, torch/transformers only by
 the engine adapters in ``refactx_index.engines`` (optional extras).
 
     from refactx_index import open_index
-    index = open_index("postgresql://...", "wikidata-qwen2.5", tokenizer="path/to/tokenizer.json")
+    index = open_index("postgresql://...", "wikidata-qwen2.5", vocabulary="path/to/tokenizer.json")
     index.next_tokens([...])  # NextTokens(tokens, leaves, ends)
 """
 

@@ -3,8 +3,8 @@
 ``refactx explore`` answers the questions a step-by-step graph explorer asks, from a
 served index (an active PostgreSQL build, or an index file) and its vocabulary::
 
-    refactx explore --index-file sample.rfx --tokenizer DIR entities "North"
-    REFACTX_DSN=postgresql://... refactx explore --index wikidata-qwen2.5 --tokenizer DIR relations "Germany"
+    refactx explore --index-file sample.rfx --vocabulary DIR entities "North"
+    REFACTX_DSN=postgresql://... refactx explore --index wikidata-qwen2.5 --vocabulary DIR relations "Germany"
     refactx explore ... objects "Germany" "capital"
     refactx explore ... facts "<Germany> <" --offset 0 --limit 20
 
@@ -14,7 +14,7 @@ when nothing matches.
 ``refactx complete TEXT`` lists how a text continues in the tree (token by token, with fact
 counts) and the first whole facts below it::
 
-    refactx complete --index-file sample.rfx --tokenizer DIR " <Northern Ireland> <"
+    refactx complete --index-file sample.rfx --vocabulary DIR " <Northern Ireland> <"
 
 ``refactx ask QUESTION...`` answers with constrained generation (the ``generation``
 extra): the model reasons, writes ``Fact:`` lines that may only be stored facts, and
@@ -48,7 +48,14 @@ path index, after ``Path:``::
     refactx paths --facts facts.txt --seed Germany --hops 2
     refactx ask --index-file sample.rfx --paths Germany "What is the capital of Germany?"
 
+``--vocabulary`` names the index's vocabulary: a ``tokenizer.json``, a tokenizer or model
+directory, or a GGUF file (``--tokenizer`` is its deprecated alias).
+
 Building indexes is the pipeline's (``refactx-pipeline build``; ``refactx-pipeline path-index``).
+
+Each subcommand imports its modules when it runs, not at the top of this module: ``refactx
+--help`` and shell completion (which run this module's parser) then load neither numpy,
+psycopg, tokenizers nor torch. docs/benchmarks.md has the import time.
 """
 
 from __future__ import annotations
@@ -61,55 +68,71 @@ import os
 import sys
 import time
 from dataclasses import asdict
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from .display import format_answer, format_completions, quoted_head
 from .errors import RefactxError
-from .prompting import paths
-from .prompting.paths import PathCaps, read_id_labels, seed_labels
-from .prompting.prompt import Prompt, fitted_prompt
-from .qa.ask import ask
-from .qa.evaluation import evaluate, markdown_table, read_question_file, stratified_sample, write_outputs
-from .qa.models import load_model, model_directory
-from .server.app import LOOPBACK_HOSTS, ServerSettings, create_app
-from .server.backend_transformers import TransformersEngine
-from .server.backend_vllm import VllmEngine
-from .tree import explore
-from .tree.index import check_vocabulary
-from .tree.memory import MemoryTreeIndex
-from .tree.pg import open_index
-from .vocab import VocabularyLike, open_model_vocabulary, open_tokenizer
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
 NOTHING = 3
 
 
-def _open(args: argparse.Namespace):
+def _open(args: argparse.Namespace, vocabulary: "Vocabulary | None" = None):
+    """The index of --index-file, or the active build of --index on --dsn (checked against
+    ``vocabulary`` when one is given)."""
+    from .tree.memory import MemoryTreeIndex
+    from .tree.pg import open_index
+
     if args.index_file:
         return MemoryTreeIndex.load(args.index_file)
     dsn = args.dsn or os.environ.get("REFACTX_DSN")
     if not dsn or not args.index:
         raise SystemExit("refactx: give --index-file FILE, or --dsn (or REFACTX_DSN) and --index NAME")
 
-    return open_index(dsn, args.index, tokenizer=args.tokenizer)
+    return open_index(dsn, args.index, vocabulary=vocabulary)
+
+
+def open_vocabulary_argument(path: str) -> "Vocabulary":
+    """The vocabulary ``--vocabulary`` names: a ``tokenizer.json``, a tokenizer's directory, a
+    model directory (with its end ids), a hub name, or a GGUF file (its converted model
+    directory's: :func:`refactx_index.qa.models.model_directory`)."""
+    from .vocab import as_vocabulary, open_model_vocabulary
+
+    if path.endswith(".gguf") and os.path.isfile(path):
+        from .qa.models import model_directory
+
+        return open_model_vocabulary(model_directory(path))
+    return as_vocabulary(path)
+
+
+def _vocabulary(args: argparse.Namespace, command: str, required: bool = True) -> "Vocabulary | None":
+    if not args.vocabulary:
+        if required:
+            raise SystemExit(f"refactx {command}: give --vocabulary (a tokenizer.json, a tokenizer or model "
+                             "directory, or a GGUF file): the index's vocabulary")
+        return None
+    return open_vocabulary_argument(args.vocabulary)
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    tokenizer = open_tokenizer(args.tokenizer)
-    with _open(args) as index:
+    from .tree import explore
+
+    vocabulary = _vocabulary(args, "explore")
+    with _open(args, vocabulary) as index:
         if args.what == "facts":
             if len(args.text) != 1:
                 raise SystemExit("refactx explore facts takes one text (the start of the facts)")
-            found = explore.facts_page(index, tokenizer, args.text[0], offset=args.offset, limit=args.limit)
+            found = explore.facts_page(index, vocabulary, args.text[0], offset=args.offset, limit=args.limit)
             rows = [{"fact": f} for f in found]
         else:
             wanted = {"entities": 1, "relations": 1, "objects": 2}[args.what]
             if len(args.text) != wanted:
                 raise SystemExit(f"refactx explore {args.what} takes {wanted} text(s), got {len(args.text)}")
             call = {"entities": explore.entities, "relations": explore.relations, "objects": explore.objects}
-            labels = call[args.what](index, tokenizer, *args.text, limit=args.limit)
+            labels = call[args.what](index, vocabulary, *args.text, limit=args.limit)
             rows = [{"label": x.label, "facts": x.facts} for x in labels]
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
@@ -120,11 +143,13 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
+    from .display import format_completions, quoted_head
+
     # a PostgreSQL build is opened with the vocabulary checked (tokenizer.json's sha256): a
     # wrong one would tokenize the text into ids the tree does not hold and show nothing
-    tokenizer = open_tokenizer(args.tokenizer)
-    with _open(args) as index:
-        completions, shown = format_completions(index, tokenizer, args.text, args.limit)
+    vocabulary = _vocabulary(args, "complete")
+    with _open(args, vocabulary) as index:
+        completions, shown = format_completions(index, vocabulary, args.text, args.limit)
     sys.stdout.write(completions)
     if shown == 0:
         where = args.index_file or args.index
@@ -159,34 +184,39 @@ def cmd_facts(args: argparse.Namespace) -> int:
     return 0 if provenance.sources else NOTHING
 
 
-def _path_graph(args: argparse.Namespace, tokenizer: "VocabularyLike | None"):
+def _path_graph(args: argparse.Namespace, vocabulary: "Vocabulary | None"):
     """The graph of ``--facts``, else of the facts of the index ``_open`` opens."""
+    from .prompting import paths
 
     if args.facts:
         return paths.PathGraph.from_fact_texts(paths.read_fact_texts(args.facts))
-    if tokenizer is None:
-        raise SystemExit("refactx: --facts FILE, or an index and --tokenizer to read its facts")
+    if vocabulary is None:
+        raise SystemExit("refactx: --facts FILE, or an index and --vocabulary to read its facts")
     with _open(args) as index:
-        return paths.graph_of_index(index, tokenizer)
+        return paths.graph_of_index(index, vocabulary)
 
 
 def _path_caps(args: argparse.Namespace):
+    from .prompting.paths import PathCaps
+
     return PathCaps(args.hops, args.max_fanout, args.max_paths)
 
 
 def _seeds(args: argparse.Namespace, seeds: Sequence[str]) -> list[str]:
+    from .prompting.paths import read_id_labels, seed_labels
+
     return seed_labels(seeds, read_id_labels(args.labels) if args.labels else None)
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
-    tokenizer = open_tokenizer(args.tokenizer) if args.tokenizer else None
-    graph = _path_graph(args, tokenizer)
+    vocabulary = _vocabulary(args, "paths", required=False)
+    graph = _path_graph(args, vocabulary)
     seeds = _seeds(args, args.seed)
     started = time.perf_counter()
     if args.out:
-        if not args.tokenizer:
-            raise SystemExit("refactx paths --out needs --tokenizer (the vocabulary of the path index)")
-        index, found = graph.index(seeds, args.tokenizer, _path_caps(args))
+        if vocabulary is None:
+            raise SystemExit("refactx paths --out needs --vocabulary (the vocabulary of the path index)")
+        index, found = graph.index(seeds, vocabulary, _path_caps(args))
         index.save(args.out)
     else:
         found = graph.paths(seeds, _path_caps(args))
@@ -204,6 +234,12 @@ def cmd_paths(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    from .display import format_answer
+    from .prompting.prompt import Prompt
+    from .qa.ask import ask
+    from .qa.models import load_model
+    from .tree.index import check_vocabulary
+
     # None: the index's kind decides (Fact: and the fact prompt, or Path: over a path index)
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else None
     with contextlib.ExitStack() as stack:
@@ -231,6 +267,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from .prompting.prompt import Prompt, fitted_prompt
+    from .qa.evaluation import evaluate, markdown_table, read_question_file, stratified_sample, write_outputs
+    from .qa.models import load_model
+    from .tree.index import check_vocabulary
+
     questions, rejected = [], []
     for path in args.questions:
         read = read_question_file(path, args.format)
@@ -272,6 +313,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
+
+    from .qa.models import load_model, model_directory
+    from .server.app import ServerSettings, create_app
+    from .server.backend_transformers import TransformersEngine
+    from .server.backend_vllm import VllmEngine
+    from .tree.index import check_vocabulary
+    from .tree.memory import MemoryTreeIndex
+    from .tree.pg import open_index
+    from .vocab import open_model_vocabulary
 
     api_key, allowed_hosts = _serve_access(args)
     indexes, specs = {}, {}  # opened here; what vLLM's worker opens (file path or DSN)
@@ -341,6 +391,8 @@ def _serve_access(args: argparse.Namespace) -> tuple[str | None, tuple[str, ...]
     the server binds only to a loopback address unless --no-api-key says a proxy in front
     authenticates; on loopback only the loopback names are served by default (DNS rebinding)."""
 
+    from .server.app import LOOPBACK_HOSTS
+
     api_key = args.api_key or os.environ.get("REFACTX_API_KEY") or None
     loopback = args.host in LOOPBACK_HOSTS or args.host.startswith("127.")
     if api_key is None and not loopback and not args.no_api_key:
@@ -353,10 +405,23 @@ def _serve_access(args: argparse.Namespace) -> tuple[str | None, tuple[str, ...]
     return api_key, hosts
 
 
-def _tokenizer_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokenizer", required=True,
-                        help="the index's vocabulary: tokenizer.json or its directory (checked against a "
-                             "PostgreSQL build)")
+VOCABULARY_HELP = ("the index's vocabulary: a tokenizer.json, a tokenizer or model directory, or a "
+                   "GGUF file")
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An option kept under its old name: sets ``dest`` and notes the old name, which
+    :func:`main` warns about once logging is set up."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.deprecated_options = [*getattr(namespace, "deprecated_options", []), option_string]
+
+
+def _vocabulary_argument(parser: argparse.ArgumentParser, help: str = VOCABULARY_HELP) -> None:
+    parser.add_argument("--vocabulary", metavar="PATH", help=help)
+    # the option's name before 0.2.0 (CHANGELOG.md), hidden from --help
+    parser.add_argument("--tokenizer", dest="vocabulary", action=_DeprecatedAlias, help=argparse.SUPPRESS)
 
 
 def _index_arguments(parser: argparse.ArgumentParser) -> None:
@@ -388,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "objects ENTITY RELATION; facts TEXT: the facts starting with TEXT, paged")
     ex.add_argument("text", nargs="+")
     _index_arguments(ex)
-    _tokenizer_argument(ex)
+    _vocabulary_argument(ex, VOCABULARY_HELP + " (required; checked against a PostgreSQL build)")
     ex.add_argument("--limit", type=int, default=20, help="at most this many lines (default 20)")
     ex.add_argument("--offset", type=int, default=0, help="facts: skip this many first")
     ex.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -399,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "first whole facts below it. Exit status 3 when no fact starts with TEXT.")
     cp.add_argument("text", help="the start of facts, e.g. ' <Northern Ireland> <'")
     _index_arguments(cp)
-    _tokenizer_argument(cp)
+    _vocabulary_argument(cp, VOCABULARY_HELP + " (required; checked against a PostgreSQL build)")
     cp.add_argument("--limit", type=int, default=10, help="how many continuations and facts to print (default 10)")
     cp.set_defaults(func=cmd_complete)
 
@@ -419,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="answer over the reasoning paths from these entities (labels, or ids with --labels) "
                          "of the index's facts or --facts, after 'Path:' (docs/paths.md)")
     _path_arguments(ak)
-    ak.set_defaults(func=cmd_ask, tokenizer=None)
+    ak.set_defaults(func=cmd_ask)
 
     fa = sub.add_parser("facts", help="where a stored fact comes from",
                         description="lookup TEXT: the fact id and every source of the stored fact TEXT "
@@ -430,15 +495,15 @@ def build_parser() -> argparse.ArgumentParser:
     fa.add_argument("text")
     _index_arguments(fa)
     fa.add_argument("--json", action="store_true", help="one JSON document: fact_id and sources")
-    fa.set_defaults(func=cmd_facts, tokenizer=None)
+    fa.set_defaults(func=cmd_facts)
 
     pt = sub.add_parser("paths", help="reasoning paths from seed entities, and their path index",
                         description="The simple paths of 1..L edges from each --seed over the facts of --facts "
-                                    "(or of an index file, with --tokenizer), capped as the pipeline's paths "
+                                    "(or of an index file, with --vocabulary), capped as the pipeline's paths "
                                     "stage caps them (docs/paths.md); --out writes their path index file.")
     _index_arguments(pt)
     pt.add_argument("--seed", action="append", required=True, help="a seed entity's label (or id, with --labels)")
-    pt.add_argument("--tokenizer", help="the vocabulary (tokenizer.json or its directory): of the index, and of --out")
+    _vocabulary_argument(pt, VOCABULARY_HELP + ": of the index read, and of --out")
     pt.add_argument("--out", help="write the paths' in-memory index file here")
     pt.add_argument("--json", action="store_true", help="one JSON document on stdout")
     _path_arguments(pt)
@@ -475,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--constrained-only", action="store_true", help="skip the unconstrained answers")
     ev.add_argument("--out", default="eval", help="path prefix of the JSON, Markdown and PNG outputs (default: eval)")
     ev.add_argument("--no-plot", action="store_true", help="no PNG (without the eval extra's matplotlib)")
-    ev.set_defaults(func=cmd_eval, tokenizer=None)
+    ev.set_defaults(func=cmd_eval)
 
     sv = sub.add_parser("serve", help="the OpenAI-compatible fact server",
                         description="An OpenAI-compatible HTTP server (chat and completions, streaming) whose "
@@ -521,6 +586,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    for option in getattr(args, "deprecated_options", []):
+        log.warning("%s is deprecated (since 0.2.0): use --vocabulary", option)
     try:
         return args.func(args)
     except (RefactxError, OSError, ValueError) as exc:

@@ -626,7 +626,7 @@ def test_tree_rows_are_build_rows():
                 build_rows(seqs, threshold=threshold, max_subtree_tokens=max_tokens), (trial, threshold)
         values = np.array([t for s in seqs for t in s], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum([len(s) for s in seqs])))
-        index = _memory_index(values, offsets, name="m", tokenizer="", tokenizer_hash="", vocab_size=0)
+        index = _memory_index(values, offsets, name="m", vocabulary="", vocabulary_sha256="", vocab_size=0)
         from refactx_index.tree.memory import MemoryTreeIndex
 
         reference = MemoryTreeIndex.from_sequences(seqs, name="m", index_kind="paths", dictionary=False)

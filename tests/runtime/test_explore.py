@@ -34,7 +34,7 @@ def test_memory_index_stores_the_pipelines_ids(vocab_and_index):
     encoded = encode_facts(vocab.tokenizer(), FACTS, vocab.forbidden_ids)
     stored = {ids for _, ids in enumerate_facts(index, vocab.tokenizer())}
     assert stored == {tuple(encoded.ids(i)) for i in range(len(FACTS))}
-    assert index.info.tokenizer_hash == vocab.sha256
+    assert index.info.vocabulary_sha256 == vocab.sha256
 
 
 def test_completions_and_facts_by_text(vocab_and_index):

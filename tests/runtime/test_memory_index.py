@@ -49,7 +49,7 @@ def test_ten_thousand_triples_answer_like_brute_force(graph):
     facts, seqs, index = graph
     assert isinstance(index, TreeIndex)
     assert index.info.facts == len(seqs) == 10_000
-    assert index.info.tokenizer == "gpt2" and len(index.info.tokenizer_hash) == 64
+    assert index.info.vocabulary == "gpt2" and len(index.info.vocabulary_sha256) == 64
     assert index.info.vocab_size == 50257
     rng = np.random.default_rng(0)
     sample = [sorted(seqs)[i] for i in rng.choice(len(seqs), 60, replace=False)]

@@ -104,7 +104,7 @@ def test_a_build_activated_mid_generation_serves_the_next_request_not_this_one(p
     facts = {tuple(encoded.ids(i)): text for i, text in enumerate(sample_fact_texts)}
     without_germany = {ids for ids, text in facts.items() if "Germany" not in text}
     assert len(without_germany) < len(facts)
-    catalog = dict(tokenizer="smollm2", tokenizer_hash=tokenizer_sha256(tokenizer_file),
+    catalog = dict(vocabulary="smollm2", vocabulary_sha256=tokenizer_sha256(tokenizer_file),
                    vocab_size=len(loaded.tokenizer), threshold=8)
     first = load_tree(pg_dsn, "sample", facts, **catalog)
     with open_index(pg_dsn, "sample", follow=False) as index:

@@ -255,20 +255,20 @@ def test_unknown_name_and_missing_catalog_raise_index_not_found(pg_dsn):
 
 def test_other_vocabulary_raises_vocabulary_mismatch(pg_dsn):
     gpt2, llama = tokenizer_dir("gpt2"), tokenizer_dir("llama3")
-    load_tree(pg_dsn, "kg", random_sequences(seed=1), tokenizer="gpt2",
-              tokenizer_hash=tokenizer_sha256(gpt2), vocab_size=50257)
-    with open_index(pg_dsn, "kg", tokenizer=gpt2) as index:  # same file: accepted
-        assert index.info.tokenizer == "gpt2"
-    with open_index(pg_dsn, "kg", tokenizer="gpt2"):
+    load_tree(pg_dsn, "kg", random_sequences(seed=1), vocabulary="gpt2",
+              vocabulary_sha256=tokenizer_sha256(gpt2), vocab_size=50257)
+    with open_index(pg_dsn, "kg", vocabulary=gpt2) as index:  # same file: accepted
+        assert index.info.vocabulary == "gpt2"
+    with open_index(pg_dsn, "kg", vocabulary="gpt2"):
         pass
     with pytest.raises(VocabularyMismatch, match="gpt2"):
-        open_index(pg_dsn, "kg", tokenizer=llama)
+        open_index(pg_dsn, "kg", vocabulary=llama)
     with pytest.raises(VocabularyMismatch):
-        open_index(pg_dsn, "kg", tokenizer="llama3")
+        open_index(pg_dsn, "kg", vocabulary="llama3")
     from tokenizers import Tokenizer
 
     with pytest.raises(VocabularyMismatch, match="50257"):
-        open_index(pg_dsn, "kg", tokenizer=Tokenizer.from_file(str(llama / "tokenizer.json")))
+        open_index(pg_dsn, "kg", vocabulary=Tokenizer.from_file(str(llama / "tokenizer.json")))
 
 
 def test_other_format_version_is_refused(pg_dsn):

@@ -96,12 +96,38 @@ def provenance_table_name(build_id: int) -> str:
     return f"provenance_b{int(build_id)}"
 
 
+# catalog columns renamed in 0.2.0 (old name -> new name): the vocabulary of a build is
+# ``vocabulary`` (its name) and ``vocabulary_sha256`` (its tokenizer.json's sha256), as in
+# refactx_index's IndexInfo
+RENAMED_BUILD_COLUMNS = (("tokenizer", "vocabulary"), ("tokenizer_hash", "vocabulary_sha256"))
+
+
 def apply_schema(conn: psycopg.Connection, schema: str) -> None:
     """Create or upgrade the catalog (idempotent; serialized against concurrent loaders)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_SCHEMA,))
+        rename_build_columns(conn, schema)
         for stmt in statements("schema.sql", schema):
             conn.execute(stmt)
+
+
+def rename_build_columns(conn: psycopg.Connection, schema: str) -> list[str]:
+    """Give a catalog created before 0.2.0 the columns' new names (``RENAMED_BUILD_COLUMNS``),
+    keeping their values: idempotent, a no-op on a new or already renamed catalog. Readers of
+    either release serve the renamed catalog's builds only from 0.2.0 on (they read either
+    shape); returns the columns renamed."""
+    found = {row[0] for row in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'builds'",
+        (schema,))}
+    renamed = []
+    for old, new in RENAMED_BUILD_COLUMNS:
+        if old in found and new not in found:
+            conn.execute(sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
+                sql.Identifier(schema, "builds"), sql.Identifier(old), sql.Identifier(new)))
+            renamed.append(f"{old} -> {new}")
+    if renamed:
+        log.info("catalog %s.builds: renamed columns %s", schema, ", ".join(renamed))
+    return renamed
 
 
 def create_build(conn: psycopg.Connection, schema: str, fields: dict[str, Any]) -> int:

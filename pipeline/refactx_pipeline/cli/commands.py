@@ -278,24 +278,26 @@ def cmd_builds(args: argparse.Namespace) -> int:
                 f"build {released} marked failed and dropped; the name is free\n" if released is not None
                 else "no build in flight; the name is free\n"))
         rows = conn.execute(
-            f"SELECT b.build_id, b.name, b.tokenizer, b.status, b.facts, b.rows, b.created_at, "
+            # the vocabulary column of either shape: a catalog from before 0.2.0 names it
+            # tokenizer until a load upgrades it (pgcatalog.rename_build_columns)
+            f"SELECT b.build_id, b.name, coalesce(to_jsonb(b) ->> 'vocabulary', to_jsonb(b) ->> 'tokenizer'), b.status, b.facts, b.rows, b.created_at, "
             f"a.build_id IS NOT NULL FROM {schema}.builds b "
             f"LEFT JOIN {schema}.active a ON a.build_id = b.build_id ORDER BY b.build_id"
         ).fetchall()
         sizes = build_bytes(conn, schema)
         runs = recent_runs(conn, schema)
-    builds = [{"build_id": bid, "name": name, "tokenizer": tok, "status": status, "facts": facts,
+    builds = [{"build_id": bid, "name": name, "vocabulary": vocabulary, "status": status, "facts": facts,
                "rows": nrows, "created_at": created.isoformat(), "active": active,
                "disk": build_disk(sizes[bid], facts) if bid in sizes else None}
-              for bid, name, tok, status, facts, nrows, created, active in rows]
+              for bid, name, vocabulary, status, facts, nrows, created, active in rows]
     if args.json:  # stdout holds this one document and nothing else
         json.dump({"builds": builds}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(f"{'id':>5} {'name':<28} {'tokenizer':<16} {'status':<10} {'facts':>10} {'rows':>10} {'on disk':>10}  active")
+    print(f"{'id':>5} {'name':<28} {'vocabulary':<16} {'status':<10} {'facts':>10} {'rows':>10} {'on disk':>10}  active")
     for b in builds:
         on_disk = human_bytes(b["disk"]["total"]["bytes"]) if b["disk"] else "dropped"
-        print(f"{b['build_id']:>5} {b['name']:<28} {b['tokenizer']:<16} {b['status']:<10} {b['facts'] or 0:>10} "
+        print(f"{b['build_id']:>5} {b['name']:<28} {b['vocabulary']:<16} {b['status']:<10} {b['facts'] or 0:>10} "
               f"{b['rows'] or 0:>10} {on_disk:>10}  {'*' if b['active'] else ''}")
     on_disk = [b for b in builds if b["disk"]]
     if on_disk:

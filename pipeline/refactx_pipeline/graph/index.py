@@ -122,8 +122,8 @@ def build_graph_index(cfg: Config, vocabulary: VocabularyConfig | None = None, n
 
     mark = time.perf_counter()
     index = MemoryTreeIndex.from_sequences(
-        sequences.values(), name=name or cfg.index_name(vocab.name), tokenizer=vocab.name,
-        tokenizer_hash=vocab.sha256, vocab_size=vocab.vocab_size, max_subtree_tokens=cfg.tree.max_subtree_tokens,
+        sequences.values(), name=name or cfg.index_name(vocab.name), vocabulary=vocab.name,
+        vocabulary_sha256=vocab.sha256, vocab_size=vocab.vocab_size, max_subtree_tokens=cfg.tree.max_subtree_tokens,
         threshold=cfg.tree.subtree_threshold, fact_prefix=tcfg.fact_prefix, fact_suffix=tcfg.fact_suffix,
         pack=cfg.tree.pack_bounds(),
     )

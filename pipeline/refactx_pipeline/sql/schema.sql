@@ -8,8 +8,8 @@ CREATE TABLE IF NOT EXISTS {schema}.builds (
     build_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name              text        NOT NULL,            -- index name served to readers
     table_name        text        NOT NULL UNIQUE,     -- partition holding this build's rows
-    tokenizer         text        NOT NULL,            -- vocabulary name
-    tokenizer_hash    text        NOT NULL,            -- sha256 of tokenizer.json
+    vocabulary        text        NOT NULL,            -- vocabulary name
+    vocabulary_sha256 text        NOT NULL,            -- sha256 of its tokenizer.json
     vocab_size        integer     NOT NULL,
     source            text        NOT NULL,
     dump_date         text        NOT NULL,

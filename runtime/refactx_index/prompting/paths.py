@@ -259,7 +259,7 @@ class PathGraph:
             texts = [text + end for text in found.paths]
             return MemoryTreeIndex.from_facts(texts, tokenizer, name=name, index_kind="paths",
                                               dictionary=False), found
-        index = _memory_index(*encoded, name=name, tokenizer=vocab_name, tokenizer_hash=digest,
+        index = _memory_index(*encoded, name=name, vocabulary=vocab_name, vocabulary_sha256=digest,
                               vocab_size=vocab_size)
         return index, found
 
@@ -445,7 +445,7 @@ class _SegmentIds:
 
 
 # ---------------------------------------------------------------- the tree, vectorized
-def _memory_index(values: np.ndarray, offsets: np.ndarray, *, name: str, tokenizer: str, tokenizer_hash: str,
+def _memory_index(values: np.ndarray, offsets: np.ndarray, *, name: str, vocabulary: str, vocabulary_sha256: str,
                   vocab_size: int) -> MemoryTreeIndex:
     """``MemoryTreeIndex.from_sequences`` of the sequences ``values[offsets[i]:offsets[i+1]]``
     with its defaults but no preset dictionary: the same rows (``_tree_rows``) and description,
@@ -466,7 +466,7 @@ def _memory_index(values: np.ndarray, offsets: np.ndarray, *, name: str, tokeniz
         mat, lengths = mat[keep], lengths[keep]
         lcp = _common_prefixes(mat)
     rows = _tree_rows(mat, lengths, lcp, DEFAULT_SUBTREE_THRESHOLD, DEFAULT_MAX_SUBTREE_TOKENS)
-    info = IndexInfo(name=name, tokenizer=tokenizer, tokenizer_hash=tokenizer_hash, vocab_size=vocab_size,
+    info = IndexInfo(name=name, vocabulary=vocabulary, vocabulary_sha256=vocabulary_sha256, vocab_size=vocab_size,
                      depth=deepest_row(rows), subtree_threshold=DEFAULT_SUBTREE_THRESHOLD,
                      format_version=FORMAT_VERSION, fact_prefix=" ", fact_suffix="", facts=int(lengths.size),
                      rows=len(rows), index_kind="paths")

@@ -61,8 +61,8 @@ class IndexInfo:
     """What an index was built from (the catalog row of its build)."""
 
     name: str
-    tokenizer: str
-    tokenizer_hash: str
+    vocabulary: str  # the vocabulary's name
+    vocabulary_sha256: str  # the sha256 of its tokenizer.json ("": a tokenizer given as an object)
     vocab_size: int
     depth: int  # the deepest row's prefix length: a lookup from the root fetches no deeper
     subtree_threshold: int
@@ -574,13 +574,13 @@ def check_vocabulary(index: "TreeIndex", vocabulary: "VocabularyLike | None") ->
     if vocabulary is None:
         return
     info = index.info
-    built = f"index {info.name!r} was built for vocabulary {info.tokenizer!r}"
+    built = f"index {info.name!r} was built for vocabulary {info.vocabulary!r}"
     if isinstance(vocabulary, str) and not os.path.exists(vocabulary):
-        if vocabulary not in (info.tokenizer, info.tokenizer_hash):
-            raise VocabularyMismatch(f"{built} (sha256 {info.tokenizer_hash[:12]}), not {vocabulary!r}")
+        if vocabulary not in (info.vocabulary, info.vocabulary_sha256):
+            raise VocabularyMismatch(f"{built} (sha256 {info.vocabulary_sha256[:12]}), not {vocabulary!r}")
         return
     vocab = as_vocabulary(vocabulary)
-    if info.tokenizer_hash and vocab.sha256 == info.tokenizer_hash:
+    if info.vocabulary_sha256 and vocab.sha256 == info.vocabulary_sha256:
         return
     if info.vocab_size and vocab.vocab_size != info.vocab_size:
         raise VocabularyMismatch(f"{built} of {info.vocab_size} tokens; the vocabulary given has "

@@ -15,7 +15,9 @@ Nothing in the file is unpickled or evaluated; every length is checked. Files of
 layout (``b"RFXTREE1"``: no crc32 field, a crc32 of the records alone in the JSON header, so
 a changed header byte went unnoticed) are still read, with a warning that says how to
 rewrite them; the build they describe is unchanged. Files of the second layout
-(``b"RFXTREE2"``: no dictionary) are read as they are.
+(``b"RFXTREE2"``: no dictionary) are read as they are. A header written before 0.2.0 names
+the vocabulary ``tokenizer`` and ``tokenizer_hash``; it is read as ``vocabulary`` and
+``vocabulary_sha256``.
 """
 
 from __future__ import annotations
@@ -170,6 +172,10 @@ def encode_texts(vocabulary: "VocabularyLike", texts: Sequence[str]) -> list[lis
     return as_vocabulary(vocabulary).encode(texts)
 
 
+# IndexInfo fields renamed in 0.2.0 (old -> new), as files written before it name them
+_RENAMED_HEADER_FIELDS = (("tokenizer", "vocabulary"), ("tokenizer_hash", "vocabulary_sha256"))
+
+
 class MemoryTreeIndex(RowTreeIndex):
     """The rows of one build held in a dict; decoded rows cached like the PostgreSQL index."""
 
@@ -196,8 +202,8 @@ class MemoryTreeIndex(RowTreeIndex):
         sequences: Iterable[Sequence[int]],
         *,
         name: str = "memory",
-        tokenizer: str = "",
-        tokenizer_hash: str = "",
+        vocabulary: str = "",
+        vocabulary_sha256: str = "",
         vocab_size: int = 0,
         threshold: int = DEFAULT_SUBTREE_THRESHOLD,
         max_subtree_tokens: int = DEFAULT_MAX_SUBTREE_TOKENS,
@@ -220,8 +226,8 @@ class MemoryTreeIndex(RowTreeIndex):
             rows, preset = compress_rows(rows)
         info = IndexInfo(
             name=name,
-            tokenizer=tokenizer,
-            tokenizer_hash=tokenizer_hash,
+            vocabulary=vocabulary,
+            vocabulary_sha256=vocabulary_sha256,
             vocab_size=vocab_size,
             depth=deepest_row(rows),
             subtree_threshold=threshold,
@@ -273,8 +279,8 @@ class MemoryTreeIndex(RowTreeIndex):
         return cls.from_sequences(
             ids,
             name=name,
-            tokenizer=vocab.name if vocab.from_file else "",
-            tokenizer_hash=vocab.sha256 if vocab.from_file else "",
+            vocabulary=vocab.name if vocab.from_file else "",
+            vocabulary_sha256=vocab.sha256 if vocab.from_file else "",
             vocab_size=vocab.vocab_size,
             threshold=threshold,
             max_subtree_tokens=max_subtree_tokens,
@@ -353,6 +359,9 @@ class MemoryTreeIndex(RowTreeIndex):
                 dictionary = PresetDictionary(data[pos : pos + size])
             pos += size
         known = {f.name for f in fields(IndexInfo)} - {"dictionary"}
+        for before, now in _RENAMED_HEADER_FIELDS:  # a file written before 0.2.0
+            if before in header and now not in header:
+                header[now] = header.pop(before)
         try:
             info = IndexInfo(**{k: v for k, v in header.items() if k in known}, dictionary=dictionary)
         except TypeError as exc:

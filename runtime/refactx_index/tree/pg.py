@@ -72,7 +72,12 @@ log = logging.getLogger(__name__)
 DEFAULT_CACHE_BYTES = 256 << 20
 
 _CATALOG_COLUMNS = (
-    "build_id, b.name, table_name, tokenizer, tokenizer_hash, vocab_size, depth, "
+    "build_id, b.name, table_name, "
+    # the vocabulary's name and sha256 under the column names of either catalog shape: catalogs
+    # created before 0.2.0 name them tokenizer and tokenizer_hash until a load renames them
+    # (refactx_pipeline's rename_build_columns); a reader cannot rename them (it is read-only)
+    "coalesce(to_jsonb(b) ->> 'vocabulary', to_jsonb(b) ->> 'tokenizer'), "
+    "coalesce(to_jsonb(b) ->> 'vocabulary_sha256', to_jsonb(b) ->> 'tokenizer_hash'), vocab_size, depth, "
     "subtree_threshold, format_version, fact_prefix, fact_suffix, facts, rows, "
     # read through to_jsonb: a catalog that no loader with provenance has upgraded yet lacks
     # the column, and its builds still serve (without provenance)
@@ -338,7 +343,7 @@ class PgTreeIndex(RowTreeIndex):
                 f"this runtime reads versions {', '.join(map(str, READABLE_VERSIONS))}"
             )
         info = IndexInfo(
-            name=name, tokenizer=vocab, tokenizer_hash=digest, vocab_size=int(vocab_size),
+            name=name, vocabulary=vocab, vocabulary_sha256=digest, vocab_size=int(vocab_size),
             depth=int(depth), subtree_threshold=int(threshold), format_version=int(version),
             fact_prefix=fact_prefix, fact_suffix=fact_suffix, facts=facts, rows=rows,
             build_id=int(build_id), provenance_rows=provenance_rows, index_kind=index_kind,
