@@ -69,12 +69,12 @@ def test_the_runtime_wheel_alone_asks_and_serves(runtime_venv, sample_fact_texts
         assert not (runtime_venv / "bin" / pipeline_script).exists()
 
     tokenizer = str(model_directory("smollm2"))
-    completed = _run([refactx, "complete", "--index-file", str(index_file), "--tokenizer", tokenizer,
+    completed = _run([refactx, "complete", "--index-file", str(index_file), "--vocabulary", tokenizer,
                       " <Germany> <"], tmp_path, env)
     assert completed.returncode == 0, completed.stderr[-3000:]
     listed = [line.strip() for line in completed.stdout.split("facts:")[1].splitlines() if line.strip()]
     assert listed and all(line.startswith("<Germany> <") and line.endswith(" .") for line in listed)
-    nothing = _run([refactx, "complete", "--index-file", str(index_file), "--tokenizer", tokenizer,
+    nothing = _run([refactx, "complete", "--index-file", str(index_file), "--vocabulary", tokenizer,
                     " <No such entity zq"], tmp_path, env)
     assert nothing.returncode == 3 and "no fact of index" in nothing.stderr
 

@@ -114,17 +114,17 @@ def test_wheels_install_outside_the_checkout_build_and_serve(fresh_venv, vocabul
 
     text = " <Northern Ireland (part of the United Kingdom)> <"
     looked = _run([refactx, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",
-                   "--tokenizer", str(example_vocab), text], cwd=work, env=env)
+                   "--vocabulary", str(example_vocab), text], cwd=work, env=env)
     assert looked.returncode == 0, looked.stderr[-3000:]
     assert "<Northern Ireland (part of the United Kingdom)> <population> <1810863> ." in looked.stdout
 
     wrong = _run([refactx, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",
-                  "--tokenizer", str(other_vocab), text], cwd=work, env=env)
+                  "--vocabulary", str(other_vocab), text], cwd=work, env=env)
     assert wrong.returncode == 1
     assert "was built for vocabulary" in wrong.stderr and "Traceback" not in wrong.stderr
 
     absent = _run([refactx, "complete", "--dsn", pg_dsn, "--index", "wikidata-example",
-                   "--tokenizer", str(example_vocab), " <No such entity at all> <"], cwd=work, env=env)
+                   "--vocabulary", str(example_vocab), " <No such entity at all> <"], cwd=work, env=env)
     assert absent.returncode == 3
     assert "no fact of index 'wikidata-example' starts with" in absent.stderr
 

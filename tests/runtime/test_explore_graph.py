@@ -90,7 +90,7 @@ def test_the_refactx_command_explores_an_index_file(graph, tmp_path):
     index.save(path)
     subject = Counter(s for s, _, _ in triples).most_common(1)[0][0]
     refactx = Path(sys.executable).with_name("refactx")
-    base = [str(refactx), "explore", "--index-file", str(path), "--tokenizer", str(tokenizer_dir("qwen2.5"))]
+    base = [str(refactx), "explore", "--index-file", str(path), "--vocabulary", str(tokenizer_dir("qwen2.5"))]
     run = subprocess.run(base + ["relations", subject, "--json", "--limit", "100"], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr

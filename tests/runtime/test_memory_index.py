@@ -191,7 +191,7 @@ def test_a_file_of_the_first_layout_is_read_with_a_warning_naming_the_rewrite(gr
     index = MemoryTreeIndex(build_rows(seqs, threshold=16), replace(index.info, dictionary=None))
     records = b"".join(struct.pack("<II", len(k), len(index.rows[k])) + k + index.rows[k]
                        for k in sorted(index.rows))
-    info = asdict(index.info)
+    info = old_header_names(asdict(index.info))
     del info["dictionary"]
     header = {**info, "records": len(index.rows), "crc32": zlib.crc32(records)}
     head = json.dumps(header, sort_keys=True).encode()
@@ -203,6 +203,13 @@ def test_a_file_of_the_first_layout_is_read_with_a_warning_naming_the_rewrite(gr
     loaded.save(old)  # the rewrite the warning names: the new layout, no warning
     caplog.clear()
     assert MemoryTreeIndex.load(old).info == index.info and "checksum" not in caplog.text
+
+
+def old_header_names(info: dict) -> dict:
+    """IndexInfo's fields as files written before 0.2.0 name them (the vocabulary's name and
+    sha256 under ``tokenizer`` and ``tokenizer_hash``)."""
+    renamed = {"vocabulary": "tokenizer", "vocabulary_sha256": "tokenizer_hash"}
+    return {renamed.get(k, k): v for k, v in info.items()}
 
 
 def version_2_file(index: MemoryTreeIndex, path) -> None:
@@ -217,7 +224,7 @@ def version_2_file(index: MemoryTreeIndex, path) -> None:
         head = bytes([2]) + node[1:10]
         rows[key] = head + struct.pack("<I", zlib.crc32(node[14:], zlib.crc32(head))) + node[14:]
     records = b"".join(struct.pack("<II", len(k), len(rows[k])) + k + rows[k] for k in sorted(rows))
-    info = asdict(index.info)
+    info = old_header_names(asdict(index.info))
     del info["dictionary"]
     header = {**info, "format_version": 2, "records": len(rows)}
     head = json.dumps(header, sort_keys=True).encode()
@@ -240,6 +247,8 @@ def test_the_dictionary_is_saved_with_the_file_and_old_files_still_read(graph, t
     version_2_file(plain, tmp_path / "v2.rfx")
     old = MemoryTreeIndex.load(tmp_path / "v2.rfx")
     assert old.info.format_version == 2 and old.info.dictionary is None
+    assert (old.info.vocabulary, old.info.vocabulary_sha256) == (index.info.vocabulary, index.info.vocabulary_sha256)
+    assert old.info.vocabulary == "gpt2" and len(old.info.vocabulary_sha256) == 64
     for seq in sorted(seqs)[:: max(1, len(seqs) // 50)]:
         for k in range(len(seq)):
             a, b = old.next_tokens(seq[:k]), loaded.next_tokens(seq[:k])

@@ -355,6 +355,36 @@ def test_a_wrong_database_or_user_fails_at_once_with_its_cause(pg_server, caplog
     assert "error connecting" not in caplog.text  # no pool retries were logged
 
 
+def test_connection_failures_are_told_apart_by_what_psycopg_and_the_socket_give(pg_server):
+    """A failed connection carries no SQLSTATE (psycopg 3.3, libpq 18: the session never
+    existed), so connect_failure reads the error class, pgconn, and the address's socket: a
+    refused port, a missing socket directory, a host name that does not exist and an invalid
+    option are permanent without reading libpq's text; a wrong database or role is the server's
+    FATAL (its words are the only source); a server that answers is not refused."""
+    from refactx_index.tree.pg import connect_failure
+
+    def failure(**changes) -> psycopg.OperationalError:
+        params = {**conninfo_to_dict(pg_server), "connect_timeout": 5, **changes}
+        with pytest.raises(psycopg.Error) as caught:
+            psycopg.connect(make_conninfo(**params)).close()
+        return caught.value
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    refused = failure(host="127.0.0.1", port=port)
+    assert refused.sqlstate is None and refused.pgconn is not None  # what psycopg gives
+    assert "connection refused" in connect_failure(refused, "")
+    assert "no PostgreSQL socket" in connect_failure(failure(host="/nonexistent-refactx-dir"), "")
+    dsn = "host=no-such-host.invalid user=postgres"
+    unresolved = failure(host="no-such-host.invalid")
+    assert unresolved.pgconn is None and "does not resolve" in connect_failure(unresolved, dsn)
+    assert "invalid value" in connect_failure(failure(port="abc"), "")
+    for wrong in ("dbname", "user"):
+        absent = failure(**{wrong: f"refactx_absent_{uuid.uuid4().hex[:8]}"})
+        assert absent.sqlstate is None and connect_failure(absent, "") == "the server refused the session"
+
+
 def test_a_version_1_row_forged_into_a_version_2_build_is_refused(pg_dsn):
     """A row without a checksum must not pass inside a build whose rows all
     carry one (there a flipped bit would be a silent wrong answer)."""

@@ -109,8 +109,8 @@ def test_serving_beyond_loopback_needs_an_api_key():
     "host=127.0.0.1 password=my hunter2",  # malformed: libpq would quote "hunter2"
 ])
 @pytest.mark.parametrize("command", [
-    ["explore", "--index", "kg", "--tokenizer", "{tokenizer}", "relations", "Germany"],
-    ["complete", "--index", "kg", "--tokenizer", "{tokenizer}", " <Germany> <"],
+    ["explore", "--index", "kg", "--vocabulary", "{tokenizer}", "relations", "Germany"],
+    ["complete", "--index", "kg", "--vocabulary", "{tokenizer}", " <Germany> <"],
     ["serve", "--engine", "vllm", "--index", "kg"],
 ])
 def test_a_database_that_cannot_answer_fails_fast_in_one_line_without_its_password(dsn, command):

@@ -26,8 +26,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import random
 import re
+import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -35,6 +37,7 @@ from urllib.parse import unquote, urlsplit
 
 import psycopg
 from psycopg import errors, sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import (
@@ -120,7 +123,7 @@ def open_index(
     name: str,
     *,
     schema: str = DEFAULT_SCHEMA,
-    tokenizer: "VocabularyLike | None" = None,
+    vocabulary: "VocabularyLike | None" = None,
     pool_size: int = 4,
     statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -132,7 +135,7 @@ def open_index(
 ) -> "PgTreeIndex":
     """Open the build that serves ``name`` (see ``{schema}.active``).
 
-    ``tokenizer``: ``None`` (no check), a vocabulary name or sha256, or anything
+    ``vocabulary``: ``None`` (no check), a vocabulary name or sha256, or anything
     :func:`~refactx_index.tree.index.check_vocabulary` takes (a vocabulary, a tokenizer, a path);
     a mismatch raises :class:`VocabularyMismatch`. Raises :class:`IndexNotFound`
     when no build is active under ``name``, :class:`FormatError` when the build was
@@ -196,7 +199,7 @@ def open_index(
                             statement_timeout_ms=statement_timeout_ms,
                             connect_timeout_s=connect_timeout_s, prefetch_leaves=prefetch_leaves,
                             prefetch_in_background=prefetch_in_background and pool_size >= 2)
-        check_vocabulary(index, tokenizer)
+        check_vocabulary(index, vocabulary)
         if follow:
             index.follow_activations(dsn, check_interval_s)
     except BaseException:
@@ -205,18 +208,91 @@ def open_index(
     return index
 
 
-# Connection failures that waiting does not cure (the server's FATAL message, or libpq's own
-# words, as they appear in the error text: a failed connection carries no SQLSTATE): a wrong
-# password, user or database; nothing listening on the port; a host name that does not
-# resolve; a port that is not a number
-_PERMANENT_CONNECT_FAILURES = re.compile(
-    r"password authentication failed|authentication failed for user|no password supplied"
+# How a failed connection is told permanent (waiting does not cure it) from transient. psycopg
+# 3.3 (libpq 18) gives no SQLSTATE for a connection that fails before its session exists:
+# ``exc.sqlstate`` and ``exc.diag`` are empty, whatever the server answered. What it does give
+# is read first (connect_failure): the error class (``ProgrammingError``: libpq could not parse
+# the DSN), whether libpq was reached (``exc.pgconn`` is None when psycopg failed to resolve the
+# host name: resolved again here, ``socket.gaierror``'s code tells a name that does not exist
+# from a resolver that is down), ``pgconn.needs_password`` (the server asked for a password the
+# DSN lacks), and, for the address libpq tried last (``pgconn.host``/``port``), whether anything
+# listens there (a socket connect: ``ConnectionRefusedError``/``FileNotFoundError``). Why a
+# server refused a session it answered (no such database or role, a wrong password, no
+# pg_hba.conf entry) is only in libpq's text of the server's FATAL message: matched below, the
+# server's English words (lc_messages C or en). A server answering in another language is
+# waited for like a transient failure (connect_timeout_s), and its words are in the error.
+_SERVER_REFUSALS = re.compile(
+    r"FATAL:.*(?:password authentication failed|authentication failed for user|no password supplied"
     r"|database \".*\" does not exist|role \".*\" does not exist|no pg_hba\.conf entry"
-    r"|is not permitted to log in|permission denied for database|invalid dsn|invalid (connection|URI)"
-    r"|missing \"=\"|connection refused|failed to resolve host|could not translate host name"
-    r"|name or service not known|invalid integer value|invalid port",
+    r"|is not permitted to log in|permission denied for database)",
     re.IGNORECASE,
 )
+# libpq's own words for an option value it cannot use (a port that is not a number)
+_BAD_OPTION = re.compile(r"invalid (?:integer|connection option|sslmode|value)\b.*(?:option|value)", re.IGNORECASE)
+
+
+def _probe_address(host: str, port: str, timeout_s: float = 2.0) -> str | None:
+    """Why nothing can be reached at ``host``/``port`` (a TCP address, or a directory of
+    Unix sockets), from the socket's own error class; None when something listens there."""
+    try:
+        if host.startswith("/"):
+            path = os.path.join(host, f".s.PGSQL.{port or 5432}")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout_s)
+                sock.connect(path)
+        else:
+            socket.create_connection((host, int(port or 5432)), timeout=timeout_s).close()
+    except ConnectionRefusedError:
+        return f"nothing listens on {host} port {port or 5432} (connection refused)"
+    except FileNotFoundError:
+        return f"no PostgreSQL socket in {host} (port {port or 5432})"
+    except (OSError, ValueError):  # a timeout, an unreachable network: the pool waits it out
+        return None
+    return None
+
+
+def _unresolved_host(dsn: str) -> str | None:
+    """A host name of ``dsn`` that does not exist (``socket.gaierror``, not a resolver that
+    is temporarily down); None when every name resolves now or the failure may pass."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return None
+    for host in str(params.get("host") or "").split(","):
+        if not host or host.startswith("/"):
+            continue
+        try:
+            socket.getaddrinfo(host, None)
+        except socket.gaierror as exc:
+            if exc.errno != socket.EAI_AGAIN:
+                return f"host name {host!r} does not resolve ({exc.strerror})"
+        except OSError:
+            continue
+    return None
+
+
+def connect_failure(exc: psycopg.Error, dsn: str) -> str | None:
+    """Why the connection that raised ``exc`` cannot succeed by waiting (permanent), or None
+    (transient: the server may be starting, overloaded, or the network slow)."""
+
+    if isinstance(exc, psycopg.ProgrammingError):
+        return "the DSN is malformed"
+    if exc.sqlstate is not None and exc.sqlstate[:2] in ("28", "3D"):  # should psycopg give one
+        return f"SQLSTATE {exc.sqlstate}"
+    pgconn = exc.pgconn
+    if pgconn is None:  # psycopg stopped before libpq: it resolves host names itself
+        return _unresolved_host(dsn)
+    if pgconn.needs_password:
+        return "the server asks for a password and the DSN gives none"
+    text = pgconn.error_message.decode("utf-8", "replace")
+    if _SERVER_REFUSALS.search(" ".join(text.split())):
+        return "the server refused the session"
+    if _BAD_OPTION.search(text):
+        return "an option of the DSN has an invalid value"
+    host, port = (pgconn.host or b"").decode(), (pgconn.port or b"").decode()
+    return _probe_address(host, port) if host else None
+
+
 _PASSWORD = re.compile(r"""password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)""", re.IGNORECASE)
 
 
@@ -258,9 +334,10 @@ def _first_connection(dsn: str, kwargs: dict[str, Any]) -> str | None:
         ) from None
     except psycopg.Error as exc:
         cause = scrub(" ".join(str(exc).split()), dsn)
-        if _PERMANENT_CONNECT_FAILURES.search(cause):
+        why = connect_failure(exc, dsn)
+        if why is not None:
             raise DatabaseUnavailable(
-                f"cannot connect to PostgreSQL: {cause} (not retried: check the DSN's host, port, "
+                f"cannot connect to PostgreSQL: {cause} (not retried: {why}; check the DSN's host, port, "
                 "user, password and database name)"
             ) from None
         return cause
