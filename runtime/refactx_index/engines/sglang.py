@@ -29,6 +29,8 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -38,7 +40,7 @@ from ..constraint.batch import BatchMatcher
 from ..constraint.matcher import FactMatcher
 from ..errors import ConfigError
 from ..tree.index import TreeIndex, check_vocabulary
-from ..vocab import VocabularyLike
+from ..vocab import Vocabulary, VocabularyLike, as_vocabulary, open_model_vocabulary
 from .core import index_triggers, open_indexes
 
 from sglang.srt.constrained.base_grammar_backend import (
@@ -51,7 +53,7 @@ from sglang.srt.constrained.base_grammar_backend import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BACKEND_NAME", "FactGrammar", "FactGrammarBackend", "register"]
+__all__ = ["BACKEND_NAME", "FactGrammar", "FactGrammarBackend", "register", "sglang_vocabulary"]
 
 BACKEND_NAME = "refactx"
 KEY_PREFIX = "refactx:"
@@ -67,28 +69,47 @@ def register(indexes: Mapping[str, str | TreeIndex], *, name: str = BACKEND_NAME
     opened = {**open_indexes(specs), **{k: v for k, v in indexes.items() if not isinstance(v, str)}}
 
     def create(server_args: Any, tokenizer: VocabularyLike, vocab_size: int, eos_token_ids: Any = None) -> "FactGrammarBackend":
-        return FactGrammarBackend(opened, tokenizer, vocab_size, eos_token_ids, trigger=trigger)
+        return FactGrammarBackend(opened, sglang_vocabulary(server_args, tokenizer, vocab_size, eos_token_ids),
+                                  trigger=trigger)
 
     register_grammar_backend(name, create)
+
+
+def sglang_vocabulary(server_args: Any, tokenizer: VocabularyLike, vocab_size: int,
+                      eos_token_ids: Sequence[int] | None) -> Vocabulary:
+    """The model's :class:`~refactx_index.vocab.Vocabulary` from what SGLang hands a grammar
+    backend: the model directory's (end ids of the model config and the generation config, as
+    every engine takes them) where ``server_args`` names a local one, else its tokenizer's; its
+    end ids joined with SGLang's ``eos_token_ids``, its mask as wide as SGLang's ``vocab_size``."""
+    model = getattr(server_args, "tokenizer_path", None) or getattr(server_args, "model_path", None)
+    if model and (Path(model) / "config.json").is_file() and (Path(model) / "tokenizer.json").is_file():
+        vocabulary = open_model_vocabulary(model)
+    else:
+        vocabulary = as_vocabulary(tokenizer)
+    eos = tuple(sorted({*vocabulary.eos_ids, *(int(e) for e in (eos_token_ids or ()))}))
+    return replace(vocabulary, eos_ids=eos, model_vocab_size=int(vocab_size))
 
 
 class FactGrammarBackend(BaseGrammarBackend):
     """One :class:`BatchMatcher` per index; grammar objects are slots in them."""
 
-    def __init__(self, indexes: Mapping[str, TreeIndex], tokenizer: VocabularyLike, vocab_size: int,
-                 eos_token_ids: Sequence[int] | None = None, *, trigger: str | None = None) -> None:
+    def __init__(self, indexes: Mapping[str, TreeIndex], vocabulary: Vocabulary, *,
+                 trigger: str | None = None) -> None:
+        """``vocabulary``: the model's (:func:`sglang_vocabulary`); its end ids end a row and
+        its ``logits_size`` is the mask's width, as :meth:`FactConstraint.for_vocabulary
+        <refactx_index.engines.core.FactConstraint.for_vocabulary>` takes them."""
         super().__init__()
         if not indexes:
             raise ConfigError("no index to constrain by")
-        eos = sorted({int(e) for e in (eos_token_ids or ())})
-        if not eos and getattr(tokenizer, "eos_token_id", None) is not None:
-            eos = [int(tokenizer.eos_token_id)]
+        eos = sorted(vocabulary.eos_ids)
         if not eos:
-            raise ConfigError("the model names no end-of-sequence token")
+            raise ConfigError(f"vocabulary {vocabulary.name!r} names no end-of-sequence id: "
+                              "a dead end could not be ended")
         for name, ix in indexes.items():
-            check_vocabulary(ix, tokenizer)
-        triggers = index_triggers(tokenizer, indexes, trigger)
-        self.vocab_size = int(vocab_size)
+            check_vocabulary(ix, vocabulary)
+        triggers = index_triggers(vocabulary, indexes, trigger)
+        self.vocabulary = vocabulary
+        self.vocab_size = vocabulary.logits_size
         self.matchers = {name: BatchMatcher(FactMatcher(ix, triggers[name], eos)) for name, ix in indexes.items()}
         self.lock = threading.Lock()  # grammars are made on SGLang's worker threads, stepped on its scheduler's
         self._free: dict[str, list[int]] = {name: [] for name in self.matchers}
