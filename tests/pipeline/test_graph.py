@@ -464,7 +464,7 @@ def test_spark_and_in_process_builds_give_the_same_index(spark, pg_dsn, tmp_path
     from refactx_index.tree.memory import MemoryTreeIndex
 
     built.index.save(tmp_path / "finance.rfx")
-    loaded = MemoryTreeIndex.load(tmp_path / "finance.rfx", tokenizer=str(tokenizer_dir("qwen2.5")))
+    loaded = MemoryTreeIndex.load(tmp_path / "finance.rfx", vocabulary=str(tokenizer_dir("qwen2.5")))
     assert _enumerate(loaded) == sequences
     counts = json.loads((cfg.stage_dir("graph") / "counts.json").read_text())
     assert counts["triples_in"] == counts["triples"] + counts["rejected"]
@@ -495,5 +495,5 @@ def test_graph_index_command_writes_an_index_file_that_loads(tmp_path, capsys):
                  "--out", str(out), "--json"]) == 0
     counts = json.loads(capsys.readouterr().out)
     assert counts["graph"]["rejected"] == len(HOSTILE) + 1 and counts["index"]["facts"] == len(EXPECTED_FACTS)
-    index = MemoryTreeIndex.load(out, tokenizer=str(vocab))
+    index = MemoryTreeIndex.load(out, vocabulary=str(vocab))
     assert index.info.name == "acme-qwen2.5" and index.info.facts == len(EXPECTED_FACTS)

@@ -103,13 +103,13 @@ def test_save_and_load_round_trip(graph, tmp_path):
     _, seqs, index = graph
     path = tmp_path / "corp.rfx"
     index.save(path)
-    loaded = MemoryTreeIndex.load(path, tokenizer=tokenizer_dir("gpt2"))
+    loaded = MemoryTreeIndex.load(path, vocabulary=tokenizer_dir("gpt2"))
     assert loaded.info == index.info and dict(loaded.rows) == dict(index.rows)
     some = sorted(seqs)[123]
     a, b = index.next_tokens(some[:5]), loaded.next_tokens(some[:5])
     assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.leaves, b.leaves)
     with pytest.raises(VocabularyMismatch):
-        MemoryTreeIndex.load(path, tokenizer=tokenizer_dir("llama3"))
+        MemoryTreeIndex.load(path, vocabulary=tokenizer_dir("llama3"))
 
 
 def test_corrupt_or_foreign_files_are_refused(graph, tmp_path):

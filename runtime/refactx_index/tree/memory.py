@@ -245,7 +245,7 @@ class MemoryTreeIndex(RowTreeIndex):
     def from_facts(
         cls,
         facts: Iterable[str],
-        tokenizer: "VocabularyLike",
+        vocabulary: "VocabularyLike",
         *,
         name: str = "memory",
         fact_prefix: str = " ",
@@ -259,13 +259,13 @@ class MemoryTreeIndex(RowTreeIndex):
         """Tokenize ``fact_prefix + fact + fact_suffix`` for each fact text, exactly as the
         pipeline's tokenize stage does (``vocab.encode_facts``), and index them.
 
-        ``tokenizer``: a :class:`~refactx_index.vocab.Vocabulary` or anything
+        ``vocabulary``: a :class:`~refactx_index.vocab.Vocabulary` or anything
         :func:`~refactx_index.vocab.as_vocabulary` takes; one read from a ``tokenizer.json``
         (a path) is recorded by name and sha256 like a PostgreSQL build. Raises
         :class:`InputRefused` (a ``ValueError``) for a fact that cannot be stored.
         """
 
-        vocab = as_vocabulary(tokenizer)
+        vocab = as_vocabulary(vocabulary)
         texts = list(facts)
         # the tokenize stage's encoding: in the context of the trigger, as a model writes it
         encoded = encode_facts(vocab.tokenizer(), texts, vocab.forbidden_ids, fact_prefix, fact_suffix)
@@ -317,7 +317,7 @@ class MemoryTreeIndex(RowTreeIndex):
         cls,
         path: str | os.PathLike[str],
         *,
-        tokenizer: "VocabularyLike | None" = None,
+        vocabulary: "VocabularyLike | None" = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> "MemoryTreeIndex":
         """Read a file written by :meth:`save`; checks its format and, if given, the vocabulary."""
@@ -386,5 +386,5 @@ class MemoryTreeIndex(RowTreeIndex):
         if len(rows) != header.get("records"):
             raise FormatError(f"{path}: {len(rows)} records, header says {header.get('records')}")
         index = cls(rows, info, cache_bytes=cache_bytes)
-        check_vocabulary(index, tokenizer)
+        check_vocabulary(index, vocabulary)
         return index
