@@ -100,3 +100,15 @@ def test_the_refactx_command_explores_an_index_file(graph, tmp_path):
     assert run.returncode == 3 and run.stdout == ""
     run = subprocess.run(base + ["objects", subject], capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and "takes 2 text(s)" in run.stderr
+    # --tokenizer, the option's name before 0.2.0: the same answer, with a warning naming the new one
+    old = [str(refactx), "explore", "--index-file", str(path), "--tokenizer", str(tokenizer_dir("qwen2.5"))]
+    run = subprocess.run(old + ["relations", subject, "--json", "--limit", "100"], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert {row["label"]: row["facts"] for row in json.loads(run.stdout)} == got
+    assert "--tokenizer is deprecated" in run.stderr and "--vocabulary" in run.stderr
+    helped = subprocess.run([str(refactx), "explore", "--help"], capture_output=True, text=True, timeout=120)
+    assert "--vocabulary" in helped.stdout and "--tokenizer" not in helped.stdout
+    run = subprocess.run([str(refactx), "explore", "--index-file", str(path), "relations", subject],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "give --vocabulary" in run.stderr
