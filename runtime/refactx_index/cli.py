@@ -87,7 +87,7 @@ def _open(args: argparse.Namespace, vocabulary: "Vocabulary | None" = None):
     from .tree.pg import open_index
 
     if args.index_file:
-        return MemoryTreeIndex.load(args.index_file)
+        return MemoryTreeIndex.load(args.index_file, vocabulary=vocabulary)
     dsn = args.dsn or os.environ.get("REFACTX_DSN")
     if not dsn or not args.index:
         raise SystemExit("refactx: give --index-file FILE, or --dsn (or REFACTX_DSN) and --index NAME")

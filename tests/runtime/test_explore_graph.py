@@ -112,3 +112,16 @@ def test_the_refactx_command_explores_an_index_file(graph, tmp_path):
     run = subprocess.run([str(refactx), "explore", "--index-file", str(path), "relations", subject],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and "give --vocabulary" in run.stderr
+
+
+def test_the_vocabulary_option_takes_a_tokenizer_file_a_model_directory_or_a_gguf():
+    from refactx_index.cli import open_vocabulary_argument
+    from refactx_index.qa.models import model_directory, packaged_gguf
+
+    directory = model_directory("smollm2")
+    from_gguf = open_vocabulary_argument(str(packaged_gguf("smollm2")))
+    from_directory = open_vocabulary_argument(str(directory))
+    from_file = open_vocabulary_argument(str(directory / "tokenizer.json"))
+    assert from_gguf is from_directory  # the model's vocabulary, settled once per process
+    assert from_directory.eos_ids and from_directory.logits_size >= from_directory.vocab_size
+    assert from_file.sha256 == from_directory.sha256 and from_file.eos_ids == ()
