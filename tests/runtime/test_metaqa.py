@@ -228,3 +228,79 @@ def test_the_prompt_is_drawn_from_the_index_and_rendered_as_text_without_a_chat_
     text = prompt.render(tok, "who directed Top Hat", prefill="Fact:")  # tokenizers.Tokenizer: no chat template
     assert text.startswith(prompt.system) and text.endswith("Question: who directed Top Hat\nReply:\nFact:")
     assert all(f"Question: {q}\nReply:\n{a}" in text for q, a in examples)
+
+
+@pytest.fixture(scope="module")
+def movie_index():
+    from refactx_index.qa.models import model_directory
+    from refactx_index.tree.memory import MemoryTreeIndex
+
+    return MemoryTreeIndex.from_facts(MOVIE_FACTS, str(model_directory("smollm2") / "tokenizer.json"))
+
+
+def _relations_first(tok, index, question):
+    from refactx_index.qa.ask import RelationsFirst, question_entities
+
+    entities = [question_entities(index, tok, question)]
+    return RelationsFirst(tok, index, tok, [question], entities, 0, "Fact:", 1)
+
+
+def test_relations_first_chains_a_second_fact_from_the_first_ones_object(smollm2_tokenizer, movie_index):
+    """A question of two relation words (``directed``, ``starred``) is not let answer after
+    the first fact: the next line opens a fact, its subject is the first fact's object, its
+    relation the one the question names; a question of one relation word is left alone."""
+    tok = smollm2_tokenizer
+    rf = _relations_first(tok, movie_index, "who starred in the films William Dieterle directed")
+    assert rf.entities == [["William Dieterle"]]
+    first = "Fact: <William Dieterle> <directed> <Kismet> ."
+    assert rf.targets(0, "Fact: <William Dieterle> <") == ["Fact: <William Dieterle> <directed>"]
+    assert rf.targets(0, first) == ["\nFact:"]
+    assert rf.targets(0, first + "\n") == [first + "\nFact:"]
+    assert rf.targets(0, first + "\nFact:") == [first + "\nFact: <Kismet> <"]
+    assert rf.targets(0, first + "\nFact: <Kismet> <") == [first + "\nFact: <Kismet> <starring>"]
+    assert rf.targets(0, first + "\nFact: <Kismet> <starring> <Marlene Dietrich> .") == []  # both words covered
+    one = _relations_first(tok, movie_index, "who directed Kismet")
+    assert one.targets(0, "Fact: <Kismet> <directed by> <William Dieterle> .") == []
+    assert one.targets(0, "Fact: <Kismet> <") == ["Fact: <Kismet> <directed by>"]
+
+
+def test_relations_first_masks_answer_and_end_whatever_the_scores(smollm2_tokenizer, movie_index):
+    import torch
+    from hypothesis import given, settings, strategies as st
+
+    tok = smollm2_tokenizer
+    rf = _relations_first(tok, movie_index, "who starred in the films William Dieterle directed")
+    ids = tok("Fact: <William Dieterle> <directed> <Kismet> .", add_special_tokens=False)["input_ids"]
+    boosted = [tok.eos_token_id, *tok("\nAnswer:", add_special_tokens=False)["input_ids"][:1]]
+
+    @given(seed=st.integers(0, 2**31 - 1))
+    @settings(max_examples=20, deadline=None)
+    def check(seed):
+        scores = torch.randn(1, len(tok), generator=torch.Generator().manual_seed(seed))
+        scores[0, boosted] += 50
+        out = rf(torch.tensor([ids]), scores)
+        chosen = tok.decode([int(out[0].argmax())])
+        assert chosen.startswith("\n") and "\nFact:".startswith(chosen)
+
+    check()
+
+
+def test_question_prompt_shows_last_the_example_of_the_questions_relations(smollm2_tokenizer, movie_index):
+    from refactx_index.prompting.prompt import Prompt, example_pool, question_prompt
+
+    tok = smollm2_tokenizer
+    pool = example_pool(movie_index, tok)
+    stored = set(MOVIE_FACTS)
+    for e in pool:  # every fact an example writes is stored, with the relations it names
+        facts = [line[len("Fact: "):] for line in e.answer.splitlines() if line.startswith("Fact:")]
+        assert facts and all(f in stored for f in facts)
+        assert [f.split("> <")[1] for f in facts][:len(e.relations)][0] == e.relations[0]
+    prompt = question_prompt(movie_index, tok, count=3)
+    two = prompt.for_question("who starred in the films William Dieterle directed")
+    assert isinstance(two, Prompt) and len(two.examples) == 3
+    assert two.examples[-1][1].count("Fact:") >= 2  # a chain of the two relations closes the examples
+    assert {"directed", "starring"} <= set(two.examples[-1][1].replace(">", "<").split("<"))
+    one = prompt.for_question("when was Top Hat released")
+    assert "<release year>" in one.examples[-1][1] and one.examples[-1][1].count("Fact:") == 1
+    assert prompt.for_question("tell me something").examples == prompt.fallback
+    assert prompt.render(tok, "who directed Kismet").endswith("who directed Kismet<|im_end|>\n<|im_start|>assistant\n")

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ..constraint.matcher import FACT, FactMatcher
 from ..engines.core import index_prompt, index_trigger
 from ..errors import InputRefused
-from ..prompting.prompt import Prompt, TRIGGER, UNKNOWN, final_answer, fitted_prompt
-from ..tree.explore import _frontier
+from ..prompting.prompt import Prompt, TRIGGER, UNKNOWN, final_answer, fitted_prompt, word_stems
+from ..tree.explore import _frontier, relations
 from ..tree.index import ServedBuild, TreeIndex
 from ..tree.provenance import Provenance
 from ..vocab import Vocabulary, VocabularyLike, as_vocabulary, encode_facts
@@ -260,6 +260,104 @@ class EntitiesFirst:
         return scores
 
 
+class RelationsFirst:
+    """A logits processor after the fact constraint that follows the question's relation
+    words (:func:`refactx_index.prompting.prompt.word_stems` of the question, less its
+    entities' words): a relation label *covers* a word when they share a stem. While a word
+    that no written fact's relation covers is covered by a relation of a question entity or
+    of an object the reply wrote (``open`` words), and fewer than ``max_facts`` facts are
+    written,
+
+    - after a complete fact the reply goes on with another fact (a new line and the trigger,
+      not ``Answer:`` or the end): so a question of two relations gets a chain of two facts;
+    - at a fact's subject, only those entities whose relations cover an open word are let
+      through (the second fact starts from the first's object).
+
+    At any fact's relation the subject's relations that cover an open word, else those that
+    cover any word of the question, are let through first. Where nothing of that applies,
+    or the constraint leaves none of the tokens it would keep, nothing changes. Rows are
+    ``questions x beams``; ``entities`` per question (:func:`question_entities`)."""
+
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", index: TreeIndex, vocabulary: VocabularyLike,
+                 questions: Sequence[str], entities: Sequence[Sequence[str]], prompt_width: int, trigger: str,
+                 num_beams: int, prefill: str = "", max_facts: int = 4):
+        self.tokenizer, self.index, self.vocabulary = tokenizer, index, vocabulary
+        self.width, self.trigger, self.beams, self.prefill = prompt_width, trigger, max(num_beams, 1), prefill
+        self.fact_prefix = index.info.fact_prefix
+        self.entities = [list(e) for e in entities]
+        self.words = [word_stems(q) - word_stems(" ".join(e)) for q, e in zip(questions, entities)]
+        self.max_facts = max_facts
+        self.pieces = _token_pieces(tokenizer)
+        self._relations: dict[str, list[str]] = {}
+
+    def relations_of(self, entity: str) -> list[str]:
+        found = self._relations.get(entity)
+        if found is None:
+            found = self._relations[entity] = [r.label for r in relations(self.index, self.vocabulary, entity,
+                                                                          limit=100)]
+        return found
+
+    def open_words(self, q: int, facts: Sequence[tuple[str, ...]]) -> tuple[frozenset[str], list[str]]:
+        """The question's words no written fact's relation covers, and the entities (question
+        entities, then written objects) whose relations cover one of them."""
+        covered = frozenset().union(*(word_stems(f[1]) for f in facts))
+        words = self.words[q] - covered
+        if not words or len(facts) >= self.max_facts:
+            return frozenset(), []
+        names = list(dict.fromkeys([*self.entities[q], *(f[-2] for f in facts)]))
+        return words, [n for n in names if any(word_stems(r) & words for r in self.relations_of(n))]
+
+    def targets(self, q: int, text: str) -> list[str]:
+        """The texts the reply ``text`` may go on with (none: no preference)."""
+        facts = _written_facts(text, self.trigger)
+        start = text.rfind("\n") + 1
+        line = text[start:]
+        at = text.rfind(self.trigger)
+        in_fact = at >= 0 and "\n" not in text[at:]
+        if in_fact and line.rstrip().endswith("> ."):  # a complete fact: a new line, if another is wanted
+            return ["\n" + self.trigger] if self.open_words(q, facts)[1] else []
+        if not in_fact:  # a new line after a fact opens another one, if wanted
+            after_fact = text[:start].rstrip().endswith("> .")
+            if after_fact and self.trigger.startswith(line) and self.open_words(q, facts)[1]:
+                return [text[:start] + self.trigger]
+            return []
+        head, written = text[:at + len(self.trigger)], text[at + len(self.trigger):]
+        if ">" not in written:  # the subject
+            return [f"{head}{self.fact_prefix}<{n}> <" for n in self.open_words(q, facts)[1]]
+        m = re.fullmatch(r"\s*<([^>]*)> <([^>]*)", written)
+        if not m:
+            return []
+        words = self.open_words(q, facts)[0]
+        rels = self.relations_of(m.group(1))
+        chosen = [r for r in rels if word_stems(r) & words] or [r for r in rels if word_stems(r) & self.words[q]]
+        return [f"{head}{written[:m.start(2)]}{r}>" for r in chosen]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for r in range(input_ids.shape[0]):
+            q = r // self.beams
+            if not self.words[q]:
+                continue
+            text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
+            targets = self.targets(q, text)
+            if targets and targets[0].startswith("\n"):
+                wanted = _continuations(self.pieces, targets[0], False)
+            else:
+                wanted = sorted({t for target in targets if target.startswith(text) and len(target) > len(text)
+                                 for t in _continuations(self.pieces, target[len(text):])})
+            if not wanted:
+                continue
+            keep = torch.tensor(sorted(set(wanted)), dtype=torch.long, device=scores.device)
+            kept = scores[r, keep]
+            if not torch.isfinite(kept).any():
+                continue
+            row = torch.full_like(scores[r], float("-inf"))
+            row[keep] = kept
+            scores[r] = row
+        return scores
+
+
 class GroundedAnswer:
     """A logits processor: once a row's reply opens a line with ``Answer:``, only the tokens
     that continue `` <name>.`` for a subject or object of a stored fact the reply wrote
@@ -398,6 +496,7 @@ def ask(
     prefill_fact: bool = False,
     entities_first: bool = False,
     grounded: bool = False,
+    relations_first: bool = False,
 ) -> list[Answer]:
     """Answer ``questions`` in one left-padded batch (see the module doc); ``trigger`` starts
     what the index constrains. By default both follow the index's kind: ``Fact:`` and the
@@ -435,9 +534,13 @@ def ask(
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     width = enc["input_ids"].shape[1]
     processors = [processor] if constrained else []
+    entities = ([question_entities(index, loaded.vocabulary, q) for q in questions]
+                if entities_first or relations_first else [])
     if entities_first:
-        entities = [question_entities(index, loaded.vocabulary, q) for q in questions]
         processors.append(EntitiesFirst(tok, entities, width, trigger, index.info.fact_prefix, num_beams, prefill))
+    if relations_first:
+        processors.append(RelationsFirst(tok, index, loaded.vocabulary, questions, entities, width, trigger, num_beams,
+                                         prefill))
     if grounded:
         processors.append(GroundedAnswer(tok, width, trigger, eos, lambda text: True if constrained
                                          else is_stored(index, loaded.vocabulary, text, build), prefill))
