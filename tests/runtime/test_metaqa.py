@@ -258,9 +258,13 @@ def test_relations_first_chains_a_second_fact_from_the_first_ones_object(smollm2
     assert rf.targets(0, first + "\n") == [first + "\nFact:"]
     assert rf.targets(0, first + "\nFact:") == [first + "\nFact: <Kismet> <"]
     assert rf.targets(0, first + "\nFact: <Kismet> <") == [first + "\nFact: <Kismet> <starring>"]
-    assert rf.targets(0, first + "\nFact: <Kismet> <starring> <Marlene Dietrich> .") == []  # both words covered
+    # both words covered: the answer
+    assert rf.targets(0, first + "\nFact: <Kismet> <starring> <Marlene Dietrich> .") == ["\nAnswer:"]
     one = _relations_first(tok, movie_index, "who directed Kismet")
-    assert one.targets(0, "Fact: <Kismet> <directed by> <William Dieterle> .") == []
+    assert one.targets(0, "Fact: <Kismet> <directed by> <William Dieterle> .") == ["\nAnswer:"]
+    none = _relations_first(tok, movie_index, "who acted in Kismet")  # no relation named: no preference
+    assert none.targets(0, "Fact: <Kismet> <starring> <Ronald Colman> .") == []
+    assert none.targets(0, "Fact: <Kismet> <") == []
     assert one.targets(0, "Fact: <Kismet> <") == ["Fact: <Kismet> <directed by>"]
 
 

@@ -15,7 +15,12 @@ the question that are subjects of the index, an exact-match pass over the tree) 
 a fact's subject is being written and still follows one of them, lets through only the
 tokens that continue one of them (:class:`EntitiesFirst`). ``grounded`` makes the text after
 ``Answer:`` an entity or value of a stored fact the reply wrote (its subject or object), or
-``I don't know.``, then the end (:class:`GroundedAnswer`).
+``I don't know.``, then the end (:class:`GroundedAnswer`). ``relations_first`` follows the
+question's relation words (:class:`RelationsFirst`): while a word of the question that names
+a relation of a question entity or of an object written is not yet covered by a written
+fact, the reply writes another fact, from that entity, with that relation (a question of two
+relations gets a chain of two facts); with ``grounded`` as well, the answer comes only from
+facts chained from a question entity.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ..constraint.matcher import FACT, FactMatcher
 from ..engines.core import index_prompt, index_trigger
 from ..errors import InputRefused
-from ..prompting.prompt import Prompt, TRIGGER, UNKNOWN, final_answer, fitted_prompt, word_stems
+from ..prompting.prompt import ANSWER, Prompt, TRIGGER, UNKNOWN, final_answer, fitted_prompt, word_stems
 from ..tree.explore import _frontier, relations
 from ..tree.index import ServedBuild, TreeIndex
 from ..tree.provenance import Provenance
@@ -270,6 +275,8 @@ class RelationsFirst:
 
     - after a complete fact the reply goes on with another fact (a new line and the trigger,
       not ``Answer:`` or the end): so a question of two relations gets a chain of two facts;
+      once a written fact covered a word and none is open, the next line is ``Answer:``
+      (a list is not written out to the token limit);
     - at a fact's subject, only those entities whose relations cover an open word are let
       through (the second fact starts from the first's object).
 
@@ -307,6 +314,15 @@ class RelationsFirst:
         names = list(dict.fromkeys([*self.entities[q], *(f[-2] for f in facts)]))
         return words, [n for n in names if any(word_stems(r) & words for r in self.relations_of(n))]
 
+    def opener(self, q: int, facts: Sequence[tuple[str, ...]]) -> str | None:
+        """What the line after the complete ``facts`` opens with: the trigger while a word is
+        open, ``Answer:`` once the facts' relations covered a word of the question and none
+        is left open (or ``max_facts`` are written), else no preference."""
+        if self.open_words(q, facts)[1]:
+            return self.trigger
+        covered = frozenset().union(*(word_stems(f[1]) for f in facts))
+        return ANSWER if covered & self.words[q] or len(facts) >= self.max_facts else None
+
     def targets(self, q: int, text: str) -> list[str]:
         """The texts the reply ``text`` may go on with (none: no preference)."""
         facts = _written_facts(text, self.trigger)
@@ -314,13 +330,12 @@ class RelationsFirst:
         line = text[start:]
         at = text.rfind(self.trigger)
         in_fact = at >= 0 and "\n" not in text[at:]
-        if in_fact and line.rstrip().endswith("> ."):  # a complete fact: a new line, if another is wanted
-            return ["\n" + self.trigger] if self.open_words(q, facts)[1] else []
-        if not in_fact:  # a new line after a fact opens another one, if wanted
-            after_fact = text[:start].rstrip().endswith("> .")
-            if after_fact and self.trigger.startswith(line) and self.open_words(q, facts)[1]:
-                return [text[:start] + self.trigger]
-            return []
+        if in_fact and line.rstrip().endswith("> ."):  # a complete fact: a new line, a fact or the answer
+            opener = self.opener(q, facts)
+            return ["\n" + opener] if opener else []
+        if not in_fact:  # a new line after a fact: a fact or the answer
+            opener = self.opener(q, facts) if text[:start].rstrip().endswith("> .") else None
+            return [text[:start] + opener] if opener and opener.startswith(line) else []
         head, written = text[:at + len(self.trigger)], text[at + len(self.trigger):]
         if ">" not in written:  # the subject
             return [f"{head}{self.fact_prefix}<{n}> <" for n in self.open_words(q, facts)[1]]
@@ -368,9 +383,11 @@ class GroundedAnswer:
 
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", prompt_width: int, trigger: str, eos: Sequence[int],
                  stored: Any,
-                 prefill: str = ""):
+                 prefill: str = "", entities: Sequence[Sequence[str]] | None = None, num_beams: int = 1):
         self.tokenizer, self.width, self.trigger, self.prefill = tokenizer, prompt_width, trigger, prefill
         self.eos = list(eos)
+        self.entities = None if entities is None else [list(e) for e in entities]
+        self.beams = max(num_beams, 1)
         self._stored = stored
         self._known: dict[str, bool] = {}
         self.pieces = _token_pieces(tokenizer)
@@ -380,13 +397,22 @@ class GroundedAnswer:
             self._known[text] = bool(self._stored(text))
         return self._known[text]
 
-    def candidates(self, before: str) -> list[str]:
+    def candidates(self, before: str, entities: Sequence[str] | None = None) -> list[str]:
         """The answers the reply text ``before`` its ``Answer:`` allows: the objects of the
         stored facts it wrote that no written fact starts from (a chain's middle step and the
         question's own entity are what was looked up, not what was found), all their objects
-        when that leaves none, and "I don't know"."""
+        when that leaves none, and "I don't know". With the question's ``entities`` (a
+        non-empty list), only the facts of a chain from one of them count: a fact whose
+        subject is one of them or an object of such a fact written before it."""
 
         facts = [parts for parts in _written_facts(before, self.trigger) if self.stored(parts[-1])]
+        if entities:
+            reached, chained = set(entities), []
+            for f in facts:
+                if f[0] in reached:
+                    chained.append(f)
+                    reached.add(f[-2])
+            facts = chained
         subjects = {f[0] for f in facts}
         objects = list(dict.fromkeys(f[-2] for f in facts))
         names = [o for o in objects if o not in subjects] or objects
@@ -394,11 +420,13 @@ class GroundedAnswer:
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         for r in range(input_ids.shape[0]):
-            self.mask_row(input_ids[r, self.width:].tolist(), scores[r])
+            entities = self.entities[r // self.beams] if self.entities is not None else None
+            self.mask_row(input_ids[r, self.width:].tolist(), scores[r], entities)
         return scores
 
-    def mask_row(self, generated: Sequence[int], scores: Any) -> None:
-        """Mask, in place, the next-token ``scores`` of one row whose reply so far is ``generated``."""
+    def mask_row(self, generated: Sequence[int], scores: Any, entities: Sequence[str] | None = None) -> None:
+        """Mask, in place, the next-token ``scores`` of one row whose reply so far is
+        ``generated`` (``entities``: :meth:`candidates`)."""
         import torch
 
         text = self.prefill + self.tokenizer.decode(list(generated), skip_special_tokens=True)
@@ -407,7 +435,7 @@ class GroundedAnswer:
         if at < 0:
             return
         written = text[at + len("Answer:"):]
-        targets = [c for c in self.candidates(text[:at]) if c.startswith(written) or written.startswith(c)]
+        targets = [c for c in self.candidates(text[:at], entities) if c.startswith(written) or written.startswith(c)]
         if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
             wanted = self.eos
         else:
@@ -502,7 +530,7 @@ def ask(
     what the index constrains. By default both follow the index's kind: ``Fact:`` and the
     fact prompt with examples drawn from the index (:func:`refactx_index.prompting.prompt.fitted_prompt`),
     or over a path index (``info.index_kind`` ``paths``) ``Path:`` and ``paths.PATH_PROMPT``.
-    ``prefill_fact``, ``entities_first`` and ``grounded``: the module doc.
+    ``prefill_fact``, ``entities_first``, ``grounded`` and ``relations_first``: the module doc.
 
     Raises :class:`InputRefused`, before anything is generated, for an empty question or one
     longer than ``max_question_chars`` (:func:`check_questions`)."""
@@ -543,7 +571,8 @@ def ask(
                                          prefill))
     if grounded:
         processors.append(GroundedAnswer(tok, width, trigger, eos, lambda text: True if constrained
-                                         else is_stored(index, loaded.vocabulary, text, build), prefill))
+                                         else is_stored(index, loaded.vocabulary, text, build), prefill,
+                                         entities=entities if relations_first else None, num_beams=num_beams))
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():
