@@ -308,3 +308,32 @@ def test_question_prompt_shows_last_the_example_of_the_questions_relations(smoll
     assert "<release year>" in one.examples[-1][1] and one.examples[-1][1].count("Fact:") == 1
     assert prompt.for_question("tell me something").examples == prompt.fallback
     assert prompt.render(tok, "who directed Kismet").endswith("who directed Kismet<|im_end|>\n<|im_start|>assistant\n")
+
+
+@needs_metaqa
+@pytest.mark.slow
+def test_a_two_hop_question_is_answered_from_a_chain_of_two_facts_with_the_real_model(tmp_path):
+    """Relations first, entities first and grounded, constrained, on a slice of kb.txt: the
+    reply writes the question's first relation from its entity, then a fact from that fact's
+    object with the second relation, and answers a gold name of the second fact."""
+    from refactx_index.prompting.prompt import question_prompt
+    from refactx_index.qa.ask import ask
+    from refactx_index.qa.evaluation import fact_parts, read_question_file
+    from refactx_index.qa.models import load_model, model_directory
+    from refactx_pipeline.config import Config, VocabularyConfig
+    from refactx_pipeline.graph.index import build_graph_index
+
+    line = next(n for n, text in enumerate((METAQA / "2-hop" / "qa_dev.txt").read_text(encoding="utf-8")
+                                           .splitlines(), 1) if "[Eugenio Martín] starred who" in text)
+    question = read_question_file(METAQA / "2-hop" / "qa_dev.txt").questions[line - 1]
+    cfg = Config.load(str(ROOT / "conf" / "metaqa.toml"), env={}).updated(
+        {"graph.triples": [str(_slice({question.topic}, tmp_path / "kb-slice.txt"))]})
+    index = build_graph_index(cfg, VocabularyConfig.parse(f"smollm2={model_directory('smollm2')}")).index
+    loaded = load_model("smollm2")
+    [answer] = ask([question.question], index, loaded, prompt=question_prompt(index, loaded.tokenizer), num_beams=1,
+                   max_new_tokens=96, prefill_fact=True, entities_first=True, relations_first=True, grounded=True)
+    facts = [fact_parts(f.text) for f in answer.facts]
+    assert len(facts) >= 2 and all(f.stored for f in answer.facts), answer.reply
+    assert facts[0][:2] == ["Eugenio Martín", "directed"]
+    assert facts[1][0] == facts[0][2] and facts[1][1] == "starring", answer.reply
+    assert answer.answer.rstrip(".") in {f[2] for f in facts[1:]} & set(question.answers), answer.reply
