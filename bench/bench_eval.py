@@ -18,7 +18,9 @@ model may answer without a fact), ``prefill`` (every reply opens with ``Fact:``)
 (``prefill`` and the answer an object of a stored fact written, or "I don't know"),
 ``entities-grounded`` (both), ``relations`` (``entities`` and the question's relation words
 followed: ``refactx_index.qa.ask.RelationsFirst``, which makes a question of two relations
-write a chain of two facts), ``relations-grounded`` (and the answer grounded). ``--llm-only``
+write a chain of two facts), ``relations-grounded`` (and the answer grounded),
+``relations-grounded-named`` (and "I don't know" unless a fact's relation is one the
+question names). ``--llm-only``
 names the variants also answered LLM-only (default: all). Written: ``docs/figures/<name>.json``
 (date, commit, machine, command, every variant's summary and answers, rewritten after each
 variant), ``.md`` and ``.png`` (every variant and mode: ``constrained free``, ``LLM-only free``, ...).
@@ -60,7 +62,9 @@ VARIANTS = {"free": {}, "prefill": {"prefill_fact": True},
             "entities-grounded": {"prefill_fact": True, "entities_first": True, "grounded": True},
             "relations": {"prefill_fact": True, "entities_first": True, "relations_first": True},
             "relations-grounded": {"prefill_fact": True, "entities_first": True, "relations_first": True,
-                                   "grounded": True}}
+                                   "grounded": True},
+            "relations-grounded-named": {"prefill_fact": True, "entities_first": True, "relations_first": True,
+                                         "grounded": True, "named_relations_only": True}}
 PROMPTS = ("fitted", "per-question")
 
 

@@ -337,3 +337,20 @@ def test_a_two_hop_question_is_answered_from_a_chain_of_two_facts_with_the_real_
     assert facts[0][:2] == ["Eugenio Martín", "directed"]
     assert facts[1][0] == facts[0][2] and facts[1][1] == "starring", answer.reply
     assert answer.answer.rstrip(".") in {f[2] for f in facts[1:]} & set(question.answers), answer.reply
+
+
+def test_grounded_answers_come_from_the_chain_of_the_questions_entities_and_named_relations(smollm2_tokenizer):
+    from refactx_index.prompting.prompt import word_stems
+    from refactx_index.qa.ask import GroundedAnswer
+
+    grounded = GroundedAnswer(smollm2_tokenizer, 0, "Fact:", [smollm2_tokenizer.eos_token_id], stored=lambda t: True)
+    reply = ("Fact: <William Dieterle> <directed> <Kismet> .\nFact: <Top Hat> <starring> <Ginger Rogers> .\n"
+             "Fact: <Kismet> <release year> <1944> .\n")
+    assert grounded.candidates(reply) == [" Ginger Rogers.", " 1944.", " I don't know."]
+    # only the chain from the question's entity: Top Hat's fact is about another subject
+    assert grounded.candidates(reply, ["William Dieterle"]) == [" 1944.", " I don't know."]
+    assert grounded.candidates(reply, ["Nobody"]) == [" I don't know."]
+    # only relations the question names: "when" names none of them, "released" names the year
+    words = word_stems("when were the films William Dieterle directed released") - word_stems("William Dieterle")
+    assert grounded.candidates(reply, ["William Dieterle"], words) == [" 1944.", " I don't know."]
+    assert grounded.candidates(reply, ["William Dieterle"], word_stems("who starred")) == [" I don't know."]

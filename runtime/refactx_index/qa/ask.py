@@ -20,7 +20,8 @@ question's relation words (:class:`RelationsFirst`): while a word of the questio
 a relation of a question entity or of an object written is not yet covered by a written
 fact, the reply writes another fact, from that entity, with that relation (a question of two
 relations gets a chain of two facts); with ``grounded`` as well, the answer comes only from
-facts chained from a question entity.
+facts chained from a question entity, and with ``named_relations_only`` only from those
+whose relation covers a word of the question (else ``I don't know.``): precision over recall.
 """
 
 from __future__ import annotations
@@ -383,10 +384,12 @@ class GroundedAnswer:
 
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", prompt_width: int, trigger: str, eos: Sequence[int],
                  stored: Any,
-                 prefill: str = "", entities: Sequence[Sequence[str]] | None = None, num_beams: int = 1):
+                 prefill: str = "", entities: Sequence[Sequence[str]] | None = None, num_beams: int = 1,
+                 words: Sequence[frozenset[str]] | None = None):
         self.tokenizer, self.width, self.trigger, self.prefill = tokenizer, prompt_width, trigger, prefill
         self.eos = list(eos)
         self.entities = None if entities is None else [list(e) for e in entities]
+        self.words = None if words is None else list(words)
         self.beams = max(num_beams, 1)
         self._stored = stored
         self._known: dict[str, bool] = {}
@@ -397,13 +400,17 @@ class GroundedAnswer:
             self._known[text] = bool(self._stored(text))
         return self._known[text]
 
-    def candidates(self, before: str, entities: Sequence[str] | None = None) -> list[str]:
+    def candidates(self, before: str, entities: Sequence[str] | None = None,
+                   words: frozenset[str] | None = None) -> list[str]:
         """The answers the reply text ``before`` its ``Answer:`` allows: the objects of the
         stored facts it wrote that no written fact starts from (a chain's middle step and the
         question's own entity are what was looked up, not what was found), all their objects
         when that leaves none, and "I don't know". With the question's ``entities`` (a
         non-empty list), only the facts of a chain from one of them count: a fact whose
-        subject is one of them or an object of such a fact written before it."""
+        subject is one of them or an object of such a fact written before it. With the
+        question's relation ``words`` (:class:`RelationsFirst`), a fact counts only when its
+        relation covers one of them: an answer from a relation the question does not name is
+        "I don't know"."""
 
         facts = [parts for parts in _written_facts(before, self.trigger) if self.stored(parts[-1])]
         if entities:
@@ -413,6 +420,8 @@ class GroundedAnswer:
                     chained.append(f)
                     reached.add(f[-2])
             facts = chained
+        if words is not None:
+            facts = [f for f in facts if word_stems(f[1]) & words]
         subjects = {f[0] for f in facts}
         objects = list(dict.fromkeys(f[-2] for f in facts))
         names = [o for o in objects if o not in subjects] or objects
@@ -421,10 +430,12 @@ class GroundedAnswer:
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         for r in range(input_ids.shape[0]):
             entities = self.entities[r // self.beams] if self.entities is not None else None
-            self.mask_row(input_ids[r, self.width:].tolist(), scores[r], entities)
+            words = self.words[r // self.beams] if self.words is not None else None
+            self.mask_row(input_ids[r, self.width:].tolist(), scores[r], entities, words)
         return scores
 
-    def mask_row(self, generated: Sequence[int], scores: Any, entities: Sequence[str] | None = None) -> None:
+    def mask_row(self, generated: Sequence[int], scores: Any, entities: Sequence[str] | None = None,
+                 words: frozenset[str] | None = None) -> None:
         """Mask, in place, the next-token ``scores`` of one row whose reply so far is
         ``generated`` (``entities``: :meth:`candidates`)."""
         import torch
@@ -435,7 +446,8 @@ class GroundedAnswer:
         if at < 0:
             return
         written = text[at + len("Answer:"):]
-        targets = [c for c in self.candidates(text[:at], entities) if c.startswith(written) or written.startswith(c)]
+        targets = [c for c in self.candidates(text[:at], entities, words)
+                   if c.startswith(written) or written.startswith(c)]
         if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
             wanted = self.eos
         else:
@@ -525,12 +537,14 @@ def ask(
     entities_first: bool = False,
     grounded: bool = False,
     relations_first: bool = False,
+    named_relations_only: bool = False,
 ) -> list[Answer]:
     """Answer ``questions`` in one left-padded batch (see the module doc); ``trigger`` starts
     what the index constrains. By default both follow the index's kind: ``Fact:`` and the
     fact prompt with examples drawn from the index (:func:`refactx_index.prompting.prompt.fitted_prompt`),
     or over a path index (``info.index_kind`` ``paths``) ``Path:`` and ``paths.PATH_PROMPT``.
-    ``prefill_fact``, ``entities_first``, ``grounded`` and ``relations_first``: the module doc.
+    ``prefill_fact``, ``entities_first``, ``grounded``, ``relations_first`` and
+    ``named_relations_only``: the module doc.
 
     Raises :class:`InputRefused`, before anything is generated, for an empty question or one
     longer than ``max_question_chars`` (:func:`check_questions`)."""
@@ -566,13 +580,16 @@ def ask(
                 if entities_first or relations_first else [])
     if entities_first:
         processors.append(EntitiesFirst(tok, entities, width, trigger, index.info.fact_prefix, num_beams, prefill))
-    if relations_first:
-        processors.append(RelationsFirst(tok, index, loaded.vocabulary, questions, entities, width, trigger, num_beams,
-                                         prefill))
+    follow = (RelationsFirst(tok, index, loaded.vocabulary, questions, entities, width, trigger, num_beams, prefill)
+              if relations_first else None)
+    if follow is not None:
+        processors.append(follow)
     if grounded:
         processors.append(GroundedAnswer(tok, width, trigger, eos, lambda text: True if constrained
                                          else is_stored(index, loaded.vocabulary, text, build), prefill,
-                                         entities=entities if relations_first else None, num_beams=num_beams))
+                                         entities=entities if relations_first else None, num_beams=num_beams,
+                                         words=follow.words if follow is not None and named_relations_only
+                                         else None))
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():
