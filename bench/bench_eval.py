@@ -124,7 +124,7 @@ def run_metaqa(args, loaded) -> None:
     combined: dict[str, list] = {}
     for variant in args.variants.split(","):
         both = not args.constrained_only and (llm_only is None or variant in llm_only)
-        modes = ["constrained", "unconstrained"] if both else ["constrained"]
+        modes = ["unconstrained", "constrained"] if both else ["constrained"]  # the baseline first
         mark = time.perf_counter()
         results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size, num_beams=args.beams,
                            max_new_tokens=args.max_new_tokens, prompt=prompt, **VARIANTS[variant])
