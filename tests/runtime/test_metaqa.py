@@ -250,6 +250,9 @@ def test_relations_first_chains_a_second_fact_from_the_first_ones_object(smollm2
     the first fact: the next line opens a fact, its subject is the first fact's object, its
     relation the one the question names; a question of one relation word is left alone."""
     tok = smollm2_tokenizer
+    from refactx_index.qa.models import model_directory
+    from refactx_index.tree.memory import MemoryTreeIndex
+
     rf = _relations_first(tok, movie_index, "who starred in the films William Dieterle directed")
     assert rf.entities == [["William Dieterle"]]
     first = "Fact: <William Dieterle> <directed> <Kismet> ."
@@ -262,6 +265,10 @@ def test_relations_first_chains_a_second_fact_from_the_first_ones_object(smollm2
     assert rf.targets(0, first + "\nFact: <Kismet> <starring> <Marlene Dietrich> .") == ["\nAnswer:"]
     one = _relations_first(tok, movie_index, "who directed Kismet")
     assert one.targets(0, "Fact: <Kismet> <directed by> <William Dieterle> .") == ["\nAnswer:"]
+    # a one-word entity that is also a relation word ("directed" a subject of the index) stays a relation word
+    tagged = MemoryTreeIndex.from_facts(MOVIE_FACTS + ["<directed> <tag of> <Kismet> ."],
+                                        str(model_directory("smollm2") / "tokenizer.json"))
+    assert "dire" in _relations_first(tok, tagged, "who directed Kismet").words[0]
     none = _relations_first(tok, movie_index, "who acted in Kismet")  # no relation named: no preference
     assert none.targets(0, "Fact: <Kismet> <starring> <Ronald Colman> .") == []
     assert none.targets(0, "Fact: <Kismet> <") == []

@@ -289,11 +289,11 @@ _IRREGULAR = {"wrote": "write", "written": "write", "spoke": "speak", "spoken": 
 
 
 def word_stems(text: str, size: int = 4) -> frozenset[str]:
-    """The first ``size`` letters of each word of ``text`` that is not a function word, case
-    folded (an irregular past form read as its verb's: ``wrote`` as ``write``): a crude stem
+    """The first ``size`` letters of each word of ``text`` (two letters or more) that is not a
+    function word, case folded (an irregular past form read as its verb's: ``wrote`` as ``write``): a crude stem
     under which ``directed``, ``director`` and ``directors`` meet."""
     return frozenset(_IRREGULAR.get(w, w)[:size] for w in re.findall(r"[^\W\d_]+", text.casefold())
-                     if w not in _PLAIN_WORDS)
+                     if w not in _PLAIN_WORDS and len(w) > 1)
 
 
 def _plain(label: str) -> bool:

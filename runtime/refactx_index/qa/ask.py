@@ -268,8 +268,8 @@ class EntitiesFirst:
 
 class RelationsFirst:
     """A logits processor after the fact constraint that follows the question's relation
-    words (:func:`refactx_index.prompting.prompt.word_stems` of the question, less its
-    entities' words): a relation label *covers* a word when they share a stem. While a word
+    words (:func:`refactx_index.prompting.prompt.word_stems` of the question, less the words
+    of its entities of two words or more): a relation label *covers* a word when they share a stem. While a word
     that no written fact's relation covers is covered by a relation of a question entity or
     of an object the reply wrote (``open`` words), and fewer than ``max_facts`` facts are
     written,
@@ -293,7 +293,10 @@ class RelationsFirst:
         self.width, self.trigger, self.beams, self.prefill = prompt_width, trigger, max(num_beams, 1), prefill
         self.fact_prefix = index.info.fact_prefix
         self.entities = [list(e) for e in entities]
-        self.words = [word_stems(q) - word_stems(" ".join(e)) for q, e in zip(questions, entities)]
+        # an entity's own words are no relation words, except for an entity of one word: a tag
+        # such as "writer" is an entity, and the question's relation word all the same
+        self.words = [word_stems(q) - word_stems(" ".join(n for n in e if len(n.split()) > 1))
+                      for q, e in zip(questions, entities)]
         self.max_facts = max_facts
         self.pieces = _token_pieces(tokenizer)
         self._relations: dict[str, list[str]] = {}
