@@ -258,6 +258,8 @@ def test_relations_first_chains_a_second_fact_from_the_first_ones_object(smollm2
     first = "Fact: <William Dieterle> <directed> <Kismet> ."
     assert rf.targets(0, "Fact: <William Dieterle> <") == ["Fact: <William Dieterle> <directed>"]
     assert rf.targets(0, first) == ["\nFact:"]
+    # the first fact's object: one that has the open relation (Dieterle directed two films, one with actors)
+    assert rf.targets(0, "Fact: <William Dieterle> <directed> <") == ["Fact: <William Dieterle> <directed> <Kismet>"]
     assert rf.targets(0, first + "\n") == [first + "\nFact:"]
     assert rf.targets(0, first + "\nFact:") == [first + "\nFact: <Kismet> <"]
     assert rf.targets(0, first + "\nFact: <Kismet> <") == [first + "\nFact: <Kismet> <starring>"]

@@ -38,7 +38,7 @@ from ..constraint.matcher import FACT, FactMatcher
 from ..engines.core import index_prompt, index_trigger
 from ..errors import InputRefused
 from ..prompting.prompt import ANSWER, Prompt, TRIGGER, UNKNOWN, final_answer, fitted_prompt, word_stems
-from ..tree.explore import _frontier, relations
+from ..tree.explore import _frontier, objects, relations
 from ..tree.index import ServedBuild, TreeIndex
 from ..tree.provenance import Provenance
 from ..vocab import Vocabulary, VocabularyLike, as_vocabulary, encode_facts
@@ -279,7 +279,10 @@ class RelationsFirst:
       once a written fact covered a word and none is open, the next line is ``Answer:``
       (a list is not written out to the token limit);
     - at a fact's subject, only those entities whose relations cover an open word are let
-      through (the second fact starts from the first's object).
+      through (the second fact starts from the first's object);
+    - at a fact's object, while a word stays open after this fact's relation, only the objects
+      (of the subject's first 200) that have a relation covering it, where some have and some
+      not: the chain goes on from a film that has a genre.
 
     At any fact's relation the subject's relations that cover an open word, else those that
     cover any word of the question, are let through first. Where nothing of that applies,
@@ -300,12 +303,21 @@ class RelationsFirst:
         self.max_facts = max_facts
         self.pieces = _token_pieces(tokenizer)
         self._relations: dict[str, list[str]] = {}
+        self._objects: dict[str, list[str]] = {}
 
     def relations_of(self, entity: str) -> list[str]:
         found = self._relations.get(entity)
         if found is None:
             found = self._relations[entity] = [r.label for r in relations(self.index, self.vocabulary, entity,
                                                                           limit=100)]
+        return found
+
+    def objects_of(self, entity: str, relation: str) -> list[str]:
+        key = f"{entity}\n{relation}"
+        found = self._objects.get(key)
+        if found is None:
+            found = self._objects[key] = [x.label for x in objects(self.index, self.vocabulary, entity, relation,
+                                                                    limit=200)]
         return found
 
     def open_words(self, q: int, facts: Sequence[tuple[str, ...]]) -> tuple[frozenset[str], list[str]]:
@@ -343,6 +355,12 @@ class RelationsFirst:
         head, written = text[:at + len(self.trigger)], text[at + len(self.trigger):]
         if ">" not in written:  # the subject
             return [f"{head}{self.fact_prefix}<{n}> <" for n in self.open_words(q, facts)[1]]
+        o = re.fullmatch(r"\s*<([^>]*)> <([^>]*)> <([^>]*)", written)
+        if o:  # the object: one that a relation of an open word goes on from, where some do
+            words = self.open_words(q, facts)[0] - word_stems(o.group(2))
+            found = self.objects_of(o.group(1), o.group(2)) if words else []
+            good = [x for x in found if any(word_stems(r) & words for r in self.relations_of(x))]
+            return [f"{head}{written[:o.start(3)]}{x}>" for x in good] if len(good) < len(found) else []
         m = re.fullmatch(r"\s*<([^>]*)> <([^>]*)", written)
         if not m:
             return []
