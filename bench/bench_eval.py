@@ -3,7 +3,8 @@
 question sets.
 
     .venv/bin/python bench/bench_eval.py --sets metaqa [--per-hop 50] [--hops 1,2] [--seed 0]
-        [--variants free,prefill,entities,grounded] [--constrained-only] [--index-file metaqa.rfx]
+        [--variants free,prefill,entities,grounded,relations-grounded] [--constrained-only]
+        [--llm-only free] [--prompt fitted|per-question] [--index-file metaqa.rfx]
         [--name eval-metaqa-dev] [--beams 1] [--max-new-tokens 128]
     .venv/bin/python bench/bench_eval.py --sets finance,wikidata-sample500 [--limit N] [--beams 3]
 
