@@ -3,7 +3,8 @@
 question sets.
 
     .venv/bin/python bench/bench_eval.py --sets metaqa [--per-hop 50] [--hops 1,2] [--seed 0]
-        [--variants free,prefill,entities,grounded] [--constrained-only] [--index-file metaqa.rfx]
+        [--variants free,prefill,entities,grounded,relations-grounded] [--constrained-only]
+        [--llm-only free] [--prompt fitted|per-question] [--index-file metaqa.rfx]
         [--name eval-metaqa-dev] [--beams 1] [--max-new-tokens 128]
     .venv/bin/python bench/bench_eval.py --sets finance,wikidata-sample500 [--limit N] [--beams 3]
 
@@ -11,11 +12,19 @@ MetaQA (``../shared/data/metaqa``): its ``kb.txt`` built in process into an inde
 model's vocabulary (``conf/metaqa.toml``); a fixed, seeded sample of ``--per-hop`` dev
 questions of each hop (``refactx_index.qa.evaluation.stratified_sample``); each variant of
 ``--variants`` answered in both modes with the same prompt (drawn from the index,
-``refactx_index.prompting.prompt.fitted_prompt``): ``free`` (the paper's: the model may answer without
-a fact), ``prefill`` (every reply opens with ``Fact:``), ``entities`` (``prefill`` and the
-question's own entities only at a fact's subject), ``grounded`` (``prefill`` and the answer
-an object of a stored fact written, or "I don't know"), ``entities-grounded`` (both). Written: ``docs/figures/eval-metaqa-dev.json``
-(date, commit, machine, command, every variant's summary and answers), ``.md`` and ``.png``.
+``refactx_index.prompting.prompt.fitted_prompt``, or with ``--prompt per-question`` chosen per
+question from a pool by its relation words, ``question_prompt``): ``free`` (the paper's: the
+model may answer without a fact), ``prefill`` (every reply opens with ``Fact:``), ``entities``
+(``prefill`` and the question's own entities only at a fact's subject), ``grounded``
+(``prefill`` and the answer an object of a stored fact written, or "I don't know"),
+``entities-grounded`` (both), ``relations`` (``entities`` and the question's relation words
+followed: ``refactx_index.qa.ask.RelationsFirst``, which makes a question of two relations
+write a chain of two facts), ``relations-grounded`` (and the answer grounded),
+``relations-grounded-named`` (and "I don't know" unless a fact's relation is one the
+question names). ``--llm-only``
+names the variants also answered LLM-only (default: all). Written: ``docs/figures/<name>.json``
+(date, commit, machine, command, every variant's summary and answers, rewritten after each
+variant), ``.md`` and ``.png`` (every variant and mode: ``constrained free``, ``LLM-only free``, ...).
 
 1. the indexes, built with the model's own tokenizer: the finance example in process
    (``build_graph_index``), the shared Wikidata sample by the pipeline's stages (Spark
@@ -51,7 +60,13 @@ SETS = {"finance": ROOT / "bench" / "questions" / "finance.jsonl",
 VARIANTS = {"free": {}, "prefill": {"prefill_fact": True},
             "entities": {"prefill_fact": True, "entities_first": True},
             "grounded": {"prefill_fact": True, "grounded": True},
-            "entities-grounded": {"prefill_fact": True, "entities_first": True, "grounded": True}}
+            "entities-grounded": {"prefill_fact": True, "entities_first": True, "grounded": True},
+            "relations": {"prefill_fact": True, "entities_first": True, "relations_first": True},
+            "relations-grounded": {"prefill_fact": True, "entities_first": True, "relations_first": True,
+                                   "grounded": True},
+            "relations-grounded-named": {"prefill_fact": True, "entities_first": True, "relations_first": True,
+                                         "grounded": True, "named_relations_only": True}}
+PROMPTS = ("fitted", "per-question")
 
 
 def metaqa_index(tokenizer_dir: Path):
@@ -82,7 +97,7 @@ def _commit() -> str:
 def run_metaqa(args, loaded) -> None:
     from refactx_index.qa.evaluation import (evaluate, markdown_table, read_question_file, report, stratified_sample,
                                           write_outputs)
-    from refactx_index.prompting.prompt import fitted_prompt
+    from refactx_index.prompting.prompt import fitted_prompt, question_prompt
 
     mark = time.perf_counter()
     if args.index_file:
@@ -96,16 +111,21 @@ def run_metaqa(args, loaded) -> None:
     for hop in args.hops.split(","):
         questions += read_question_file(METAQA / f"{hop}-hop" / "qa_dev.txt").questions
     questions = stratified_sample(questions, args.per_hop, args.seed)
-    prompt = fitted_prompt(index, loaded.tokenizer)
-    modes = ["constrained"] if args.constrained_only else ["constrained", "unconstrained"]
+    prompt = (question_prompt(index, loaded.tokenizer) if args.prompt == "per-question"
+              else fitted_prompt(index, loaded.tokenizer))
+    llm_only = None if args.llm_only is None else set(args.llm_only.split(","))
     doc = {"benchmark": "MetaQA dev", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "commit": _commit(), "machine": _machine(), "command": " ".join(["bench/bench_eval.py", *sys.argv[1:]]),
            "model": args.model, "beams": args.beams, "max_new_tokens": args.max_new_tokens,
            "batch_size": args.batch_size, "per_hop": args.per_hop, "hops": args.hops, "seed": args.seed,
            "questions": len(questions), "index_facts": index.info.facts,
-           "prompt": {"system": prompt.system, "examples": [list(e) for e in prompt.examples]}, "variants": {}}
+           "prompt": {"choice": args.prompt, "system": prompt.system, "examples": [list(e) for e in prompt.examples],
+                      "pool": len(getattr(prompt, "pool", ()))}, "variants": {}}
     out = Path(args.out)
+    combined: dict[str, list] = {}
     for variant in args.variants.split(","):
+        both = not args.constrained_only and (llm_only is None or variant in llm_only)
+        modes = ["unconstrained", "constrained"] if both else ["constrained"]  # the baseline first
         mark = time.perf_counter()
         results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size, num_beams=args.beams,
                            max_new_tokens=args.max_new_tokens, prompt=prompt, **VARIANTS[variant])
@@ -115,13 +135,14 @@ def run_metaqa(args, loaded) -> None:
 
         doc["variants"][variant] = {"options": VARIANTS[variant], "seconds": seconds, "summary": summary,
                                     "answers": {m: [asdict(r) for r in rows] for m, rows in results.items()}}
-        print(f"## {variant}: {len(questions)} questions in {seconds} s\n")
-        print(markdown_table(summary))
-        if variant == args.variants.split(",")[0]:
-            write_outputs(results, out / args.name, {**{k: v for k, v in doc.items() if k != "variants"},
-                                                             "variant": variant})
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"## {variant}: {len(questions)} questions in {seconds} s\n", flush=True)
+        print(markdown_table(summary), flush=True)
+        for mode, rows in results.items():
+            combined[f"{'LLM-only' if mode == 'unconstrained' else 'constrained'} {variant}"] = rows
+        # the figure so far: a run stopped half way still leaves the variants it finished
+        write_outputs(combined, out / args.name, {k: v for k, v in doc.items() if k != "variants"},
+                      plot_groups=["all", *(f"{h}-hop" for h in args.hops.split(","))])
+        (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def finance_index(tokenizer_dir: Path, work: Path):
@@ -169,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="metaqa: the sample's seed")
     parser.add_argument("--variants", default="free", help=f"metaqa: comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--constrained-only", action="store_true", help="metaqa: no LLM-only answers")
+    parser.add_argument("--llm-only", help="metaqa: comma-separated variants that are also answered LLM-only "
+                        "(default: every variant)")
+    parser.add_argument("--prompt", choices=PROMPTS, default="fitted",
+                        help="metaqa: the examples drawn from the index once (fitted) or chosen per question "
+                        "from a pool by the question's relation words (per-question)")
     parser.add_argument("--index-file", help="metaqa: the index built from kb.txt with conf/metaqa.toml "
                         "(refactx-pipeline graph-index), instead of building it")
     parser.add_argument("--name", default="eval-metaqa-dev", help="metaqa: the figure's file name (no suffix)")

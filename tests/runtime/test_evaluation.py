@@ -171,6 +171,12 @@ def test_each_miss_is_put_down_to_one_failure():
     for failure, case in cases.items():
         assert score(q, case["answer"], case["facts"], case["cut"], 0.1).failure == failure, failure
     assert score(q, "William Dieterle", [], False, 0.1).failure is None
+    two = Question("Who starred in the films Dieterle directed?", ("Marlene Dietrich",), topic="William Dieterle",
+                   hop="2-hop")
+    first = _fact("<William Dieterle> <directed> <Kismet> .")
+    assert score(two, "Kismet", [first], False, 0.1).failure == "first_hop_only"
+    chained = [first, _fact("<Kismet> <release year> <1944> .")]
+    assert score(two, "1944", chained, False, 0.1).failure == "topic_other_facts"
 
 
 def test_questions_the_index_cannot_answer_are_reported_apart():

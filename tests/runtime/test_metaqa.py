@@ -228,3 +228,138 @@ def test_the_prompt_is_drawn_from_the_index_and_rendered_as_text_without_a_chat_
     text = prompt.render(tok, "who directed Top Hat", prefill="Fact:")  # tokenizers.Tokenizer: no chat template
     assert text.startswith(prompt.system) and text.endswith("Question: who directed Top Hat\nReply:\nFact:")
     assert all(f"Question: {q}\nReply:\n{a}" in text for q, a in examples)
+
+
+@pytest.fixture(scope="module")
+def movie_index():
+    from refactx_index.qa.models import model_directory
+    from refactx_index.tree.memory import MemoryTreeIndex
+
+    return MemoryTreeIndex.from_facts(MOVIE_FACTS, str(model_directory("smollm2") / "tokenizer.json"))
+
+
+def _relations_first(tok, index, question):
+    from refactx_index.qa.ask import RelationsFirst, question_entities
+
+    entities = [question_entities(index, tok, question)]
+    return RelationsFirst(tok, index, tok, [question], entities, 0, "Fact:", 1)
+
+
+def test_relations_first_chains_a_second_fact_from_the_first_ones_object(smollm2_tokenizer, movie_index):
+    """A question of two relation words (``directed``, ``starred``) is not let answer after
+    the first fact: the next line opens a fact, its subject is the first fact's object, its
+    relation the one the question names; a question of one relation word is left alone."""
+    tok = smollm2_tokenizer
+    from refactx_index.qa.models import model_directory
+    from refactx_index.tree.memory import MemoryTreeIndex
+
+    rf = _relations_first(tok, movie_index, "who starred in the films William Dieterle directed")
+    assert rf.entities == [["William Dieterle"]]
+    first = "Fact: <William Dieterle> <directed> <Kismet> ."
+    assert rf.targets(0, "Fact: <William Dieterle> <") == ["Fact: <William Dieterle> <directed>"]
+    assert rf.targets(0, first) == ["\nFact:"]
+    # the first fact's object: one that has the open relation (Dieterle directed two films, one with actors)
+    assert rf.targets(0, "Fact: <William Dieterle> <directed> <") == ["Fact: <William Dieterle> <directed> <Kismet>"]
+    assert rf.targets(0, first + "\n") == [first + "\nFact:"]
+    assert rf.targets(0, first + "\nFact:") == [first + "\nFact: <Kismet> <"]
+    assert rf.targets(0, first + "\nFact: <Kismet> <") == [first + "\nFact: <Kismet> <starring>"]
+    # both words covered: the answer
+    assert rf.targets(0, first + "\nFact: <Kismet> <starring> <Marlene Dietrich> .") == ["\nAnswer:"]
+    one = _relations_first(tok, movie_index, "who directed Kismet")
+    assert one.targets(0, "Fact: <Kismet> <directed by> <William Dieterle> .") == ["\nAnswer:"]
+    # a one-word entity that is also a relation word ("directed" a subject of the index) stays a relation word
+    tagged = MemoryTreeIndex.from_facts(MOVIE_FACTS + ["<directed> <tag of> <Kismet> ."],
+                                        str(model_directory("smollm2") / "tokenizer.json"))
+    assert "dire" in _relations_first(tok, tagged, "who directed Kismet").words[0]
+    none = _relations_first(tok, movie_index, "who acted in Kismet")  # no relation named: no preference
+    assert none.targets(0, "Fact: <Kismet> <starring> <Ronald Colman> .") == []
+    assert none.targets(0, "Fact: <Kismet> <") == []
+    assert one.targets(0, "Fact: <Kismet> <") == ["Fact: <Kismet> <directed by>"]
+
+
+def test_relations_first_masks_answer_and_end_whatever_the_scores(smollm2_tokenizer, movie_index):
+    import torch
+    from hypothesis import given, settings, strategies as st
+
+    tok = smollm2_tokenizer
+    rf = _relations_first(tok, movie_index, "who starred in the films William Dieterle directed")
+    ids = tok("Fact: <William Dieterle> <directed> <Kismet> .", add_special_tokens=False)["input_ids"]
+    boosted = [tok.eos_token_id, *tok("\nAnswer:", add_special_tokens=False)["input_ids"][:1]]
+
+    @given(seed=st.integers(0, 2**31 - 1))
+    @settings(max_examples=20, deadline=None)
+    def check(seed):
+        scores = torch.randn(1, len(tok), generator=torch.Generator().manual_seed(seed))
+        scores[0, boosted] += 50
+        out = rf(torch.tensor([ids]), scores)
+        chosen = tok.decode([int(out[0].argmax())])
+        assert chosen.startswith("\n") and "\nFact:".startswith(chosen)
+
+    check()
+
+
+def test_question_prompt_shows_last_the_example_of_the_questions_relations(smollm2_tokenizer, movie_index):
+    from refactx_index.prompting.prompt import Prompt, example_pool, question_prompt
+
+    tok = smollm2_tokenizer
+    pool = example_pool(movie_index, tok)
+    stored = set(MOVIE_FACTS)
+    for e in pool:  # every fact an example writes is stored, with the relations it names
+        facts = [line[len("Fact: "):] for line in e.answer.splitlines() if line.startswith("Fact:")]
+        assert facts and all(f in stored for f in facts)
+        assert [f.split("> <")[1] for f in facts][:len(e.relations)][0] == e.relations[0]
+    prompt = question_prompt(movie_index, tok, count=3)
+    two = prompt.for_question("who starred in the films William Dieterle directed")
+    assert isinstance(two, Prompt) and len(two.examples) == 3
+    assert two.examples[-1][1].count("Fact:") >= 2  # a chain of the two relations closes the examples
+    assert {"directed", "starring"} <= set(two.examples[-1][1].replace(">", "<").split("<"))
+    one = prompt.for_question("when was Top Hat released")
+    assert "<release year>" in one.examples[-1][1] and one.examples[-1][1].count("Fact:") == 1
+    assert prompt.for_question("tell me something").examples == prompt.fallback
+    assert prompt.render(tok, "who directed Kismet").endswith("who directed Kismet<|im_end|>\n<|im_start|>assistant\n")
+
+
+@needs_metaqa
+@pytest.mark.slow
+def test_a_two_hop_question_is_answered_from_a_chain_of_two_facts_with_the_real_model(tmp_path):
+    """Relations first, entities first and grounded, constrained, on a slice of kb.txt: the
+    reply writes the question's first relation from its entity, then a fact from that fact's
+    object with the second relation, and answers a gold name of the second fact."""
+    from refactx_index.prompting.prompt import question_prompt
+    from refactx_index.qa.ask import ask
+    from refactx_index.qa.evaluation import fact_parts, read_question_file
+    from refactx_index.qa.models import load_model, model_directory
+    from refactx_pipeline.config import Config, VocabularyConfig
+    from refactx_pipeline.graph.index import build_graph_index
+
+    line = next(n for n, text in enumerate((METAQA / "2-hop" / "qa_dev.txt").read_text(encoding="utf-8")
+                                           .splitlines(), 1) if "[Eugenio Martín] starred who" in text)
+    question = read_question_file(METAQA / "2-hop" / "qa_dev.txt").questions[line - 1]
+    cfg = Config.load(str(ROOT / "conf" / "metaqa.toml"), env={}).updated(
+        {"graph.triples": [str(_slice({question.topic}, tmp_path / "kb-slice.txt"))]})
+    index = build_graph_index(cfg, VocabularyConfig.parse(f"smollm2={model_directory('smollm2')}")).index
+    loaded = load_model("smollm2")
+    [answer] = ask([question.question], index, loaded, prompt=question_prompt(index, loaded.tokenizer), num_beams=1,
+                   max_new_tokens=96, prefill_fact=True, entities_first=True, relations_first=True, grounded=True)
+    facts = [fact_parts(f.text) for f in answer.facts]
+    assert len(facts) >= 2 and all(f.stored for f in answer.facts), answer.reply
+    assert facts[0][:2] == ["Eugenio Martín", "directed"]
+    assert facts[1][0] == facts[0][2] and facts[1][1] == "starring", answer.reply
+    assert answer.answer.rstrip(".") in {f[2] for f in facts[1:]} & set(question.answers), answer.reply
+
+
+def test_grounded_answers_come_from_the_chain_of_the_questions_entities_and_named_relations(smollm2_tokenizer):
+    from refactx_index.prompting.prompt import word_stems
+    from refactx_index.qa.ask import GroundedAnswer
+
+    grounded = GroundedAnswer(smollm2_tokenizer, 0, "Fact:", [smollm2_tokenizer.eos_token_id], stored=lambda t: True)
+    reply = ("Fact: <William Dieterle> <directed> <Kismet> .\nFact: <Top Hat> <starring> <Ginger Rogers> .\n"
+             "Fact: <Kismet> <release year> <1944> .\n")
+    assert grounded.candidates(reply) == [" Ginger Rogers.", " 1944.", " I don't know."]
+    # only the chain from the question's entity: Top Hat's fact is about another subject
+    assert grounded.candidates(reply, ["William Dieterle"]) == [" 1944.", " I don't know."]
+    assert grounded.candidates(reply, ["Nobody"]) == [" I don't know."]
+    # only relations the question names: "when" names none of them, "released" names the year
+    words = word_stems("when were the films William Dieterle directed released") - word_stems("William Dieterle")
+    assert grounded.candidates(reply, ["William Dieterle"], words) == [" 1944.", " I don't know."]
+    assert grounded.candidates(reply, ["William Dieterle"], word_stems("who starred")) == [" I don't know."]

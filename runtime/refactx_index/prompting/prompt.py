@@ -273,3 +273,137 @@ def fitted_prompt(index: Any, tokenizer: "VocabularyLike") -> Prompt:
         except TypeError:
             pass
     return found
+
+
+# ---------------------------------------------------------------- examples chosen per question
+
+# words a relation label or a question shares without naming a relation
+_PLAIN_WORDS = frozenset("a an the of in on at to for by with from and or is are was were be been what which who "
+                         "whom whose when where how did does do that this these those it its as".split())
+
+
+# English verbs whose past forms share no first four letters with their other forms
+_IRREGULAR = {"wrote": "write", "written": "write", "spoke": "speak", "spoken": "speak", "sang": "sing",
+              "sung": "sing", "made": "make", "gave": "give", "given": "give", "took": "take", "taken": "take",
+              "won": "win", "born": "birth", "died": "death", "bore": "birth"}
+
+
+def word_stems(text: str, size: int = 4) -> frozenset[str]:
+    """The first ``size`` letters of each word of ``text`` (two letters or more) that is not a
+    function word, case folded (an irregular past form read as its verb's: ``wrote`` as ``write``): a crude stem
+    under which ``directed``, ``director`` and ``directors`` meet."""
+    return frozenset(_IRREGULAR.get(w, w)[:size] for w in re.findall(r"[^\W\d_]+", text.casefold())
+                     if w not in _PLAIN_WORDS and len(w) > 1)
+
+
+def _plain(label: str) -> bool:
+    """Whether a label reads as a name (a letter or digit first, a letter in it): the
+    examples leave out subjects such as ``...All the Marbles`` or ``(Untitled)``."""
+    return bool(label[:1].isalnum() and re.search(r"[^\W\d_]", label))
+
+
+@dataclass(frozen=True)
+class PooledExample:
+    """A worked example and the relation labels its facts use."""
+
+    question: str
+    answer: str
+    relations: tuple[str, ...]
+
+
+def example_pool(index: Any, tokenizer: "VocabularyLike", max_entities: int = 40) -> tuple[PooledExample, ...]:
+    """Worked examples from ``index``'s own facts for :class:`QuestionPrompt`: for each
+    relation label met, a single fact (the first subject of the walk with one object of it)
+    and a list (two or three objects), and for each pair of relation labels met one after
+    the other a chain of two facts, the second starting from the first's object (one to
+    three end objects, all written). The walk starts at the subjects of the tree's most
+    populous branches and goes on to their objects, ``max_entities`` entities at most."""
+    fast = as_vocabulary(tokenizer).tokenizer()
+    strip = len(index.info.fact_prefix)
+    queue = list(dict.fromkeys(p[0] for f in branch_facts(index, 16)
+                               if (p := _parts(decode_continuation(fast, f)[strip:])) and _plain(p[0])))
+    seen: set[str] = set(queue)
+    known: dict[str, dict[str, list[str]]] = {}
+
+    def values(subject: str) -> dict[str, list[str]]:
+        if subject not in known:
+            known[subject] = {rel.label: [x.label for x in objects(index, tokenizer, subject, rel.label, limit=4)]
+                              for rel in relations(index, tokenizer, subject, limit=20)}
+        return known[subject]
+
+    singles: dict[str, PooledExample] = {}
+    lists: dict[str, PooledExample] = {}
+    chains: dict[tuple[str, str], PooledExample] = {}
+    walked = 0
+    while queue and walked < max_entities:
+        s = queue.pop(0)
+        walked += 1
+        for r1, found1 in values(s).items():
+            if len(found1) == 1 and r1 not in singles:
+                o = found1[0]
+                singles[r1] = PooledExample(f"What is {s} {r1}?", f"I need the {r1} of {s}.\n{_fact(s, r1, o)}\n"
+                                            f"Answer: {o}.", (r1,))
+            if 2 <= len(found1) <= 3 and r1 not in lists:
+                facts = "\n".join(_fact(s, r1, x) for x in found1)
+                lists[r1] = PooledExample(f"What are all {s} {r1}?", f"I need every {r1} of {s}.\n{facts}\n"
+                                          f"Answer: {', '.join(found1)}.", (r1,))
+            for o1 in found1[:2]:
+                if o1 not in seen and _plain(o1):
+                    seen.add(o1)
+                    queue.append(o1)
+                for r2, found2 in values(o1).items():
+                    ends = [x for x in found2 if x != s][:3]
+                    if (r1, r2) in chains or not ends or len(found2) > 3:
+                        continue
+                    facts = "\n".join(_fact(o1, r2, x) for x in ends)
+                    chains[(r1, r2)] = PooledExample(
+                        f"What is the {r2} of what {s} {r1}?",
+                        f"I need the {r1} of {s}, then its {r2}.\n{_fact(s, r1, o1)}\n{facts}\n"
+                        f"Answer: {', '.join(ends)}.", (r1, r2))
+    return (*singles.values(), *lists.values(), *chains.values())
+
+
+@dataclass(frozen=True)
+class QuestionPrompt:
+    """A prompt whose worked examples are chosen per question from a pool
+    (:func:`example_pool`): each example scores one for each of its relation labels whose
+    words (:func:`word_stems`) the question has, less a half for each it has not; the
+    ``count`` best are shown, the best last (a small model copies the example it read
+    last). A question that names no relation gets the ``fallback`` examples."""
+
+    system: str = SYSTEM
+    pool: tuple[PooledExample, ...] = ()
+    fallback: tuple[tuple[str, str], ...] = EXAMPLES
+    count: int = 4
+
+    @property
+    def examples(self) -> tuple[tuple[str, str], ...]:
+        return self.fallback
+
+    def scored(self, question: str) -> list[tuple[float, int, int, PooledExample]]:
+        """(score, fewer relations, earlier in the pool, example) for each pooled example."""
+        words = word_stems(question)
+        out = []
+        for i, e in enumerate(self.pool):
+            stems = frozenset().union(*(word_stems(r) for r in e.relations))
+            out.append((len(stems & words) - 0.5 * len(stems - words), -len(e.relations), -i, e))
+        return out
+
+    def for_question(self, question: str) -> Prompt:
+        """The :class:`Prompt` for ``question``: the examples it scores best on, the best last."""
+        ranked = sorted((x for x in self.scored(question) if x[0] > 0), key=lambda x: x[:3], reverse=True)
+        if not ranked:
+            return Prompt(system=self.system, examples=self.fallback)
+        chosen = [(e.question, e.answer) for *_, e in ranked[:self.count]]
+        rest = [e for e in self.fallback if e not in chosen][:max(0, self.count - len(chosen))]
+        return Prompt(system=self.system, examples=tuple(rest + chosen[::-1]))
+
+    def render(self, tokenizer: "PreTrainedTokenizerBase", question: str, prefill: str = "") -> str:
+        return self.for_question(question).render(tokenizer, question, prefill)
+
+
+def question_prompt(index: Any, tokenizer: "VocabularyLike", count: int = 4) -> QuestionPrompt:
+    """A :class:`QuestionPrompt` over ``index``'s :func:`example_pool`, falling back to
+    :func:`fitted_prompt`'s examples."""
+    return QuestionPrompt(pool=example_pool(index, tokenizer), fallback=fitted_prompt(index, tokenizer).examples,
+                          count=count)

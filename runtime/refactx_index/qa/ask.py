@@ -15,7 +15,13 @@ the question that are subjects of the index, an exact-match pass over the tree) 
 a fact's subject is being written and still follows one of them, lets through only the
 tokens that continue one of them (:class:`EntitiesFirst`). ``grounded`` makes the text after
 ``Answer:`` an entity or value of a stored fact the reply wrote (its subject or object), or
-``I don't know.``, then the end (:class:`GroundedAnswer`).
+``I don't know.``, then the end (:class:`GroundedAnswer`). ``relations_first`` follows the
+question's relation words (:class:`RelationsFirst`): while a word of the question that names
+a relation of a question entity or of an object written is not yet covered by a written
+fact, the reply writes another fact, from that entity, with that relation (a question of two
+relations gets a chain of two facts); with ``grounded`` as well, the answer comes only from
+facts chained from a question entity, and with ``named_relations_only`` only from those
+whose relation covers a word of the question (else ``I don't know.``): precision over recall.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ..constraint.matcher import FACT, FactMatcher
 from ..engines.core import index_prompt, index_trigger
 from ..errors import InputRefused
-from ..prompting.prompt import Prompt, TRIGGER, UNKNOWN, final_answer, fitted_prompt
-from ..tree.explore import _frontier
+from ..prompting.prompt import ANSWER, Prompt, TRIGGER, UNKNOWN, final_answer, fitted_prompt, word_stems
+from ..tree.explore import _frontier, objects, relations
 from ..tree.index import ServedBuild, TreeIndex
 from ..tree.provenance import Provenance
 from ..vocab import Vocabulary, VocabularyLike, as_vocabulary, encode_facts
@@ -260,6 +266,135 @@ class EntitiesFirst:
         return scores
 
 
+class RelationsFirst:
+    """A logits processor after the fact constraint that follows the question's relation
+    words (:func:`refactx_index.prompting.prompt.word_stems` of the question, less the words
+    of its entities of two words or more): a relation label *covers* a word when they share a stem. While a word
+    that no written fact's relation covers is covered by a relation of a question entity or
+    of an object the reply wrote (``open`` words), and fewer than ``max_facts`` facts are
+    written,
+
+    - after a complete fact the reply goes on with another fact (a new line and the trigger,
+      not ``Answer:`` or the end): so a question of two relations gets a chain of two facts;
+      once a written fact covered a word and none is open, the next line is ``Answer:``
+      (a list is not written out to the token limit);
+    - at a fact's subject, only those entities whose relations cover an open word are let
+      through (the second fact starts from the first's object);
+    - at a fact's object, while a word stays open after this fact's relation, only the objects
+      (of the subject's first 200) that have a relation covering it, where some have and some
+      not: the chain goes on from a film that has a genre.
+
+    At any fact's relation the subject's relations that cover an open word, else those that
+    cover any word of the question, are let through first. Where nothing of that applies,
+    or the constraint leaves none of the tokens it would keep, nothing changes. Rows are
+    ``questions x beams``; ``entities`` per question (:func:`question_entities`)."""
+
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", index: TreeIndex, vocabulary: VocabularyLike,
+                 questions: Sequence[str], entities: Sequence[Sequence[str]], prompt_width: int, trigger: str,
+                 num_beams: int, prefill: str = "", max_facts: int = 4):
+        self.tokenizer, self.index, self.vocabulary = tokenizer, index, vocabulary
+        self.width, self.trigger, self.beams, self.prefill = prompt_width, trigger, max(num_beams, 1), prefill
+        self.fact_prefix = index.info.fact_prefix
+        self.entities = [list(e) for e in entities]
+        # an entity's own words are no relation words, except for an entity of one word: a tag
+        # such as "writer" is an entity, and the question's relation word all the same
+        self.words = [word_stems(q) - word_stems(" ".join(n for n in e if len(n.split()) > 1))
+                      for q, e in zip(questions, entities)]
+        self.max_facts = max_facts
+        self.pieces = _token_pieces(tokenizer)
+        self._relations: dict[str, list[str]] = {}
+        self._objects: dict[str, list[str]] = {}
+
+    def relations_of(self, entity: str) -> list[str]:
+        found = self._relations.get(entity)
+        if found is None:
+            found = self._relations[entity] = [r.label for r in relations(self.index, self.vocabulary, entity,
+                                                                          limit=100)]
+        return found
+
+    def objects_of(self, entity: str, relation: str) -> list[str]:
+        key = f"{entity}\n{relation}"
+        found = self._objects.get(key)
+        if found is None:
+            found = self._objects[key] = [x.label for x in objects(self.index, self.vocabulary, entity, relation,
+                                                                    limit=200)]
+        return found
+
+    def open_words(self, q: int, facts: Sequence[tuple[str, ...]]) -> tuple[frozenset[str], list[str]]:
+        """The question's words no written fact's relation covers, and the entities (question
+        entities, then written objects) whose relations cover one of them."""
+        covered = frozenset().union(*(word_stems(f[1]) for f in facts))
+        words = self.words[q] - covered
+        if not words or len(facts) >= self.max_facts:
+            return frozenset(), []
+        names = list(dict.fromkeys([*self.entities[q], *(f[-2] for f in facts)]))
+        return words, [n for n in names if any(word_stems(r) & words for r in self.relations_of(n))]
+
+    def opener(self, q: int, facts: Sequence[tuple[str, ...]]) -> str | None:
+        """What the line after the complete ``facts`` opens with: the trigger while a word is
+        open, ``Answer:`` once the facts' relations covered a word of the question and none
+        is left open (or ``max_facts`` are written), else no preference."""
+        if self.open_words(q, facts)[1]:
+            return self.trigger
+        covered = frozenset().union(*(word_stems(f[1]) for f in facts))
+        return ANSWER if covered & self.words[q] or len(facts) >= self.max_facts else None
+
+    def targets(self, q: int, text: str) -> list[str]:
+        """The texts the reply ``text`` may go on with (none: no preference)."""
+        facts = _written_facts(text, self.trigger)
+        start = text.rfind("\n") + 1
+        line = text[start:]
+        at = text.rfind(self.trigger)
+        in_fact = at >= 0 and "\n" not in text[at:]
+        if in_fact and line.rstrip().endswith("> ."):  # a complete fact: a new line, a fact or the answer
+            opener = self.opener(q, facts)
+            return ["\n" + opener] if opener else []
+        if not in_fact:  # a new line after a fact: a fact or the answer
+            opener = self.opener(q, facts) if text[:start].rstrip().endswith("> .") else None
+            return [text[:start] + opener] if opener and opener.startswith(line) else []
+        head, written = text[:at + len(self.trigger)], text[at + len(self.trigger):]
+        if ">" not in written:  # the subject
+            return [f"{head}{self.fact_prefix}<{n}> <" for n in self.open_words(q, facts)[1]]
+        o = re.fullmatch(r"\s*<([^>]*)> <([^>]*)> <([^>]*)", written)
+        if o:  # the object: one that a relation of an open word goes on from, where some do
+            words = self.open_words(q, facts)[0] - word_stems(o.group(2))
+            found = self.objects_of(o.group(1), o.group(2)) if words else []
+            good = [x for x in found if any(word_stems(r) & words for r in self.relations_of(x))]
+            return [f"{head}{written[:o.start(3)]}{x}>" for x in good] if len(good) < len(found) else []
+        m = re.fullmatch(r"\s*<([^>]*)> <([^>]*)", written)
+        if not m:
+            return []
+        words = self.open_words(q, facts)[0]
+        rels = self.relations_of(m.group(1))
+        chosen = [r for r in rels if word_stems(r) & words] or [r for r in rels if word_stems(r) & self.words[q]]
+        return [f"{head}{written[:m.start(2)]}{r}>" for r in chosen]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for r in range(input_ids.shape[0]):
+            q = r // self.beams
+            if not self.words[q]:
+                continue
+            text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
+            targets = self.targets(q, text)
+            if targets and targets[0].startswith("\n"):
+                wanted = _continuations(self.pieces, targets[0], False)
+            else:
+                wanted = sorted({t for target in targets if target.startswith(text) and len(target) > len(text)
+                                 for t in _continuations(self.pieces, target[len(text):])})
+            if not wanted:
+                continue
+            keep = torch.tensor(sorted(set(wanted)), dtype=torch.long, device=scores.device)
+            kept = scores[r, keep]
+            if not torch.isfinite(kept).any():
+                continue
+            row = torch.full_like(scores[r], float("-inf"))
+            row[keep] = kept
+            scores[r] = row
+        return scores
+
+
 class GroundedAnswer:
     """A logits processor: once a row's reply opens a line with ``Answer:``, only the tokens
     that continue `` <name>.`` for a subject or object of a stored fact the reply wrote
@@ -270,9 +405,13 @@ class GroundedAnswer:
 
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", prompt_width: int, trigger: str, eos: Sequence[int],
                  stored: Any,
-                 prefill: str = ""):
+                 prefill: str = "", entities: Sequence[Sequence[str]] | None = None, num_beams: int = 1,
+                 words: Sequence[frozenset[str]] | None = None):
         self.tokenizer, self.width, self.trigger, self.prefill = tokenizer, prompt_width, trigger, prefill
         self.eos = list(eos)
+        self.entities = None if entities is None else [list(e) for e in entities]
+        self.words = None if words is None else list(words)
+        self.beams = max(num_beams, 1)
         self._stored = stored
         self._known: dict[str, bool] = {}
         self.pieces = _token_pieces(tokenizer)
@@ -282,13 +421,28 @@ class GroundedAnswer:
             self._known[text] = bool(self._stored(text))
         return self._known[text]
 
-    def candidates(self, before: str) -> list[str]:
+    def candidates(self, before: str, entities: Sequence[str] | None = None,
+                   words: frozenset[str] | None = None) -> list[str]:
         """The answers the reply text ``before`` its ``Answer:`` allows: the objects of the
         stored facts it wrote that no written fact starts from (a chain's middle step and the
         question's own entity are what was looked up, not what was found), all their objects
-        when that leaves none, and "I don't know"."""
+        when that leaves none, and "I don't know". With the question's ``entities`` (a
+        non-empty list), only the facts of a chain from one of them count: a fact whose
+        subject is one of them or an object of such a fact written before it. With the
+        question's relation ``words`` (:class:`RelationsFirst`), a fact counts only when its
+        relation covers one of them: an answer from a relation the question does not name is
+        "I don't know"."""
 
         facts = [parts for parts in _written_facts(before, self.trigger) if self.stored(parts[-1])]
+        if entities:
+            reached, chained = set(entities), []
+            for f in facts:
+                if f[0] in reached:
+                    chained.append(f)
+                    reached.add(f[-2])
+            facts = chained
+        if words is not None:
+            facts = [f for f in facts if word_stems(f[1]) & words]
         subjects = {f[0] for f in facts}
         objects = list(dict.fromkeys(f[-2] for f in facts))
         names = [o for o in objects if o not in subjects] or objects
@@ -296,11 +450,15 @@ class GroundedAnswer:
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         for r in range(input_ids.shape[0]):
-            self.mask_row(input_ids[r, self.width:].tolist(), scores[r])
+            entities = self.entities[r // self.beams] if self.entities is not None else None
+            words = self.words[r // self.beams] if self.words is not None else None
+            self.mask_row(input_ids[r, self.width:].tolist(), scores[r], entities, words)
         return scores
 
-    def mask_row(self, generated: Sequence[int], scores: Any) -> None:
-        """Mask, in place, the next-token ``scores`` of one row whose reply so far is ``generated``."""
+    def mask_row(self, generated: Sequence[int], scores: Any, entities: Sequence[str] | None = None,
+                 words: frozenset[str] | None = None) -> None:
+        """Mask, in place, the next-token ``scores`` of one row whose reply so far is
+        ``generated`` (``entities``: :meth:`candidates`)."""
         import torch
 
         text = self.prefill + self.tokenizer.decode(list(generated), skip_special_tokens=True)
@@ -309,7 +467,8 @@ class GroundedAnswer:
         if at < 0:
             return
         written = text[at + len("Answer:"):]
-        targets = [c for c in self.candidates(text[:at]) if c.startswith(written) or written.startswith(c)]
+        targets = [c for c in self.candidates(text[:at], entities, words)
+                   if c.startswith(written) or written.startswith(c)]
         if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
             wanted = self.eos
         else:
@@ -398,12 +557,15 @@ def ask(
     prefill_fact: bool = False,
     entities_first: bool = False,
     grounded: bool = False,
+    relations_first: bool = False,
+    named_relations_only: bool = False,
 ) -> list[Answer]:
     """Answer ``questions`` in one left-padded batch (see the module doc); ``trigger`` starts
     what the index constrains. By default both follow the index's kind: ``Fact:`` and the
     fact prompt with examples drawn from the index (:func:`refactx_index.prompting.prompt.fitted_prompt`),
     or over a path index (``info.index_kind`` ``paths``) ``Path:`` and ``paths.PATH_PROMPT``.
-    ``prefill_fact``, ``entities_first`` and ``grounded``: the module doc.
+    ``prefill_fact``, ``entities_first``, ``grounded``, ``relations_first`` and
+    ``named_relations_only``: the module doc.
 
     Raises :class:`InputRefused`, before anything is generated, for an empty question or one
     longer than ``max_question_chars`` (:func:`check_questions`)."""
@@ -435,12 +597,20 @@ def ask(
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     width = enc["input_ids"].shape[1]
     processors = [processor] if constrained else []
+    entities = ([question_entities(index, loaded.vocabulary, q) for q in questions]
+                if entities_first or relations_first else [])
     if entities_first:
-        entities = [question_entities(index, loaded.vocabulary, q) for q in questions]
         processors.append(EntitiesFirst(tok, entities, width, trigger, index.info.fact_prefix, num_beams, prefill))
+    follow = (RelationsFirst(tok, index, loaded.vocabulary, questions, entities, width, trigger, num_beams, prefill)
+              if relations_first else None)
+    if follow is not None:
+        processors.append(follow)
     if grounded:
         processors.append(GroundedAnswer(tok, width, trigger, eos, lambda text: True if constrained
-                                         else is_stored(index, loaded.vocabulary, text, build), prefill))
+                                         else is_stored(index, loaded.vocabulary, text, build), prefill,
+                                         entities=entities if relations_first else None, num_beams=num_beams,
+                                         words=follow.words if follow is not None and named_relations_only
+                                         else None))
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():

@@ -342,14 +342,16 @@ class Scored:
 
 # why an answer is no hit, the first that applies
 FAILURES = ("cut_by_token_limit", "no_fact_written", "gold_in_a_fact_other_answer_text", "other_subject",
-            "topic_other_facts", "unknown_after_facts", "wrong_without_topic")
+            "first_hop_only", "topic_other_facts", "unknown_after_facts", "wrong_without_topic")
 
 
 def failure_of(question: Question, said: str, unknown: bool, cut: bool, facts: Sequence[Any]) -> str:
     """The failure of an answer that is no hit (:data:`FAILURES`): cut by the token limit; no
     fact written; a written fact holds a gold answer (as subject or object) but the answer
-    says something else; no written fact is about the question's topic; facts about the
-    topic, none with a gold answer; "I don't know" after facts; (no topic to tell) wrong."""
+    says something else; no written fact is about the question's topic; (a question of two
+    hops or more) facts about the topic but none that starts from one of their objects;
+    facts about the topic, none with a gold answer (one hop: the question's subject, another
+    relation); "I don't know" after facts; (no topic to tell) wrong."""
     if cut:
         return "cut_by_token_limit"
     if not facts:
@@ -359,8 +361,13 @@ def failure_of(question: Question, said: str, unknown: bool, cut: bool, facts: S
         return "gold_in_a_fact_other_answer_text"
     if question.topic is None:
         return "unknown_after_facts" if unknown else "wrong_without_topic"
-    if not any(normalize(p[0]) == normalize(question.topic) for p in parts):
+    topic = normalize(question.topic)
+    if not any(normalize(p[0]) == topic for p in parts):
         return "other_subject"
+    if question.hops >= 2:
+        reached = {normalize(p[-1]) for p in parts if normalize(p[0]) == topic}
+        if not any(normalize(p[0]) in reached for p in parts):
+            return "first_hop_only"
     return "unknown_after_facts" if unknown else "topic_other_facts"
 
 
@@ -575,8 +582,9 @@ def plot(summary: dict[str, Any], path: str | Path, title: str = "") -> None:
 
 
 def write_outputs(results: dict[str, list[Scored]], out_prefix: str | Path, meta: dict[str, Any],
-                  plot_png: bool = True) -> dict[str, Any]:
-    """``<prefix>.json`` (settings, summary, every answer), ``<prefix>.md`` and ``<prefix>.png``."""
+                  plot_png: bool = True, plot_groups: Sequence[str] | None = None) -> dict[str, Any]:
+    """``<prefix>.json`` (settings, summary, every answer), ``<prefix>.md`` and ``<prefix>.png``
+    (of the groups ``plot_groups`` only, when given: all, the hops, ...)."""
 
     summary = report(results)
     prefix = Path(out_prefix)
@@ -585,5 +593,7 @@ def write_outputs(results: dict[str, list[Scored]], out_prefix: str | Path, meta
     prefix.with_suffix(".json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     prefix.with_suffix(".md").write_text(markdown_table(summary), encoding="utf-8")
     if plot_png:
-        plot(summary, prefix.with_suffix(".png"), title=str(meta.get("questions_file", "")))
+        shown = summary if plot_groups is None else {
+            mode: {g: groups[g] for g in plot_groups if g in groups} for mode, groups in summary.items()}
+        plot(shown, prefix.with_suffix(".png"), title=str(meta.get("questions_file", meta.get("benchmark", ""))))
     return summary
