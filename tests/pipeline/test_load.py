@@ -561,7 +561,7 @@ def test_spark_checks_name_each_fault(spark, tmp_path):
     # the same row as format version 1 wrote it (no checksum) inside a version 2 build
     version_1 = bytes([1]) + rows[deep_key][1:10] + rows[deep_key][14:]
     fails("version1", {**rows, deep_key: version_1},
-          "does not decode: a format version 1 row inside a format version 4 build")
+          f"does not decode: a format version 1 row inside a format version {fmt.FORMAT_VERSION} build")
 
 
 def rewrite_rows(rows_dir: Path, change) -> str:

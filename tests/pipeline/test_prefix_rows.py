@@ -247,7 +247,7 @@ def test_run_writes_rows_and_counts(spark, cfg, bad):
     rows = {bytes(r["prefix"]): bytes(r["node"]) for r in written}
     path = cfg.stage_dir("prefix_rows") / "toy" / job.DICTIONARY_FILE
     dictionary = fmt.PresetDictionary(path.read_bytes()) if path.exists() else None
-    assert counts["format_version"] == fmt.FORMAT_VERSION == 4
+    assert counts["format_version"] == fmt.FORMAT_VERSION == 5
     assert counts["dictionary_bytes"] == (len(dictionary.data) if dictionary else 0)
     check_rows_against_trie(rows, FACTS, 1, 8, dictionary)
     assert (cfg.stage_dir("prefix_rows") / "toy" / "counts.json").exists()
