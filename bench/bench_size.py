@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_preset(preset: str, lines: int, cores: int, walks: int, work: Path, dsn: str, plain: bool = False,
-               python: str | None = None) -> dict:
+               python: str | None = None, baselines: bool = True) -> dict:
     out = work / f"e2e-{preset}{'-plain' if plain else ''}{'-baseline' if python else ''}.json"
     cmd = [python or sys.executable, str(ROOT / "bench" / "bench_e2e.py"), "--preset", preset, "--lines", str(lines),
            "--cores", str(cores), "--skew", "0", "--walks", str(walks), "--prefetch-leaves", "0",
            "--work", str(work / preset), "--dsn", dsn, "--out", str(out)] + (["--pack-facts", "0"] if plain else [])
-    cmd += ["--no-baselines"] if python else []  # the floor and the encoder: the facts', measured once
+    cmd += ["--no-baselines"] if python or not baselines else []  # the floor and the encoder: the facts', once
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return json.loads(out.read_text())
@@ -103,6 +103,9 @@ def main() -> None:
                              "code installed in its environment (e.g. another checkout's .venv/bin/python), the "
                              "baseline of a format change, in the same run")
     parser.add_argument("--baseline-label", default="baseline", help="the baseline rows' name in the table")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="no zstd floor or encoder baseline in any build (bench_e2e.py --no-baselines): the "
+                             "floor is the facts', the same for the same dump whatever the code")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--walks", type=int, default=300)
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_size"))
@@ -121,7 +124,8 @@ def main() -> None:
     plain = {p.strip() for p in args.plain.split(",") if p.strip()}
     rows = []
     for p, n in zip(presets, lines):
-        rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn)))
+        rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn,
+                                         baselines=not args.no_baselines)))
         if p in plain:
             rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn, plain=True), plain=True))
         if args.baseline_python:
