@@ -60,8 +60,8 @@ checksum, dictionary and bounds are version 4's. Version 4 builds are still read
 in a row of an earlier version is a ``FormatError``.
 
 ``flags`` bit 0: the body is zlib-compressed (used when that is smaller). Widths
-are the smallest of 1, 2, 4, 8 bytes that hold the largest value (and 3 for tokens, version 5). In BFS order
-the children of every node are contiguous and sorted by token, so decoding is a few
+are the smallest of 1, 2, 4, 8 bytes that hold the largest value (tokens: also 3, version 5).
+In BFS order the children of every node are contiguous and sorted by token, so decoding is a few
 linear passes: in compiled code (``_fragment.c``, built where the runtime is installed with
 a C compiler) or a handful of numpy calls (``DECODER``); no per-element Python work, and no
 ``pickle``.
@@ -102,7 +102,6 @@ _KNOWN_FLAGS = {1: _FLAG_ZLIB, 2: _FLAG_ZLIB, 3: _FLAG_ZLIB | _FLAG_ZDICT, 4: _F
                 5: _FLAG_ZLIB | _FLAG_ZSTD}
 # version 5: token ids below 2**24 stored in 3 bytes where version 4 took 4
 TOKEN_WIDTH_3_VERSION = 5
-_TOKEN3_LIMIT = 1 << 24
 # a trained zstd dictionary's size (a version 3 build's deflate dictionary is at most 32 KiB,
 # deflate's window); measured on the realistic build: 64 KiB saves 0.3 B per fact over 32 KiB
 MAX_DICTIONARY_BYTES = 64 * 1024
