@@ -209,7 +209,7 @@ def encoder_child(facts_dir: str, tokenizer_file: str, prefix: str) -> None:
 
 
 def set_ratios(summary: dict[str, Any]) -> None:
-    if "encoder" not in summary:  # --no-baselines
+    if "encoder" not in summary or "tokenize_prefix_load_s" not in summary:  # --no-baselines, --from-stage
         return
     facts, encoder = summary["distinct_facts"], summary["encoder"]
     summary["ratios"] = {
@@ -355,12 +355,18 @@ def task_figures(spark, spans: dict[str, tuple[float, float]]) -> dict[str, Any]
 
 def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler,
               java_options: str | None = None, tree: dict[str, Any] | None = None,
-              driver_memory: str = "6g", tasks: bool = False) -> dict:
+              driver_memory: str = "6g", tasks: bool = False, from_stage: str | None = None) -> dict:
+    """The whole build, or (``from_stage``) its stages from that one on, on the earlier stages'
+    outputs an earlier run left in the same build folder."""
     from refactx_pipeline.common import spark_session
-    from refactx_pipeline.orchestration.pipeline import build
+    from refactx_pipeline.orchestration.pipeline import build, select_stages
 
     cfg = dump_config(dump, work / f"build-local{cores}", cores, vocab, java_options, driver_memory, ui=tasks)
     cfg = cfg.updated({"pg.schema": f"bench_e2e_{cores}", **(tree or {})})
+    selected = select_stages(cfg)
+    if from_stage is not None and from_stage not in selected:
+        raise SystemExit(f"--from-stage: {from_stage!r} is not among this build's stages {selected}")
+    only = selected[selected.index(from_stage):] if from_stage else None
     stages: dict[str, dict[str, Any]] = {}
     marks: dict[str, tuple[float, float]] = {}
     spans: dict[str, tuple[float, float]] = {}
@@ -384,7 +390,7 @@ def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler:
     spark = spark_session(cfg, f"bench_e2e_local{cores}")
     task_figs: dict[str, Any] = {}
     try:
-        build(cfg, spark=spark, on_stage=on_stage, dsn=dsn)
+        build(cfg, only, spark=spark, on_stage=on_stage, dsn=dsn)
         if tasks:
             try:
                 task_figs = task_figures(spark, spans)
@@ -433,7 +439,8 @@ def summarize(build: dict, cores: int) -> dict[str, Any]:
                       for key in ("peak_jvm_mb", "peak_workers_mb", "peak_driver_py_mb")}
     out["total_wall_s"] = round(sum(s["wall_s"] for s in stages.values()), 1)
     out["total_s_per_1m_facts"] = round(out["total_wall_s"] / facts * 1e6, 1)
-    out["tokenize_prefix_load_s"] = sum(stages[n]["wall_s"] for n in PER_FACT_STAGES)
+    if all(n in stages for n in PER_FACT_STAGES):  # not in a run --from-stage after tokenize
+        out["tokenize_prefix_load_s"] = sum(stages[n]["wall_s"] for n in PER_FACT_STAGES)
     return out
 
 
@@ -547,6 +554,10 @@ def main() -> None:
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the bz2 and encoder baselines and the zstd floor (at 20M facts they take "
                              "longer than half the build: the floor's zstd-19 alone ~20 min)")
+    parser.add_argument("--from-stage", default=None,
+                        help="run the build's stages from this one on (e.g. prefix_rows), on the outputs of "
+                             "the earlier stages that an earlier run with the same --work, --lines and --cores "
+                             "left; only these stages are measured")
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_e2e"), help="dump and build folder")
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="a server where a scratch database may be created and dropped")
@@ -588,7 +599,7 @@ def main() -> None:
     results: dict[str, Any] = {"lines": args.lines, "seed": args.seed, "skew": args.skew, "preset": args.preset,
                                "vocab": args.vocab, "cpu_count": os.cpu_count(), "runs": [], "baselines": {},
                                "measured": measured_on(), "dump_generate_s": dump_seconds,
-                               "driver_memory": args.driver_memory}
+                               "driver_memory": args.driver_memory, "from_stage": args.from_stage}
     if not args.no_baselines:
         print("baseline: bz2 decompression ...", flush=True)
         results["baselines"]["bz2"] = bz2_baseline(dump / manifest["truthy"])
@@ -596,7 +607,7 @@ def main() -> None:
         for cores in [int(c) for c in args.cores.split(",")]:
             tree = {} if args.pack_facts is None else {"tree.pack_facts": args.pack_facts}
             build = run_build(dump, work, cores, args.vocab, dsn, sampler, args.java_options, tree,
-                              args.driver_memory, args.tasks)
+                              args.driver_memory, args.tasks, args.from_stage)
             results["java_options"] = build["cfg"].spark.java_options
             summary = summarize(build, cores)
             if not args.no_baselines:
