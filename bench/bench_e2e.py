@@ -139,8 +139,10 @@ def generate_dump(work: Path, lines: int, seed: int, skew: int, preset: str = "r
     return out
 
 
-def dump_config(dump: Path, build_root: Path, cores: int, vocab: str, java_options: str | None = None):
-    """The build's config; ``java_options``: its JVM's (None: the config's default, ParallelGC)."""
+def dump_config(dump: Path, build_root: Path, cores: int, vocab: str, java_options: str | None = None,
+                driver_memory: str = "6g", ui: bool = False):
+    """The build's config; ``java_options``: its JVM's (None: the config's default, ParallelGC);
+    ``ui``: Spark's UI on (loopback), for the tasks' figures (``task_figures``)."""
     from refactx_pipeline.config import Config, VocabularyConfig
 
     manifest = json.loads((dump / "manifest.json").read_text())
@@ -154,9 +156,9 @@ def dump_config(dump: Path, build_root: Path, cores: int, vocab: str, java_optio
         "input.enwiki_page_props": str(dump / manifest["page_props"]),
         "tokenize.vocabularies": [VocabularyConfig(name=vocab, path=str(SHARED / "tokenizers" / vocab))],
         "spark.master": f"local[{cores}]",
-        "spark.driver_memory": "6g",
+        "spark.driver_memory": driver_memory,
         "spark.shuffle_partitions": max(8, 4 * cores),
-        "spark.conf": {"spark.ui.showConsoleProgress": "false"},
+        "spark.conf": {"spark.ui.showConsoleProgress": "false", **({"spark.ui.enabled": "true"} if ui else {})},
     })
 
 
@@ -207,6 +209,8 @@ def encoder_child(facts_dir: str, tokenizer_file: str, prefix: str) -> None:
 
 
 def set_ratios(summary: dict[str, Any]) -> None:
+    if "encoder" not in summary or "tokenize_prefix_load_s" not in summary:  # --no-baselines, --from-stage
+        return
     facts, encoder = summary["distinct_facts"], summary["encoder"]
     summary["ratios"] = {
         "tokenize_vs_encoder": (facts / summary["stages"]["tokenize"]["wall_s"]) / encoder["facts_per_s"],
@@ -297,23 +301,85 @@ def walk_figures(dsn: str, schema: str, index_name: str, walks: int, prefetch: l
             "cursor": cursors}
 
 
-def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler,
-              java_options: str | None = None, tree: dict[str, Any] | None = None) -> dict:
-    from refactx_pipeline.common import spark_session
-    from refactx_pipeline.orchestration.pipeline import build
+def task_figures(spark, spans: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """Per pipeline stage (``spans``: its epoch start and end seconds), from Spark's UI (REST, on
+    loopback): its Spark stages and tasks, and its largest task (the longest run time, with
+    its Spark stage's name, input and shuffle read bytes, peak execution memory and spill)."""
+    import urllib.request
+    from datetime import datetime, timezone
 
-    cfg = dump_config(dump, work / f"build-local{cores}", cores, vocab, java_options)
+    ui, app = spark.sparkContext.uiWebUrl, spark.sparkContext.applicationId
+
+    def rest(path: str) -> Any:
+        with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/{path}", timeout=60) as response:
+            return json.load(response)
+
+    def epoch(stamp: str | None) -> float | None:
+        if not stamp:
+            return None
+        parsed = datetime.strptime(stamp.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f")
+        return parsed.replace(tzinfo=timezone.utc).timestamp()
+
+    out: dict[str, Any] = {name: {"spark_stages": 0, "tasks": 0, "largest_task": None} for name in spans}
+    for st in rest("stages?status=complete&details=false"):
+        submitted = epoch(st.get("submissionTime"))
+        name = next((n for n, (a, b) in spans.items() if submitted is not None and a <= submitted <= b), None)
+        if name is None:
+            continue
+        fig = out[name]
+        fig["spark_stages"] += 1
+        fig["tasks"] += st.get("numCompleteTasks", 0)
+        summary = rest(f"stages/{st['stageId']}/{st['attemptId']}/taskSummary?quantiles=0.5,1.0")
+
+        def top(key: str, summary: dict = summary) -> float:
+            values = summary.get(key) or [0, 0]
+            return values[-1]
+
+        def nested(group: str, key: str, summary: dict = summary) -> float:
+            values = (summary.get(group) or {}).get(key) or [0, 0]
+            return values[-1]
+
+        largest = {"spark_stage": st["stageId"], "name": st.get("name", "")[:120],
+                   "tasks_in_stage": st.get("numCompleteTasks", 0),
+                   "run_s": top("executorRunTime") / 1e3,
+                   "median_run_s": (summary.get("executorRunTime") or [0, 0])[0] / 1e3,
+                   "gc_s": top("jvmGcTime") / 1e3,
+                   "peak_execution_memory_mb": top("peakExecutionMemory") / 2**20,
+                   "input_mb": nested("inputMetrics", "bytesRead") / 2**20,
+                   "shuffle_read_mb": nested("shuffleReadMetrics", "readBytes") / 2**20,
+                   "spill_disk_mb": top("diskBytesSpilled") / 2**20}
+        if fig["largest_task"] is None or largest["run_s"] > fig["largest_task"]["run_s"]:
+            fig["largest_task"] = largest
+    return out
+
+
+def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler: ProcessTreeSampler,
+              java_options: str | None = None, tree: dict[str, Any] | None = None,
+              driver_memory: str = "6g", tasks: bool = False, from_stage: str | None = None) -> dict:
+    """The whole build, or (``from_stage``) its stages from that one on, on the earlier stages'
+    outputs an earlier run left in the same build folder."""
+    from refactx_pipeline.common import spark_session
+    from refactx_pipeline.orchestration.pipeline import build, select_stages
+
+    cfg = dump_config(dump, work / f"build-local{cores}", cores, vocab, java_options, driver_memory, ui=tasks)
     cfg = cfg.updated({"pg.schema": f"bench_e2e_{cores}", **(tree or {})})
+    selected = select_stages(cfg)
+    if from_stage is not None and from_stage not in selected:
+        raise SystemExit(f"--from-stage: {from_stage!r} is not among this build's stages {selected}")
+    only = selected[selected.index(from_stage):] if from_stage else None
     stages: dict[str, dict[str, Any]] = {}
     marks: dict[str, tuple[float, float]] = {}
+    spans: dict[str, tuple[float, float]] = {}
 
     def on_stage(name: str, result) -> None:
         if result is None:
             sampler.reset_peaks()
+            spans[name] = (time.time(), float("inf"))
             marks[name] = (time.monotonic(), sampler.cpu_seconds())
             print(f"  [{cores} cores] {name} ...", flush=True)
             return
         started, cpu = marks[name]
+        spans[name] = (spans[name][0], time.time())
         stages[name] = {"wall_s": time.monotonic() - started, "cpu_s": sampler.cpu_seconds() - cpu,
                         "peak_jvm_mb": sampler.peak_jvm / 2**20, "peak_workers_mb": sampler.peak_workers / 2**20,
                         "peak_driver_py_mb": sampler.peak_driver / 2**20,
@@ -322,11 +388,17 @@ def run_build(dump: Path, work: Path, cores: int, vocab: str, dsn: str, sampler:
               flush=True)
 
     spark = spark_session(cfg, f"bench_e2e_local{cores}")
+    task_figs: dict[str, Any] = {}
     try:
-        build(cfg, spark=spark, on_stage=on_stage, dsn=dsn)
+        build(cfg, only, spark=spark, on_stage=on_stage, dsn=dsn)
+        if tasks:
+            try:
+                task_figs = task_figures(spark, spans)
+            except Exception:  # the build's figures stand without them
+                logging.exception("the tasks' figures could not be read from Spark's UI")
     finally:
         spark.stop()
-    return {"cfg": cfg, "stages": stages}
+    return {"cfg": cfg, "stages": stages, "tasks": task_figs}
 
 
 def summarize(build: dict, cores: int) -> dict[str, Any]:
@@ -345,6 +417,8 @@ def summarize(build: dict, cores: int) -> dict[str, Any]:
             "s_per_1m_facts": round(s["wall_s"] / facts * 1e6, 1),
             "rows_in_out": rows_in_out(name, s["counts"]),
         }
+        if name in build.get("tasks", {}):
+            out["stages"][name]["spark"] = build["tasks"][name]
     prov = load.get("provenance") or {}
     prov_bytes = (prov.get("table_bytes") or 0) + (prov.get("index_bytes") or 0)
     out["index"] = {
@@ -361,9 +435,12 @@ def summarize(build: dict, cores: int) -> dict[str, Any]:
         "p99_row_bytes": vocab_counts["p99_row_bytes"],
         "deepest_row": vocab_counts["max_depth"],
     }
+    out["peak_mb"] = {key: max(round(s[key]) for s in stages.values())
+                      for key in ("peak_jvm_mb", "peak_workers_mb", "peak_driver_py_mb")}
     out["total_wall_s"] = round(sum(s["wall_s"] for s in stages.values()), 1)
     out["total_s_per_1m_facts"] = round(out["total_wall_s"] / facts * 1e6, 1)
-    out["tokenize_prefix_load_s"] = sum(stages[n]["wall_s"] for n in PER_FACT_STAGES)
+    if all(n in stages for n in PER_FACT_STAGES):  # not in a run --from-stage after tokenize
+        out["tokenize_prefix_load_s"] = sum(stages[n]["wall_s"] for n in PER_FACT_STAGES)
     return out
 
 
@@ -437,8 +514,8 @@ def plot(results: dict[str, Any], path: Path) -> bool:
     facts = runs[0]["distinct_facts"]
     base = results["baselines"]
     ax.set_xlabel("wall seconds")
-    ax.set_title(f"dump -> active index, {facts:,} facts ({base['bz2']['lines']:,} dump lines); "
-                 f"bz2 alone {base['bz2']['wall_s']:.0f} s")
+    bz2_alone = f"; bz2 alone {base['bz2']['wall_s']:.0f} s" if "bz2" in base else ""
+    ax.set_title(f"dump -> active index, {facts:,} facts ({results['lines']:,} dump lines){bz2_alone}")
     ax.legend(ncol=5, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -469,6 +546,18 @@ def main() -> None:
     parser.add_argument("--pack-facts", type=int, default=None,
                         help="tree.pack_facts (default: the config's, 4 x T; 0: every child of an "
                              "expanded prefix a row of its own, the plain cut)")
+    parser.add_argument("--driver-memory", default="6g", help="spark.driver_memory: the JVM's heap (local mode: "
+                        "Spark's driver and executors)")
+    parser.add_argument("--tasks", action="store_true",
+                        help="Spark's UI on during the builds, read at the end: per stage its Spark stages, "
+                             "tasks and largest task (run time, input, shuffle read, peak execution memory)")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="skip the bz2 and encoder baselines and the zstd floor (at 20M facts they take "
+                             "longer than half the build: the floor's zstd-19 alone ~20 min)")
+    parser.add_argument("--from-stage", default=None,
+                        help="run the build's stages from this one on (e.g. prefix_rows), on the outputs of "
+                             "the earlier stages that an earlier run with the same --work, --lines and --cores "
+                             "left; only these stages are measured")
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_e2e"), help="dump and build folder")
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="a server where a scratch database may be created and dropped")
@@ -494,7 +583,9 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     dump = generate_dump(work, args.lines, args.seed, args.skew, args.preset)
+    dump_seconds = round(time.monotonic() - started, 1)
     if args.rebaseline:
         results = json.loads(out.read_text())
         for summary in [r for r in results["runs"] if str(r["cores"]) in args.cores.split(",")]:
@@ -506,22 +597,27 @@ def main() -> None:
         return
     manifest = json.loads((dump / "manifest.json").read_text())
     results: dict[str, Any] = {"lines": args.lines, "seed": args.seed, "skew": args.skew, "preset": args.preset,
-                               "vocab": args.vocab, "cpu_count": os.cpu_count(), "runs": [], "baselines": {}}
-    print("baseline: bz2 decompression ...", flush=True)
-    results["baselines"]["bz2"] = bz2_baseline(dump / manifest["truthy"])
+                               "vocab": args.vocab, "cpu_count": os.cpu_count(), "runs": [], "baselines": {},
+                               "measured": measured_on(), "dump_generate_s": dump_seconds,
+                               "driver_memory": args.driver_memory, "from_stage": args.from_stage}
+    if not args.no_baselines:
+        print("baseline: bz2 decompression ...", flush=True)
+        results["baselines"]["bz2"] = bz2_baseline(dump / manifest["truthy"])
     with fresh_database(args.dsn, "refactx_bench_e2e") as dsn, ProcessTreeSampler() as sampler:
         for cores in [int(c) for c in args.cores.split(",")]:
             tree = {} if args.pack_facts is None else {"tree.pack_facts": args.pack_facts}
-            build = run_build(dump, work, cores, args.vocab, dsn, sampler, args.java_options, tree)
+            build = run_build(dump, work, cores, args.vocab, dsn, sampler, args.java_options, tree,
+                              args.driver_memory, args.tasks, args.from_stage)
             results["java_options"] = build["cfg"].spark.java_options
             summary = summarize(build, cores)
-            summary["encoder"] = encoder_baseline(build["cfg"], cores)
+            if not args.no_baselines:
+                summary["encoder"] = encoder_baseline(build["cfg"], cores)
             set_ratios(summary)
             if args.skew and manifest.get("hot_label"):
                 cfg = build["cfg"]
                 summary["hot_prefix"] = hot_prefix_latency(
                     dsn, cfg, cfg.index_name(args.vocab), "<" + manifest["hot_label"])
-            if "zstd_floor" not in results:  # the facts' own figure: the same for every run
+            if "zstd_floor" not in results and not args.no_baselines:  # the facts' own figure: the same for every run
                 results["zstd_floor"] = zstd_floor(build["cfg"], args.vocab)
             if args.walks and cores == int(args.cores.split(",")[-1]):
                 print(f"  [{cores} cores] walk: {args.walks} walks, cold cache ...", flush=True)
@@ -536,6 +632,20 @@ def main() -> None:
     if plot(results, out.with_suffix(".png")):
         print(f"plot: {out.with_suffix('.png')}")
     print(f"figures: {out}")
+
+
+def measured_on() -> dict[str, Any]:
+    """When, where, what code and which command: the figures' provenance."""
+    import platform
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+                       f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+            "python": sys.executable, "command": " ".join(["bench/bench_e2e.py", *sys.argv[1:]]),
+            "load_avg_at_start": os.getloadavg()}
 
 
 def print_table(results: dict[str, Any]) -> None:
@@ -559,10 +669,21 @@ def print_table(results: dict[str, Any]) -> None:
             print(f"zstd floor (sorted token ids, level {floor['zstd_level']}): {floor['bytes_per_fact']:.1f} B/fact "
                   f"({floor['tokens_per_fact']:.1f} tokens/fact); the index holds "
                   f"{idx['bytes_per_fact'] / floor['bytes_per_fact']:.1f}x that")
-        r = run["ratios"]
-        print(f"encoder alone: {run['encoder']['facts_per_s']:,.0f} facts/s on {run['cores']} threads; "
-              f"tokenize {r['tokenize_vs_encoder']:.2f}x of it, tokenize+prefix rows+load "
-              f"{r['tokenize_prefix_load_vs_encoder']:.2f}x")
+        for name, s in run["stages"].items():
+            task = (s.get("spark") or {}).get("largest_task")
+            if task:
+                print(f"largest task, {name}: {task['run_s']:.1f} s (median of its Spark stage "
+                      f"{task['median_run_s']:.1f} s, {task['tasks_in_stage']} tasks), peak execution memory "
+                      f"{task['peak_execution_memory_mb']:.0f} MB, input {task['input_mb']:.0f} MB, shuffle read "
+                      f"{task['shuffle_read_mb']:.0f} MB, spilled {task['spill_disk_mb']:.0f} MB: {task['name']}")
+        if "peak_mb" in run:
+            print(f"peak RSS over the build: JVM {run['peak_mb']['peak_jvm_mb']} MB, Python workers "
+                  f"{run['peak_mb']['peak_workers_mb']} MB, Python driver {run['peak_mb']['peak_driver_py_mb']} MB")
+        r = run.get("ratios")
+        if r:
+                print(f"encoder alone: {run['encoder']['facts_per_s']:,.0f} facts/s on {run['cores']} threads; "
+                  f"tokenize {r['tokenize_vs_encoder']:.2f}x of it, tokenize+prefix rows+load "
+                  f"{r['tokenize_prefix_load_vs_encoder']:.2f}x")
         for w in run.get("walk", {}).get("cursor", []):
             print(f"walk, {w.get('decoder', 'numpy')} decoder, prefetch_leaves={w['prefetch_leaves']}: mean {w['mean_us']:.1f} us, p50 {w['p50_us']:.1f} us, "
                   f"p99 {w['p99_us']:.0f} us per step over {w['steps']:,} steps; "
@@ -570,8 +691,9 @@ def print_table(results: dict[str, Any]) -> None:
                   f"{w['rows_decoded']:,} decoded)")
         if "hot_prefix" in run:
             print(f"hot prefix: {run['hot_prefix']}")
-    b = results["baselines"]["bz2"]
-    print(f"\nbz2 alone: {b['wall_s']:.1f} s, {b['mb_per_s']:.0f} MB/s, {b['lines_per_s']:,.0f} lines/s (one core)")
+    b = results["baselines"].get("bz2")
+    if b:
+        print(f"\nbz2 alone: {b['wall_s']:.1f} s, {b['mb_per_s']:.0f} MB/s, {b['lines_per_s']:,.0f} lines/s (one core)")
 
 
 if __name__ == "__main__":

@@ -28,24 +28,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_preset(preset: str, lines: int, cores: int, walks: int, work: Path, dsn: str, plain: bool = False) -> dict:
-    out = work / f"e2e-{preset}{'-plain' if plain else ''}.json"
-    cmd = [sys.executable, str(ROOT / "bench" / "bench_e2e.py"), "--preset", preset, "--lines", str(lines),
+def run_preset(preset: str, lines: int, cores: int, walks: int, work: Path, dsn: str, plain: bool = False,
+               python: str | None = None, baselines: bool = True) -> dict:
+    out = work / f"e2e-{preset}{'-plain' if plain else ''}{'-baseline' if python else ''}.json"
+    cmd = [python or sys.executable, str(ROOT / "bench" / "bench_e2e.py"), "--preset", preset, "--lines", str(lines),
            "--cores", str(cores), "--skew", "0", "--walks", str(walks), "--prefetch-leaves", "0",
            "--work", str(work / preset), "--dsn", dsn, "--out", str(out)] + (["--pack-facts", "0"] if plain else [])
+    cmd += ["--no-baselines"] if python or not baselines else []  # the floor and the encoder: the facts', once
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return json.loads(out.read_text())
 
 
-def row_of(preset: str, result: dict, plain: bool = False) -> dict:
+def row_of(preset: str, result: dict, plain: bool = False, cut: str | None = None) -> dict:
     run = result["runs"][-1]
     idx = run["index"]
     walk = next((w for w in run.get("walk", {}).get("cursor", []) if w.get("decoder") == "compiled"),
                 (run.get("walk", {}).get("cursor") or [None])[0])
     return {
         "preset": preset,
-        "cut": "plain (baseline)" if plain else "packed rows",
+        "cut": cut or ("plain (baseline)" if plain else "packed rows"),
         "lines": result["lines"],
         "facts": run["distinct_facts"],
         "tree_bytes_per_fact": round(idx["bytes_per_fact"], 2),
@@ -55,7 +57,7 @@ def row_of(preset: str, result: dict, plain: bool = False) -> dict:
         "facts_per_row": idx["facts_per_row"],
         "pack_facts": idx.get("pack_facts"),
         "pack_child_facts": idx.get("pack_child_facts"),
-        "zstd_floor_bytes_per_fact": round(result["zstd_floor"]["bytes_per_fact"], 2),
+        "zstd_floor_bytes_per_fact": round(result["zstd_floor"]["bytes_per_fact"], 2) if "zstd_floor" in result else None,
         "s_per_1m_facts": {name: s["s_per_1m_facts"] for name, s in run["stages"].items()},
         "whole_build_s_per_1m_facts": run["total_s_per_1m_facts"],
         "walk": None if walk is None else {k: walk[k] for k in ("decoder", "mean_us", "p50_us", "p99_us",
@@ -82,6 +84,13 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def format_version_of(python: str) -> int:
+    """The row format version the code installed beside ``python`` writes."""
+    out = subprocess.run([python, "-c", "from refactx_index.tree.format import FORMAT_VERSION; print(FORMAT_VERSION)"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", default="realistic,wikidata")
@@ -89,6 +98,14 @@ def main() -> None:
     parser.add_argument("--plain", default="wikidata",
                         help="presets also built with the plain cut (tree.pack_facts=0, the same dump): "
                              "the baseline, in the same run (empty: none)")
+    parser.add_argument("--baseline-python", default=None,
+                        help="also build each preset (packed rows, the same dump) with this interpreter: the "
+                             "code installed in its environment (e.g. another checkout's .venv/bin/python), the "
+                             "baseline of a format change, in the same run")
+    parser.add_argument("--baseline-label", default="baseline", help="the baseline rows' name in the table")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="no zstd floor or encoder baseline in any build (bench_e2e.py --no-baselines): the "
+                             "floor is the facts', the same for the same dump whatever the code")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--walks", type=int, default=300)
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_size"))
@@ -107,13 +124,19 @@ def main() -> None:
     plain = {p.strip() for p in args.plain.split(",") if p.strip()}
     rows = []
     for p, n in zip(presets, lines):
-        rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn)))
+        rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn,
+                                         baselines=not args.no_baselines)))
         if p in plain:
             rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn, plain=True), plain=True))
+        if args.baseline_python:
+            rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn, python=args.baseline_python),
+                               cut=f"packed rows, {args.baseline_label}"))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     measured = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
                 "command": " ".join(["bench/bench_size.py", *sys.argv[1:]]),
+                "format_version": format_version_of(sys.executable),
+                "baseline_format_version": format_version_of(args.baseline_python) if args.baseline_python else None,
                 "seconds": round(time.monotonic() - started), "load_avg": os.getloadavg()}
     text = table(rows)
     print("\n" + text)

@@ -10,6 +10,7 @@ import uuid
 import zlib
 from typing import Iterable, Iterator, Sequence
 
+import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -25,6 +26,26 @@ def as_version_2(node: bytes) -> bytes:
     and so the checksum)."""
     head = bytes([2]) + node[1:10]
     return head + struct.pack("<I", zlib.crc32(node[14:], zlib.crc32(head))) + node[14:]
+
+
+def as_version_4(node: bytes, dictionary) -> bytes:
+    """A current row as format version 4 wrote it: its token ids 4 bytes wide (version 5
+    stores ids below 2**24 in 3), the body compressed by zstd against ``dictionary`` (when
+    it was), the version byte and the checksum to match."""
+    version, flags, tw, cw, lw, _, n = struct.unpack_from("<BBBBBBI", node)
+    body = dictionary.decompressor().decompress(node[14:]) if flags & 4 else (
+        zlib.decompress(node[14:]) if flags & 1 else node[14:])
+    if tw == 3:
+        ids = np.frombuffer(body, np.uint8, 3 * (n - 1)).reshape(n - 1, 3)
+        body = np.concatenate([ids, np.zeros((n - 1, 1), np.uint8)], axis=1).tobytes() + body[3 * (n - 1):]
+        tw = 4
+    if flags & 4:
+        body = dictionary.compressor().compress(body)
+    elif flags & 1:
+        body = zlib.compress(body, 6)
+    head = struct.pack("<BBBBBBI", 4, flags, tw, cw, lw, 0, n)
+    seed = zlib.crc32(head, dictionary.crc) if flags & 4 else zlib.crc32(head)
+    return head + struct.pack("<I", zlib.crc32(body, seed)) + body
 
 
 @contextlib.contextmanager
@@ -75,8 +96,10 @@ def load_tree(
     preset = None
     if format_version == 2:  # a build as format version 2 wrote it: the same rows, no dictionary
         rows = {key: as_version_2(node) for key, node in rows.items()}
-    elif dictionary:  # as the pipeline writes version 4: compressed against the build's dictionary
+    elif dictionary:  # as the pipeline writes versions 4 and 5: compressed against the build's dictionary
         rows, preset = compress_rows(rows)
+        if format_version == 4:  # a build as format version 4 wrote it: 4-byte token ids
+            rows = {key: as_version_4(node, preset) for key, node in rows.items()}
     with psycopg.connect(dsn, autocommit=True) as conn:
         if not old_columns:
             pgcatalog.apply_schema(conn, schema)

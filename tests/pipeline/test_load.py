@@ -561,7 +561,7 @@ def test_spark_checks_name_each_fault(spark, tmp_path):
     # the same row as format version 1 wrote it (no checksum) inside a version 2 build
     version_1 = bytes([1]) + rows[deep_key][1:10] + rows[deep_key][14:]
     fails("version1", {**rows, deep_key: version_1},
-          "does not decode: a format version 1 row inside a format version 4 build")
+          f"does not decode: a format version 1 row inside a format version {fmt.FORMAT_VERSION} build")
 
 
 def rewrite_rows(rows_dir: Path, change) -> str:
@@ -640,13 +640,13 @@ def test_validation_reports_its_spark_and_database_time(spark, cfg, pg_dsn):
     build(spark, cfg, pg_dsn)
     counts = json.loads((cfg.stage_dir("validate") / "counts.json").read_text())["vocabularies"][VOCAB]
     assert counts["rows"] > 1 and counts["walked"] == len(FACTS) and counts["root_leaves"] == len(FACTS)
-    # format versions 3 and 4: the prefix rows stage's dictionary is the one the catalog serves
+    # format versions 3 to 5: the prefix rows stage's dictionary is the one the catalog serves
     tree = json.loads((cfg.stage_dir("prefix_rows") / VOCAB / "counts.json").read_text())
     path = cfg.stage_dir("prefix_rows") / VOCAB / DICTIONARY_FILE
     with psycopg.connect(pg_dsn) as conn:
         stored = pgcatalog.build_dictionary(conn, cfg.pg.schema, counts["build_id"])
         version = builds(pg_dsn, cfg.pg.schema)[counts["build_id"]]["format_version"]
-    assert version == tree["format_version"] == 4
+    assert version == tree["format_version"] == fmt.FORMAT_VERSION == 5
     assert (stored.data if stored else b"") == (path.read_bytes() if path.exists() else b"")
     assert tree["dictionary_bytes"] == len(stored.data if stored else b"")
     assert counts["spark_seconds"] > 0 and counts["pg_seconds"] > 0

@@ -247,7 +247,7 @@ def test_run_writes_rows_and_counts(spark, cfg, bad):
     rows = {bytes(r["prefix"]): bytes(r["node"]) for r in written}
     path = cfg.stage_dir("prefix_rows") / "toy" / job.DICTIONARY_FILE
     dictionary = fmt.PresetDictionary(path.read_bytes()) if path.exists() else None
-    assert counts["format_version"] == fmt.FORMAT_VERSION == 4
+    assert counts["format_version"] == fmt.FORMAT_VERSION == 5
     assert counts["dictionary_bytes"] == (len(dictionary.data) if dictionary else 0)
     check_rows_against_trie(rows, FACTS, 1, 8, dictionary)
     assert (cfg.stage_dir("prefix_rows") / "toy" / "counts.json").exists()
@@ -286,7 +286,7 @@ def test_dictionary_rows_match_the_reference_byte_for_byte(spark, threshold, max
     assert sum(node[1] & 4 != 0 for node in rows.values()) > len(rows) // 2
     assert sum(map(len, rows.values())) < sum(map(len, reference.values()))
     for key, node in reference.items():
-        new, old = fmt.decode_fragment(rows[key], 4, dictionary), fmt.decode_fragment(node, 4)
+        new, old = fmt.decode_fragment(rows[key], fmt.FORMAT_VERSION, dictionary), fmt.decode_fragment(node, fmt.FORMAT_VERSION)
         for field in ("tokens", "child_count", "ends", "external", "leaves"):
             assert getattr(new, field).tolist() == getattr(old, field).tolist()
     check_rows_against_trie(rows, facts, threshold, max_tokens, dictionary)

@@ -92,7 +92,7 @@ def test_pg_tree_equals_reference_trie(spark, pg_dsn, facts, threshold, max_toke
         if pack == (0, 0):
             assert set(previous) == set(rows)
             for key, node in previous.items():
-                new, old = fmt.decode_fragment(rows[key], 4, dictionary), fmt.decode_fragment(node)
+                new, old = fmt.decode_fragment(rows[key], fmt.FORMAT_VERSION, dictionary), fmt.decode_fragment(node)
                 for field in ("tokens", "child_count", "ends", "external", "leaves"):
                     assert getattr(new, field).tolist() == getattr(old, field).tolist()
         # packed rows or not, every prefix reads as in the plain layout

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from refactx_index.tree import format as fmt
 from refactx_index.errors import FormatError
+
+from ..pgtree import as_version_4
 from refactx_index.tree.format import (
     FORMAT_VERSION,
     MAX_DICTIONARY_BYTES,
@@ -112,7 +114,7 @@ def test_compressed_body_that_does_not_inflate_is_a_format_error():
 def test_header_layout_is_stable():
     blob = encode_subtree([[5]], compress=False)
     version, flags, tw, cw, lw, _, n, crc = struct.unpack_from("<BBBBBBII", blob)
-    assert (version, flags, tw, n) == (FORMAT_VERSION, 0, 1, 2) == (4, 0, 1, 2)
+    assert (version, flags, tw, n) == (FORMAT_VERSION, 0, 1, 2) == (5, 0, 1, 2)
     assert crc == zlib.crc32(blob[14:], zlib.crc32(blob[:10]))
 
 
@@ -204,9 +206,9 @@ def test_version_2_rows_are_still_read_in_a_version_2_build():
     for seqs in ([[5]], [[1, 2, 3], [1, 2, 4], [7]], [list(range(i, i + 30)) for i in range(20)]):
         blob = encode_subtree(seqs)
         old = decode_fragment(as_version_2(blob), 2)
-        assert fragments_equal(old, decode_fragment(blob, 4))
-        with pytest.raises(FormatError, match="version 2 row inside a format version 4 build"):
-            decode_fragment(as_version_2(blob), 4)
+        assert fragments_equal(old, decode_fragment(blob, FORMAT_VERSION))
+        with pytest.raises(FormatError, match=f"version 2 row inside a format version {FORMAT_VERSION} build"):
+            decode_fragment(as_version_2(blob), FORMAT_VERSION)
 
 
 def test_dictionary_rows_decode_to_the_same_content_and_are_smaller():
@@ -217,7 +219,7 @@ def test_dictionary_rows_decode_to_the_same_content_and_are_smaller():
     assert sum(map(len, packed.values())) < sum(map(len, rows.values()))
     assert any(node[1] & 4 for node in packed.values()), "some rows use the dictionary"
     for key, node in rows.items():
-        assert fragments_equal(decode_fragment(packed[key], 4, dictionary), decode_fragment(node, 4))
+        assert fragments_equal(decode_fragment(packed[key], FORMAT_VERSION, dictionary), decode_fragment(node, FORMAT_VERSION))
 
 
 @settings(max_examples=100, deadline=None)
@@ -227,8 +229,8 @@ def test_dictionary_round_trip_property(facts, other):
     sampled = {encode_prefix([i]): encode_subtree(other) for i in range(3)}
     dictionary = make_dictionary(sampled.items())
     for node in (encode_subtree(facts), encode_children([5, 9, 70_000], [1, 2, 3], ends=True)):
-        assert fragments_equal(decode_fragment(with_dictionary(node, dictionary), 4, dictionary),
-                               decode_fragment(node, 4))
+        assert fragments_equal(decode_fragment(with_dictionary(node, dictionary), FORMAT_VERSION, dictionary),
+                               decode_fragment(node, FORMAT_VERSION))
 
 
 def test_the_dictionary_is_deterministic_whatever_the_order_of_the_rows():
@@ -246,12 +248,12 @@ def test_a_dictionary_row_without_its_dictionary_or_with_another_is_a_format_err
     node = with_dictionary(rows[key], dictionary)
     assert node[1] & 4
     with pytest.raises(FormatError, match="preset dictionary, read without one"):
-        decode_fragment(node, 4)
+        decode_fragment(node, FORMAT_VERSION)
     other = PresetDictionary(dictionary.data[:-1] + bytes([dictionary.data[-1] ^ 1]))
     with pytest.raises(FormatError, match="checksum mismatch.*another build's preset dictionary"):
-        decode_fragment(node, 4, other)
+        decode_fragment(node, FORMAT_VERSION, other)
     with pytest.raises(FormatError, match="checksum"):
-        decode_fragment(node, 4, PresetDictionary(b"another build"))
+        decode_fragment(node, FORMAT_VERSION, PresetDictionary(b"another build"))
 
 
 def test_a_flipped_bit_in_a_dictionary_row_is_caught():
@@ -264,7 +266,7 @@ def test_a_flipped_bit_in_a_dictionary_row_is_caught():
             bad = bytearray(node)
             bad[position] ^= 1 << bit
             with pytest.raises(FormatError):
-                decode_fragment(bytes(bad), 4, dictionary)
+                decode_fragment(bytes(bad), FORMAT_VERSION, dictionary)
 
 
 def test_the_dictionary_flag_is_refused_in_older_versions():
@@ -307,11 +309,11 @@ def test_version_3_builds_are_still_read_with_their_deflate_dictionary():
     deflate_dictionary = PresetDictionary(dictionary.data[-32768:])
     for key, node in rows.items():
         current = with_dictionary(node, dictionary)
-        old = as_version_3(current, deflate_dictionary)
-        assert fragments_equal(decode_fragment(old, 3, deflate_dictionary), decode_fragment(current, 4, dictionary))
-        with pytest.raises(FormatError, match="version 3 row inside a format version 4 build"):
-            decode_fragment(old, 4, dictionary)
-        with pytest.raises(FormatError, match="version 4 row inside a format version 3 build"):
+        old = as_version_3(as_version_4(current, dictionary), deflate_dictionary)
+        assert fragments_equal(decode_fragment(old, 3, deflate_dictionary), decode_fragment(current, FORMAT_VERSION, dictionary))
+        with pytest.raises(FormatError, match=f"version 3 row inside a format version {FORMAT_VERSION} build"):
+            decode_fragment(old, FORMAT_VERSION, dictionary)
+        with pytest.raises(FormatError, match=f"version {FORMAT_VERSION} row inside a format version 3 build"):
             decode_fragment(current, 3, deflate_dictionary)
 
 
@@ -325,14 +327,14 @@ def test_the_dictionary_is_trained_and_falls_back_to_raw_content_on_a_handful_of
     raw = make_dictionary(few.items())
     assert raw.data[:4] != b"\x37\xa4\x30\xec" and 0 < len(raw.data) <= MAX_DICTIONARY_BYTES
     for key, node in few.items():
-        assert fragments_equal(decode_fragment(with_dictionary(node, raw), 4, raw), decode_fragment(node, 4))
+        assert fragments_equal(decode_fragment(with_dictionary(node, raw), FORMAT_VERSION, raw), decode_fragment(node, FORMAT_VERSION))
     # a body that begins with the magic bytes (token ids 0x37 0xa4 0x30 0xec, one byte each)
     magic_first = {b"": encode_subtree([[0x37, 0xA4, 0x30, 0xEC, 1]], compress=False)}
     assert magic_first[b""][14:18] == b"\x37\xa4\x30\xec"
     guarded = make_dictionary(magic_first.items())
     assert guarded.data[0] == 0 and guarded.data[1:5] == b"\x37\xa4\x30\xec"
     node = with_dictionary(magic_first[b""], guarded)
-    assert fragments_equal(decode_fragment(node, 4, guarded), decode_fragment(magic_first[b""], 4))
+    assert fragments_equal(decode_fragment(node, FORMAT_VERSION, guarded), decode_fragment(magic_first[b""], FORMAT_VERSION))
 
 
 def test_a_corrupt_trained_dictionary_is_a_format_error_when_writing_and_reading():
@@ -345,7 +347,7 @@ def test_a_corrupt_trained_dictionary_is_a_format_error_when_writing_and_reading
         with_dictionary(rows[encode_prefix([3])], corrupt)
     resealed = node[:10] + struct.pack("<I", zlib.crc32(node[14:], zlib.crc32(node[:10], corrupt.crc))) + node[14:]
     with pytest.raises(FormatError, match="does not decompress"):
-        decode_fragment(resealed, 4, corrupt)
+        decode_fragment(resealed, FORMAT_VERSION, corrupt)
 
 
 # --------------------------------------------------------------------------- the two decoders
@@ -439,3 +441,33 @@ def test_the_decoders_agree_on_the_checks_the_fuzzer_rarely_reaches():
     assert outcomes[5][-1] == [8, 7]  # leaves: the root's end and its child's 7
     with pytest.raises(ValueError, match="MAX_FRAGMENT_LEAVES"):
         encode_children([5], [(1 << 40) + 1], ends=False)
+
+
+def test_version_5_stores_token_ids_below_2_24_in_3_bytes_and_version_4_rows_still_read():
+    """Ids that took 4 bytes in version 4 take 3 in version 5 when all lie below 2**24 (a row
+    with a larger id keeps 4); both decoders give the same fragment as the version 4 row of
+    the same facts, which still decodes in a version 4 build; a width of 3 is refused in a
+    version 4 row, and a version 4 row in a version 5 build."""
+    facts = [[70_000 + i, 151_000, 5, i] for i in range(40)] + [[2**24 - 1, 1], [3, 65_536]]
+    plain = encode_subtree(facts, compress=False)
+    assert plain[2] == 3  # ids up to 2**24 - 1: 3 bytes each
+    assert encode_subtree([[2**24, 1], [70_000]], compress=False)[2] == 4
+    rows = sample_rows()
+    dictionary = make_dictionary(rows.items())
+    for node in [plain, encode_subtree(facts), with_dictionary(plain, dictionary)]:
+        old = as_version_4(node, dictionary)
+        assert old[0] == 4 and old[2] == 4 and len(old) > 0
+        for decoder in fmt.DECODERS:
+            fmt_decoder, fmt.DECODER = fmt.DECODER, decoder
+            try:
+                new_frag = decode_fragment(node, 5, dictionary)
+                assert fragments_equal(new_frag, decode_fragment(old, 4, dictionary))
+                assert {p for p, ext in iter_suffixes(new_frag) if not ext} == {tuple(f) for f in facts}
+            finally:
+                fmt.DECODER = fmt_decoder
+        with pytest.raises(FormatError, match="version 4 row inside a format version 5 build"):
+            decode_fragment(old, 5, dictionary)
+    forged_head = bytes([4]) + plain[1:10]
+    forged = forged_head + struct.pack("<I", zlib.crc32(plain[14:], zlib.crc32(forged_head))) + plain[14:]
+    with pytest.raises(FormatError, match="header is corrupt"):
+        decode_fragment(forged, 4)

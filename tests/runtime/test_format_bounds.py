@@ -161,10 +161,10 @@ def test_a_version_1_row_is_refused_inside_a_version_2_build():
     assert fmt.decode_fragment(v1, 1).n_nodes == 4
     with pytest.raises(FormatError, match="version 1 row inside a format version 2 build"):
         fmt.decode_fragment(v1, 2)
-    with pytest.raises(FormatError, match="version 4 row inside a format version 1 build"):
+    with pytest.raises(FormatError, match=f"version {fmt.FORMAT_VERSION} row inside a format version 1 build"):
         fmt.decode_fragment(blob, 1)
-    with pytest.raises(FormatError, match="version 1 row inside a format version 4 build"):
-        fmt.decode_fragment(v1, 4)
+    with pytest.raises(FormatError, match=f"version 1 row inside a format version {fmt.FORMAT_VERSION} build"):
+        fmt.decode_fragment(v1, fmt.FORMAT_VERSION)
 
 
 def test_a_huge_repetitive_subtree_is_stored_so_that_it_decodes():

@@ -8,6 +8,7 @@ import pytest
 
 from refactx_index import FormatError, TreeIndex, VocabularyMismatch
 from refactx_index.tree.explore import complete, enumerate_facts
+from refactx_index.tree import format as fmt
 from refactx_index.tree.format import decode_fragment, decode_prefix
 from refactx_index.tree.memory import MemoryTreeIndex, build_rows, encode_texts
 from refactx_index.vocab import open_tokenizer
@@ -238,7 +239,7 @@ def test_the_dictionary_is_saved_with_the_file_and_old_files_still_read(graph, t
     from refactx_index.tree.memory import build_rows
 
     _, seqs, index = graph
-    assert index.info.dictionary is not None and index.info.format_version == 4
+    assert index.info.dictionary is not None and index.info.format_version == fmt.FORMAT_VERSION
     assert any(node[1] & 4 for node in index.rows.values())
     index.save(tmp_path / "v3.rfx")
     loaded = MemoryTreeIndex.load(tmp_path / "v3.rfx")

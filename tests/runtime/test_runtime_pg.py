@@ -23,6 +23,7 @@ from refactx_index import (
     VocabularyMismatch,
     open_index,
 )
+from refactx_index.tree.format import FORMAT_VERSION
 from refactx_index.tree.index import tokenizer_sha256
 from refactx_index.tree.memory import build_rows, deepest_row
 
@@ -400,7 +401,7 @@ def test_a_version_1_row_forged_into_a_version_2_build_is_refused(pg_dsn):
         v1 = bytes([1]) + bytes(node[1:10]) + bytes(node[14:])  # the same row in version 1
         conn.execute(f"UPDATE refactx.{table} SET node = %s WHERE prefix = %s", (v1, key))
     with open_index(pg_dsn, "kg", follow=False) as index:
-        with pytest.raises(FormatError, match="version 1 row inside a format version 4 build"):
+        with pytest.raises(FormatError, match=f"version 1 row inside a format version {FORMAT_VERSION} build"):
             index.next_tokens(decode_prefix(bytes(key)).tolist())
 
 
@@ -412,10 +413,30 @@ def test_a_version_2_build_and_a_version_3_build_are_both_served(pg_dsn):
     load_tree(pg_dsn, "new", seqs)
     with open_index(pg_dsn, "old", follow=False) as old, open_index(pg_dsn, "new", follow=False) as new:
         assert old.info.format_version == 2 and old.info.dictionary is None
-        assert new.info.format_version == 4 and new.info.dictionary is not None
+        assert new.info.format_version == FORMAT_VERSION and new.info.dictionary is not None
         for seq in sorted(seqs)[::7]:
             for k in range(len(seq) + 1):
                 a, b = old.next_tokens(seq[:k]), new.next_tokens(seq[:k])
+                assert a.tokens.tolist() == b.tokens.tolist()
+                assert a.leaves.tolist() == b.leaves.tolist() and a.ends == b.ends
+
+
+def test_a_version_4_build_serves_beside_a_version_5_build_with_the_same_answers(pg_dsn):
+    """A build loaded as format version 4 wrote it (token ids 4 bytes wide) serves on beside
+    a version 5 build of the same facts (ids below 2**24 in 3 bytes): every prefix of every
+    fact gives the same children, leaf counts and ends."""
+    seqs = {tuple(70_000 + 997 * t for t in seq) for seq in random_sequences(seed=11)}
+    old_id = load_tree(pg_dsn, "old", seqs, format_version=4)
+    load_tree(pg_dsn, "new", seqs)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        widths = {bytes(node)[:3] for (node,) in conn.execute(
+            f"SELECT node FROM refactx.{pgcatalog.table_name(old_id)}").fetchall()}
+    assert {w[0] for w in widths} == {4} and 4 in {w[2] for w in widths}
+    with open_index(pg_dsn, "old", follow=False) as old, open_index(pg_dsn, "new", follow=False) as new:
+        assert old.info.format_version == 4 and new.info.format_version == FORMAT_VERSION == 5
+        for seq in sorted(seqs):
+            for k in range(len(seq) + 1):
+                a, b = old.next_tokens(list(seq[:k])), new.next_tokens(list(seq[:k]))
                 assert a.tokens.tolist() == b.tokens.tolist()
                 assert a.leaves.tolist() == b.leaves.tolist() and a.ends == b.ends
 

@@ -166,10 +166,10 @@ static PyObject *decode_body(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*iiinlKOOOOOO", &body, &tw, &cw, &lw, &n, &max_levels, &max_leaves,
                           &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
         return NULL;
-    if (n < 1 || (tw != 1 && tw != 2 && tw != 4 && tw != 8) || (cw != 1 && cw != 2 && cw != 4 && cw != 8)
+    if (n < 1 || (tw != 1 && tw != 2 && tw != 3 && tw != 4 && tw != 8) || (cw != 1 && cw != 2 && cw != 4 && cw != 8)
         || (lw != 1 && lw != 2 && lw != 4 && lw != 8)) {
         PyBuffer_Release(&body);
-        PyErr_SetString(PyExc_ValueError, "widths must be 1, 2, 4 or 8 and n at least 1");
+        PyErr_SetString(PyExc_ValueError, "widths must be 1, 2, 4 or 8 (tokens: also 3) and n at least 1");
         return NULL;
     }
     static const char *names[6] = {"tokens", "child_start", "child_count", "ends", "external", "leaves"};

@@ -43,7 +43,7 @@ order), so a row read with another build's dictionary is a checksum ``FormatErro
 read without a dictionary is refused before anything is inflated. Builds of version 3 are
 still read; none is written.
 
-Version 4 (the one written) is version 3 with zstd in place of deflate: ``flags`` bit 2 marks
+Version 4 is version 3 with zstd in place of deflate: ``flags`` bit 2 marks
 a body compressed by zstd (a magicless frame: no magic number, dictionary id or checksum,
 its content size written) against the build's dictionary, a *trained* zstd dictionary of at
 most 64 KiB (:func:`make_dictionary`: ``zstd.train_dictionary`` over the sampled bodies, its
@@ -52,9 +52,16 @@ fact smaller than version 3, compressed about 6x faster (the build's dictionary 
 inflated about 2x faster (the walk's large rows). The checksum, its seeding and the bounds
 are those of version 3.
 
+Version 5 (the one written) is version 4 with one more token width: token ids below
+``2**24`` (every vocabulary's: Qwen2.5's 151k, Llama 3's 128k) that would take 4 bytes take 3
+(``token_width`` 3), so a row's body carries no byte that is always zero; zstd stores the same
+facts in fewer bytes (docs/tree.md, "Row format"). Nothing else changes: header, flags,
+checksum, dictionary and bounds are version 4's. Version 4 builds are still read; a width of 3
+in a row of an earlier version is a ``FormatError``.
+
 ``flags`` bit 0: the body is zlib-compressed (used when that is smaller). Widths
-are the smallest of 1, 2, 4, 8 bytes that hold the largest value. In BFS order
-the children of every node are contiguous and sorted by token, so decoding is a few
+are the smallest of 1, 2, 4, 8 bytes that hold the largest value (tokens: also 3, version 5).
+In BFS order the children of every node are contiguous and sorted by token, so decoding is a few
 linear passes: in compiled code (``_fragment.c``, built where the runtime is installed with
 a C compiler) or a handful of numpy calls (``DECODER``); no per-element Python work, and no
 ``pickle``.
@@ -83,15 +90,18 @@ try:  # built from _fragment.c where the runtime was installed with a C compiler
 except ImportError:  # numpy decodes the same rows (slower on large ones)
     _fragment = None
 
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)  # builds written in versions 1 to 3 are still served
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)  # builds written in versions 1 to 4 are still served
 _HEADER_V1 = struct.Struct("<BBBBBBI")
 _HEADER = struct.Struct("<BBBBBBII")
 _FLAG_ZLIB = 1
 _FLAG_ZDICT = 2  # version 3: raw deflate against the build's preset dictionary
 _FLAG_ZSTD = 4  # version 4: zstd against the build's preset dictionary
 _FLAGS_DICTIONARY = _FLAG_ZDICT | _FLAG_ZSTD
-_KNOWN_FLAGS = {1: _FLAG_ZLIB, 2: _FLAG_ZLIB, 3: _FLAG_ZLIB | _FLAG_ZDICT, 4: _FLAG_ZLIB | _FLAG_ZSTD}
+_KNOWN_FLAGS = {1: _FLAG_ZLIB, 2: _FLAG_ZLIB, 3: _FLAG_ZLIB | _FLAG_ZDICT, 4: _FLAG_ZLIB | _FLAG_ZSTD,
+                5: _FLAG_ZLIB | _FLAG_ZSTD}
+# version 5: token ids below 2**24 stored in 3 bytes where version 4 took 4
+TOKEN_WIDTH_3_VERSION = 5
 # a trained zstd dictionary's size (a version 3 build's deflate dictionary is at most 32 KiB,
 # deflate's window); measured on the realistic build: 64 KiB saves 0.3 B per fact over 32 KiB
 MAX_DICTIONARY_BYTES = 64 * 1024
@@ -108,6 +118,12 @@ DICTIONARY_PIECE_BYTES = 8192
 # of wall per 1M facts on 2 cores) for 0.35 B/fact, but the level fixes every stored row's
 # bytes, and a build made faster must write the same rows (docs/tree.md, "Row format")
 DICTIONARY_LEVEL = 13
+# version 5: level 13's tables with zstd's btopt match finder, whose matches can be as short as
+# one 3-byte token id (level 13's lazy finder needs 5 bytes). Measured on rows of generated facts
+# (T=256, 54,960 facts, Qwen2.5, version 5 bodies, one core; docs/tree.md, "Version 5"): 13.00 ->
+# 11.92 B/fact of bodies for 1.7x the compression CPU; btultra and levels 16-19 store within
+# 0.1 of it for more CPU. A writer's choice: every level and strategy reads the same
+ROW_STRATEGY = zstandard.STRATEGY_BTOPT
 _ZSTD_FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
 # a trained dictionary starts with zstd's dictionary magic; raw content that would too is
 # stored behind a zero byte, so a dictionary's bytes always say which kind they are
@@ -187,12 +203,12 @@ class PresetDictionary:
         return self._zstd
 
     def compressor(self) -> "zstandard.ZstdCompressor":
-        """This thread's zstd compressor for rows (level ``DICTIONARY_LEVEL``, magicless
-        frames with their content size and no checksum: the row's crc32 guards them)."""
+        """This thread's zstd compressor for rows (level ``DICTIONARY_LEVEL`` with ``ROW_STRATEGY``,
+        magicless frames with their content size and no checksum: the row's crc32 guards them)."""
         found = getattr(self._local, "compressor", None)
         if found is None:
             params = zstandard.ZstdCompressionParameters.from_level(
-                DICTIONARY_LEVEL, format=_ZSTD_FORMAT, write_checksum=False,
+                DICTIONARY_LEVEL, strategy=ROW_STRATEGY, format=_ZSTD_FORMAT, write_checksum=False,
                 write_content_size=True, write_dict_id=False)
             found = zstandard.ZstdCompressor(dict_data=self._zstd_dictionary(), compression_params=params)
             self._local.compressor = found
@@ -359,7 +375,12 @@ def encode_fragment(
 def _frame(body: bytes, n: int, tw: int, cw: int, lw: int, compress: bool,
            dictionary: PresetDictionary | None = None) -> bytes:
     """Header, checksum and (when it pays) zlib, or zstd against the build's preset
-    dictionary, around a fragment body."""
+    dictionary, around a fragment body. Token ids written 4 bytes wide that all lie below
+    ``2**24`` are stored 3 bytes wide (version 5)."""
+    if tw == 4 and n > 1:
+        tokens = np.frombuffer(body, np.uint8, 4 * (n - 1)).reshape(n - 1, 4)
+        if not tokens[:, 3].any():  # every id below 2**24
+            body, tw = tokens[:, :3].tobytes() + body[4 * (n - 1):], 3
     flags = 0
     if compress and dictionary is not None and len(body) >= _DICTIONARY_MIN_BYTES:
         try:
@@ -726,7 +747,8 @@ def decode_fragment(data: bytes | memoryview, version: int | None = None,
                 "fragment checksum mismatch: the stored row is corrupt"
                 + (", or read with another build's preset dictionary" if flags & _FLAGS_DICTIONARY else "")
             )
-    if tw not in _DTYPES or cw not in _DTYPES or lw not in _DTYPES or n < 1:
+    if ((tw not in _DTYPES and not (tw == 3 and version >= TOKEN_WIDTH_3_VERSION))
+            or cw not in _DTYPES or lw not in _DTYPES or n < 1):
         raise FormatError("fragment header is corrupt")
     if n > MAX_FRAGMENT_NODES:
         raise FormatError(f"fragment header claims {n} nodes; at most {MAX_FRAGMENT_NODES} are read")
@@ -776,7 +798,11 @@ def _decode_body_numpy(body: bytes, tw: int, cw: int, lw: int, n: int) -> Fragme
         raise FormatError(_TRUNCATED)
     tokens = np.empty(n, dtype=np.int64)
     tokens[0] = -1
-    tokens[1:] = np.frombuffer(body, _DTYPES[tw], n - 1, offs[0])
+    if tw == 3:  # version 5: little-endian 3-byte ids
+        packed = np.frombuffer(body, np.uint8, 3 * (n - 1), offs[0]).reshape(n - 1, 3).astype(np.int64)
+        tokens[1:] = packed[:, 0] | (packed[:, 1] << 8) | (packed[:, 2] << 16)
+    else:
+        tokens[1:] = np.frombuffer(body, _DTYPES[tw], n - 1, offs[0])
     child_count = np.frombuffer(body, _DTYPES[cw], n, offs[1]).astype(np.int64)
     ends = np.unpackbits(np.frombuffer(body, np.uint8, nb, offs[2]), count=n).astype(bool)
     external = np.unpackbits(np.frombuffer(body, np.uint8, nb, offs[3]), count=n).astype(bool)
