@@ -411,7 +411,7 @@ def ask(
     import torch
     from transformers import LogitsProcessorList
 
-    from ..engines.transformers import RefactxLogitsProcessor
+    from ..engines.transformers import EndOfPlainReply, RefactxLogitsProcessor
 
     tok = loaded.tokenizer
     if prompt is None:
@@ -441,6 +441,8 @@ def ask(
     if grounded:
         processors.append(GroundedAnswer(tok, width, trigger, eos, lambda text: True if constrained
                                          else is_stored(index, loaded.vocabulary, text, build), prefill))
+    if not getattr(tok, "chat_template", None):  # a plain-text prompt (a base model): end after the reply
+        processors.append(EndOfPlainReply(tok, width, eos, prefill))
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():
