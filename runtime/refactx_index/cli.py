@@ -70,7 +70,7 @@ from .prompting.paths import PathCaps, read_id_labels, seed_labels
 from .prompting.prompt import Prompt, fitted_prompt
 from .qa.ask import ask
 from .qa.evaluation import evaluate, markdown_table, read_question_file, stratified_sample, write_outputs
-from .qa.models import load_model, model_directory
+from .qa.models import MODEL_NAMES, load_model, model_directory
 from .server.app import LOOPBACK_HOSTS, ServerSettings, create_app
 from .server.backend_transformers import TransformersEngine
 from .server.backend_vllm import VllmEngine
@@ -84,6 +84,7 @@ from .vocab import VocabularyLike, open_model_vocabulary, open_tokenizer
 log = logging.getLogger(__name__)
 
 NOTHING = 3
+MODEL_HELP = f"{', '.join(MODEL_NAMES)} (packaged), a .gguf file or a transformers directory"
 
 
 def _open(args: argparse.Namespace):
@@ -409,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "tokenizer.json.")
     ak.add_argument("question", nargs="+")
     _index_arguments(ak)
-    ak.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
+    ak.add_argument("--model", default="smollm2", help=MODEL_HELP)
     ak.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
     ak.add_argument("--max-new-tokens", type=int, default=128)
     ak.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompting/prompt.py)")
@@ -465,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the text after 'Answer:' is a subject or object of a stored fact the reply wrote, "
                          "or I don't know.")
     _index_arguments(ev)
-    ev.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
+    ev.add_argument("--model", default="smollm2", help=MODEL_HELP)
     ev.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
     ev.add_argument("--max-new-tokens", type=int, default=128)
     ev.add_argument("--batch-size", type=int, default=8, help="questions generated together (default 8)")
@@ -487,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--dsn", help="PostgreSQL for --index (default: $REFACTX_DSN, which keeps a password "
                                   "out of the process list)")
     sv.add_argument("--default-index", help="the index of requests that name none (default: the first)")
-    sv.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
+    sv.add_argument("--model", default="smollm2", help=MODEL_HELP)
     sv.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: --model)")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
