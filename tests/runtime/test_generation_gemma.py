@@ -54,7 +54,9 @@ def test_gemma_is_a_262k_vocabulary_without_a_chat_template(loaded, index):
     from refactx_index.prompting.prompt import fitted_prompt
 
     text = fitted_prompt(index, loaded.tokenizer).render(loaded.tokenizer, QUESTION, "Fact:")
-    assert text.endswith(f"Question: {QUESTION}\nReply:\nFact:")
+    assert text.startswith("<bos>") and text.endswith(f"Question: {QUESTION}\nReply:\nFact:")
+    ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert ids[0] == loaded.tokenizer.bos_token_id and ids.count(loaded.tokenizer.bos_token_id) == 1
     assert text.count("\nReply:\n") == len(fitted_prompt(index, loaded.tokenizer).examples) + 1
 
 

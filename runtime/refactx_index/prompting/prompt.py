@@ -94,7 +94,7 @@ class Prompt:
         if getattr(tokenizer, "chat_template", None):
             text = tokenizer.apply_chat_template(self.messages(question), tokenize=False, add_generation_prompt=True)
         else:
-            text = render_plain(self.messages(question))
+            text = plain_prompt(tokenizer, self.messages(question))
         return text + prefill
 
     @classmethod
@@ -138,6 +138,15 @@ def render_plain(messages: Sequence[dict[str, str]]) -> str:
         else:
             blocks.append(f"{PLAIN_QUESTION} {content}")
     return "\n\n".join(blocks) + f"\n{PLAIN_REPLY}\n"
+
+
+def plain_prompt(tokenizer: "PreTrainedTokenizerBase", messages: Sequence[dict[str, str]]) -> str:
+    """:func:`render_plain` for ``tokenizer``, opened by its beginning-of-sequence token where
+    its own encoding starts with one (Gemma's ``<bos>``, which a chat template would write):
+    prompts are encoded without special tokens."""
+    bos = getattr(tokenizer, "bos_token", None)
+    starts = bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [tokenizer.bos_token_id]
+    return (bos if starts else "") + render_plain(messages)
 
 
 def final_answer(text: str) -> str:
