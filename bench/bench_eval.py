@@ -96,13 +96,16 @@ def run_metaqa(args, loaded) -> None:
     for hop in args.hops.split(","):
         questions += read_question_file(METAQA / f"{hop}-hop" / "qa_dev.txt").questions
     questions = stratified_sample(questions, args.per_hop, args.seed)
+    if args.slice:  # K/N: every N-th question from the K-th, one hold of a run split up (bench/merge_eval.py)
+        k, n = map(int, args.slice.split("/"))
+        questions = questions[k - 1::n]
     prompt = fitted_prompt(index, loaded.tokenizer)
     modes = ["constrained"] if args.constrained_only else ["constrained", "unconstrained"]
     doc = {"benchmark": "MetaQA dev", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "commit": _commit(), "machine": _machine(), "command": " ".join(["bench/bench_eval.py", *sys.argv[1:]]),
            "model": args.model, "beams": args.beams, "max_new_tokens": args.max_new_tokens,
            "batch_size": args.batch_size, "per_hop": args.per_hop, "hops": args.hops, "seed": args.seed,
-           "questions": len(questions), "index_facts": index.info.facts,
+           "slice": args.slice, "questions": len(questions), "index_facts": index.info.facts,
            "prompt": {"system": prompt.system, "examples": [list(e) for e in prompt.examples]}, "variants": {}}
     out = Path(args.out)
     for variant in args.variants.split(","):
@@ -169,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="metaqa: the sample's seed")
     parser.add_argument("--variants", default="free", help=f"metaqa: comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--constrained-only", action="store_true", help="metaqa: no LLM-only answers")
+    parser.add_argument("--slice", help="metaqa: K/N, only the sample's K-th of N interleaved slices (parts of one "
+                        "run, joined by bench/merge_eval.py)")
     parser.add_argument("--index-file", help="metaqa: the index built from kb.txt with conf/metaqa.toml "
                         "(refactx-pipeline graph-index), instead of building it")
     parser.add_argument("--name", default="eval-metaqa-dev", help="metaqa: the figure's file name (no suffix)")
