@@ -64,3 +64,16 @@ def test_a_plain_reply_ends_after_its_answer_line_or_at_a_next_question(tokenize
         assert torch.equal(scores, before)
     # the prefilled trigger counts as the reply's beginning
     assert EndOfPlainReply(tokenizer, 0, eos, prefill="Answer: x.").finished("Answer: x.\n")
+
+
+def test_the_server_encodes_a_conversation_as_plain_text_without_a_chat_template(tokenizer):
+    from refactx_index.server.engine import encode_chat
+
+    messages = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "Who?"}]
+    template, tokenizer.chat_template = tokenizer.chat_template, None
+    try:
+        ids = encode_chat(tokenizer, messages)
+    finally:
+        tokenizer.chat_template = template
+    assert tokenizer.decode(ids) == "Answer.\n\nQuestion: Who?\nReply:\n"
+    assert encode_chat(tokenizer, messages) != ids  # with its template: the chat rendering
