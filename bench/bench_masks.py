@@ -84,6 +84,21 @@ def time_per_row(fn, repeat: int, rows: int) -> float:
     return best * 1e6
 
 
+def measured() -> dict:
+    """Date, commit, machine and command of this run (a figure's ``measured`` key)."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
+            "machine": f"{platform.node()}: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+                       f"torch threads {torch.get_num_threads()}",
+            "command": " ".join(["bench/bench_masks.py", *sys.argv[1:]])}
+
+
 def metaqa_facts(limit: int) -> list[str]:
     facts = []
     with METAQA_KB.open(encoding="utf-8") as f:
@@ -176,7 +191,7 @@ def main() -> None:
     if args.models:
         results = bench_models(args.models.split(","), args.facts, args.walks)
         if args.json:
-            Path(args.json).write_text(json.dumps(results, indent=2))
+            Path(args.json).write_text(json.dumps({"measured": measured(), "results": results}, indent=1) + "\n")
         return
     rng = np.random.default_rng(0)
     default_threads = torch.get_num_threads()
