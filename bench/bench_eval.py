@@ -111,6 +111,9 @@ def run_metaqa(args, loaded) -> None:
     for hop in args.hops.split(","):
         questions += read_question_file(METAQA / f"{hop}-hop" / "qa_dev.txt").questions
     questions = stratified_sample(questions, args.per_hop, args.seed)
+    if args.slice:  # K/N: every N-th question from the K-th, one hold of a run split up (bench/merge_eval.py)
+        k, n = map(int, args.slice.split("/"))
+        questions = questions[k - 1::n]
     prompt = (question_prompt(index, loaded.tokenizer) if args.prompt == "per-question"
               else fitted_prompt(index, loaded.tokenizer))
     llm_only = None if args.llm_only is None else set(args.llm_only.split(","))
@@ -118,7 +121,7 @@ def run_metaqa(args, loaded) -> None:
            "commit": _commit(), "machine": _machine(), "command": " ".join(["bench/bench_eval.py", *sys.argv[1:]]),
            "model": args.model, "beams": args.beams, "max_new_tokens": args.max_new_tokens,
            "batch_size": args.batch_size, "per_hop": args.per_hop, "hops": args.hops, "seed": args.seed,
-           "questions": len(questions), "index_facts": index.info.facts,
+           "slice": args.slice, "questions": len(questions), "index_facts": index.info.facts,
            "prompt": {"choice": args.prompt, "system": prompt.system, "examples": [list(e) for e in prompt.examples],
                       "pool": len(getattr(prompt, "pool", ()))}, "variants": {}}
     out = Path(args.out)
@@ -195,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", choices=PROMPTS, default="fitted",
                         help="metaqa: the examples drawn from the index once (fitted) or chosen per question "
                         "from a pool by the question's relation words (per-question)")
+    parser.add_argument("--slice", help="metaqa: K/N, only the sample's K-th of N interleaved slices (parts of one "
+                        "run, joined by bench/merge_eval.py)")
     parser.add_argument("--index-file", help="metaqa: the index built from kb.txt with conf/metaqa.toml "
                         "(refactx-pipeline graph-index), instead of building it")
     parser.add_argument("--name", default="eval-metaqa-dev", help="metaqa: the figure's file name (no suffix)")

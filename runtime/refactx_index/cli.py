@@ -78,6 +78,8 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 NOTHING = 3
+# written out rather than read from qa.models.MODEL_NAMES, whose import loads numpy (a test keeps them equal)
+MODEL_HELP = "smollm2, smollm2-135m, gemma3-270m (packaged), a .gguf file or a transformers directory"
 
 
 def _open(args: argparse.Namespace, vocabulary: "Vocabulary | None" = None):
@@ -267,7 +269,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .prompting.prompt import Prompt, fitted_prompt
+    from .prompting.prompt import Prompt, fitted_prompt, question_prompt
     from .qa.evaluation import evaluate, markdown_table, read_question_file, stratified_sample, write_outputs
     from .qa.models import load_model
     from .tree.index import check_vocabulary
@@ -285,12 +287,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         questions = questions[:args.limit]
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else None
     modes = ["constrained"] if args.constrained_only else ["constrained", "unconstrained"]
-    options = {"prefill_fact": args.prefill_fact, "entities_first": args.entities_first, "grounded": args.grounded}
+    options = {"prefill_fact": args.prefill_fact, "entities_first": args.entities_first, "grounded": args.grounded,
+               "relations_first": args.relations_first, "named_relations_only": args.named_relations_only}
     with _open(args) as index:
         loaded = load_model(args.model)
         check_vocabulary(index, loaded.vocabulary)
         if prompt is None:
-            prompt = fitted_prompt(index, loaded.vocabulary)
+            prompt = (question_prompt(index, loaded.vocabulary) if args.examples == "per-question"
+                      else fitted_prompt(index, loaded.vocabulary))
         started = time.perf_counter()
         results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size,
                            num_beams=args.beams, max_new_tokens=args.max_new_tokens, prompt=prompt, **options)
@@ -474,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "tokenizer.json.")
     ak.add_argument("question", nargs="+")
     _index_arguments(ak)
-    ak.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
+    ak.add_argument("--model", default="smollm2", help=MODEL_HELP)
     ak.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
     ak.add_argument("--max-new-tokens", type=int, default=128)
     ak.add_argument("--prompt-file", help="system message and worked examples (format: refactx_index/prompting/prompt.py)")
@@ -526,11 +530,21 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--entities-first", action="store_true",
                     help="at a fact's subject, only the question's own entities (labels of the index found "
                          "in the question) while the reply follows one of them")
+    ev.add_argument("--relations-first", action="store_true",
+                    help="follow the question's relation words: the relations it names come first, and a reply "
+                         "chains another fact while a named relation is not yet written (with --grounded: "
+                         "answers only from facts chained from a question entity)")
+    ev.add_argument("--named-relations-only", action="store_true",
+                    help="with --grounded and --relations-first: I don't know unless a chained fact's relation "
+                         "is one the question names")
+    ev.add_argument("--examples", choices=["fitted", "per-question"], default="fitted",
+                    help="worked examples drawn from the index once (fitted, default) or chosen per question "
+                         "from a pool by its relation words; ignored with --prompt-file")
     ev.add_argument("--grounded", action="store_true",
                     help="the text after 'Answer:' is a subject or object of a stored fact the reply wrote, "
                          "or I don't know.")
     _index_arguments(ev)
-    ev.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
+    ev.add_argument("--model", default="smollm2", help=MODEL_HELP)
     ev.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
     ev.add_argument("--max-new-tokens", type=int, default=128)
     ev.add_argument("--batch-size", type=int, default=8, help="questions generated together (default 8)")
@@ -552,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--dsn", help="PostgreSQL for --index (default: $REFACTX_DSN, which keeps a password "
                                   "out of the process list)")
     sv.add_argument("--default-index", help="the index of requests that name none (default: the first)")
-    sv.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or a transformers directory")
+    sv.add_argument("--model", default="smollm2", help=MODEL_HELP)
     sv.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: --model)")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)

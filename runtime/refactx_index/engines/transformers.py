@@ -23,6 +23,7 @@ each row continues.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Sequence
@@ -32,12 +33,14 @@ import numpy as np
 from ..constraint.batch import BatchMatcher
 from ..constraint.matcher import DEAD, FACT, FREE, FactMatcher, RowState
 from ..errors import ConfigError, InputRefused
+from ..prompting.prompt import ANSWER, PLAIN_QUESTION
 from ..tree.index import ServedBuild, TreeIndex
 from ..vocab import CONTEXT, VocabularyLike
 from .core import FactConstraint, trigger_variants
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedTokenizerBase
 
 try:  # the optional extra: a plain class still works with transformers' processor lists
     from transformers import LogitsProcessor as _Base
@@ -46,7 +49,7 @@ except ImportError:  # pragma: no cover - depends on the install
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEAD", "FACT", "FREE", "RefactxLogitsProcessor", "RowState", "trigger_variants"]
+__all__ = ["DEAD", "EndOfPlainReply", "FACT", "FREE", "RefactxLogitsProcessor", "RowState", "trigger_variants"]
 
 _INDEX = "index"  # the processor's one index, by its name in the constraint
 
@@ -192,3 +195,41 @@ def _parents(prev: np.ndarray, heads: np.ndarray) -> np.ndarray | None:
     if not np.array_equal(prev[parents], heads):
         return None
     return parents
+
+
+_PLAIN_END = re.compile(rf"(?:^|\n)[ \t]*(?:{re.escape(ANSWER)}[^\n]*\n|{re.escape(PLAIN_QUESTION)})")
+
+
+class EndOfPlainReply(_Base):  # type: ignore[misc,valid-type]
+    """A logits processor for a model prompted as plain text (no chat template, a base model:
+    :func:`refactx_index.prompting.prompt.render_plain`), which has no end of turn to write
+    and goes on with the next example's ``Question:`` block. Once a row's reply (``prefill``
+    and the ids after column ``prompt_width``) holds a finished ``Answer:`` line (a newline
+    after it) or a line that opens with ``Question:``, only the end ids ``eos`` stay allowed,
+    so the row ends there, in greedy and beam search alike."""
+
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", prompt_width: int, eos: Sequence[int], prefill: str = ""):
+        self.tokenizer, self.width, self.prefill = tokenizer, prompt_width, prefill
+        self.eos = sorted(set(eos))
+        if not self.eos:
+            raise ConfigError("ending a plain-text reply needs at least one end-of-sequence id")
+
+    def finished(self, text: str) -> bool:
+        """Whether the reply text ``text`` is over: a finished Answer line or a new question."""
+        return _PLAIN_END.search(text) is not None
+
+    def __call__(self, input_ids: "torch.LongTensor", scores: "torch.Tensor") -> "torch.Tensor":
+        if input_ids.shape[1] <= self.width:
+            return scores
+        for r in range(input_ids.shape[0]):
+            self.mask_row(input_ids[r, self.width:].tolist(), scores[r])
+        return scores
+
+    def mask_row(self, generated: Sequence[int], scores: "torch.Tensor") -> None:
+        """Leave, in place, only the end ids in the next-token ``scores`` of one row whose
+        reply so far is ``generated``, when that reply is over."""
+        if self.finished(self.prefill + self.tokenizer.decode(list(generated), skip_special_tokens=True)):
+            kept = scores[self.eos].clone()
+            scores.fill_(float("-inf"))
+            # the end ids keep their scores (a beam's ranking), or 0 where all were masked
+            scores[self.eos] = kept if bool((kept > float("-inf")).any()) else 0.0

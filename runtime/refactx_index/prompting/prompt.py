@@ -29,7 +29,7 @@ import re
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ConfigError
 from ..tree.explore import objects, relations
@@ -94,10 +94,7 @@ class Prompt:
         if getattr(tokenizer, "chat_template", None):
             text = tokenizer.apply_chat_template(self.messages(question), tokenize=False, add_generation_prompt=True)
         else:
-            blocks = [self.system]
-            blocks += [f"Question: {q}\nReply:\n{a}" for q, a in self.examples]
-            blocks.append(f"Question: {question}\nReply:\n")
-            text = "\n\n".join(blocks)
+            text = plain_prompt(tokenizer, self.messages(question))
         return text + prefill
 
     @classmethod
@@ -118,6 +115,38 @@ class Prompt:
                 raise ConfigError(f"prompt file {path}: example {n} needs a 'Q:' line and an 'A:' block")
             examples.append((question.strip(), answer.strip()))
         return cls(system=system, examples=tuple(examples))
+
+
+PLAIN_QUESTION = "Question:"
+PLAIN_REPLY = "Reply:"
+
+
+def render_plain(messages: Sequence[dict[str, str]]) -> str:
+    """Chat ``messages`` as plain text, for a model whose tokenizer has no chat template (a
+    base model, such as Gemma 3 270M): the system message, then each user turn as a
+    ``Question:`` line and each assistant turn as a ``Reply:`` block, blocks apart by a blank
+    line, ending with an open ``Reply:`` after the last question -- a few-shot document the
+    model continues. A base model goes on past its reply with the next ``Question:`` block:
+    ``refactx_index.engines.transformers.EndOfPlainReply`` ends the row there."""
+    blocks = []
+    for message in messages:
+        role, content = message.get("role"), str(message.get("content") or "").strip()
+        if role == "system":
+            blocks.append(content)
+        elif role == "assistant":
+            blocks[-1:] = [f"{blocks[-1]}\n{PLAIN_REPLY}\n{content}" if blocks else f"{PLAIN_REPLY}\n{content}"]
+        else:
+            blocks.append(f"{PLAIN_QUESTION} {content}")
+    return "\n\n".join(blocks) + f"\n{PLAIN_REPLY}\n"
+
+
+def plain_prompt(tokenizer: "PreTrainedTokenizerBase", messages: Sequence[dict[str, str]]) -> str:
+    """:func:`render_plain` for ``tokenizer``, opened by its beginning-of-sequence token where
+    its own encoding starts with one (Gemma's ``<bos>``, which a chat template would write):
+    prompts are encoded without special tokens."""
+    bos = getattr(tokenizer, "bos_token", None)
+    starts = bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [tokenizer.bos_token_id]
+    return (bos if starts else "") + render_plain(messages)
 
 
 def final_answer(text: str) -> str:

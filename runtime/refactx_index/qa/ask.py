@@ -573,7 +573,7 @@ def ask(
     import torch
     from transformers import LogitsProcessorList
 
-    from ..engines.transformers import RefactxLogitsProcessor
+    from ..engines.transformers import EndOfPlainReply, RefactxLogitsProcessor
 
     tok = loaded.tokenizer
     if prompt is None:
@@ -611,6 +611,8 @@ def ask(
                                          entities=entities if relations_first else None, num_beams=num_beams,
                                          words=follow.words if follow is not None and named_relations_only
                                          else None))
+    if not getattr(tok, "chat_template", None):  # a plain-text prompt (a base model): end after the reply
+        processors.append(EndOfPlainReply(tok, width, eos, prefill))
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():

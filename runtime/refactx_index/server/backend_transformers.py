@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..engines.core import FactConstraint, index_trigger
+from ..engines.transformers import EndOfPlainReply
 from ..qa.ask import GroundedAnswer, read_facts
 from ..qa.models import LoadedModel
 from ..tree.index import TreeIndex
@@ -65,6 +66,9 @@ class _Rows:
                 trigger = index_trigger(engine.indexes[job.index])
                 self.grounded[r] = GroundedAnswer(engine.tokenizer, width, trigger, sorted(engine.eos),
                                                   stored=lambda text: True)
+        # a plain-text prompt (a model without a chat template): each row ends after its reply
+        self.plain = (None if getattr(engine.tokenizer, "chat_template", None)
+                      else EndOfPlainReply(engine.tokenizer, width, sorted(engine.eos)))
 
     def __call__(self, input_ids, scores):  # the logits processor
         started = time.perf_counter()
@@ -72,6 +76,9 @@ class _Rows:
         for r, grounded in self.grounded.items():
             if not self.done[r]:
                 grounded.mask_row(input_ids[r, self.width:].tolist(), scores[r])
+        if self.plain is not None:
+            for r in np.flatnonzero(~self.done):
+                self.plain.mask_row(input_ids[r, self.width:].tolist(), scores[r])
         self.engine.constraint_seconds += time.perf_counter() - started
         for r, gen in self.generators.items():
             if not self.done[r]:

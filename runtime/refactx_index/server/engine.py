@@ -13,6 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
+from ..prompting.prompt import plain_prompt
 from ..qa.ask import GeneratedFact
 from ..tree.index import TreeIndex
 from ..vocab import Vocabulary
@@ -68,5 +69,8 @@ class Engine(Protocol):
 
 
 def encode_chat(tokenizer: "PreTrainedTokenizerBase", messages: Sequence[dict[str, str]]) -> list[int]:
-    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    else:  # a base model: the messages as a plain-text few-shot document
+        text = plain_prompt(tokenizer, messages)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
