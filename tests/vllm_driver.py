@@ -9,7 +9,7 @@ plus the Model Runner V2 processor driven directly through vLLM's own interface 
 Spec: {"model": DIR, "indexes": {NAME: FILE.rfx}, "engines": [{"name": ..., "processor":
 bool, "dtype": str, "prefix_caching": bool, "runs": [{"name": ..., "prompts": [str], "chat": bool,
 "alone": bool, "params": {SamplingParams keywords}} or {"name": ..., "prompts": [str], "beams": {"index":
-NAME, "width": int, "max_tokens": int, "eos": [int]}}]}], "v2": {"index": NAME, "prompt": str, "tokens": [int]}}
+NAME, "width": int, "max_tokens": int}}]}], "v2": {"index": NAME, "prompt": str, "tokens": [int]}}
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def _beams(llm, spec: dict, run: dict) -> list[dict]:
     beams = run["beams"]
     index = MemoryTreeIndex.load(spec["indexes"][beams["index"]])
     prompt_ids = [tok.encode(p, add_special_tokens=False) for p in run["prompts"]]
-    results = beam_search(llm, prompt_ids, index, beam_width=beams["width"], max_tokens=beams["max_tokens"],
-                          eos_ids=beams["eos"])
+    # the end ids: the engine's model directory's vocabulary (config and generation config)
+    results = beam_search(llm, prompt_ids, index, beam_width=beams["width"], max_tokens=beams["max_tokens"])
     return [{"prompt_ids": ids, "ids": hyps[0].tokens, "score": hyps[0].score,
              "facts": [list(f) for f in hyps[0].facts]} for ids, hyps in zip(prompt_ids, results)]
 

@@ -110,7 +110,7 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
             ]},
             {"name": "beams", "processor": False, "dtype": "float32", "prefix_caching": True, "max_num_seqs": 64,
              "runs": [{"name": "beams", "prompts": BEAM_PROMPTS,
-                       "beams": {"index": "sample", "width": 3, "max_tokens": BEAM_TOKENS, "eos": [EOS]}}]},
+                       "beams": {"index": "sample", "width": 3, "max_tokens": BEAM_TOKENS}}]},
             {"name": "without", "processor": False, "runs": [
                 {"name": "off_greedy", "prompts": QUESTIONS, "chat": True, "alone": True, "params": GREEDY},
                 {"name": "off_sampled", "prompts": QUESTIONS, "chat": True, "alone": True, "params": SAMPLED},

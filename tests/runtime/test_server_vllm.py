@@ -41,14 +41,13 @@ class Served(NamedTuple):
     index_file: Path
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    """SmolLM2's files, the generation config ending rows on ``Answer`` too (module doc)."""
+def two_end_model(directory: Path) -> Path:
+    """SmolLM2's files in ``directory``, the generation config ending rows on ``Answer`` too
+    (module doc)."""
     from refactx_index.qa.models import model_directory
     from refactx_index.vocab import open_tokenizer
 
     base = model_directory("smollm2")
-    directory = tmp_path_factory.mktemp("smollm2-two-ends")
     for file in base.iterdir():
         if file.name != "generation_config.json":
             (directory / file.name).symlink_to(file)
@@ -57,6 +56,11 @@ def model(tmp_path_factory) -> Path:
     generation["eos_token_id"] = [2, open_tokenizer(str(base)).token_to_id("Answer")]
     (directory / "generation_config.json").write_text(json.dumps(generation))
     return directory
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return two_end_model(tmp_path_factory.mktemp("smollm2-two-ends"))
 
 
 @pytest.fixture(scope="module")
