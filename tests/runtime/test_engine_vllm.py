@@ -33,6 +33,8 @@ BEAM_PROMPTS = [f"Facts about {s}.\nFact:" for s in (
     "Germany", "France", "Japan", "Northern Ireland", "Canada", "Brazil", "India", "Italy", "Spain", "Egypt",
     "Mexico", "Sweden", "Kenya", "Australia", "China", "Poland", "Norway", "Chile", "Greece", "Ireland")]
 BEAM_TOKENS = 32
+PREEMPTED_PROMPTS = BEAM_PROMPTS[:12]
+PREEMPTED = {"temperature": 0, "max_tokens": 64, "extra_args": {"refactx_index": "sample"}}
 EOS = 2  # SmolLM2's <|im_end|>
 
 
@@ -111,12 +113,18 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
             {"name": "beams", "processor": False, "dtype": "float32", "prefix_caching": True, "max_num_seqs": 64,
              "runs": [{"name": "beams", "prompts": BEAM_PROMPTS,
                        "beams": {"index": "sample", "width": 3, "max_tokens": BEAM_TOKENS}}]},
+            # a KV cache of 8 blocks of 32 tokens for 12 requests of ~70 tokens: the scheduler
+            # preempts requests and resumes them with the ids they wrote
+            {"name": "crowded", "processor": True, "dtype": "float32", "max_model_len": 256, "kv_blocks": 8,
+             "runs": [{"name": "batch", "prompts": PREEMPTED_PROMPTS, "params": PREEMPTED},
+                      {"name": "alone", "prompts": PREEMPTED_PROMPTS, "alone": True, "params": PREEMPTED}]},
             {"name": "without", "processor": False, "runs": [
                 {"name": "off_greedy", "prompts": QUESTIONS, "chat": True, "alone": True, "params": GREEDY},
                 {"name": "off_sampled", "prompts": QUESTIONS, "chat": True, "alone": True, "params": SAMPLED},
             ]},
         ],
         "v2": {"index": "corporate", "prompt": "Who runs Hooli?\nFact:", "tokens": list(V2_WALK(stored))},
+        "v1": {"index": "sample", "prompt": "Facts about Germany.\nFact:", "tokens": list(sorted(stored["sample"])[3])},
     }
     (work / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REFACTX_VLLM_CONFIG", "VIRTUAL_ENV"))}
@@ -253,3 +261,25 @@ def test_constrained_beams_on_vllm_give_the_facts_of_transformers_beams(vllm_run
     # part; the selection itself equals transformers' on transformers' own log-probabilities
     # (test_generation_model.py)
     assert same_first >= 18 and same_facts >= 10, (same_first, same_facts)
+
+
+def test_requests_preempted_and_resumed_write_stored_facts_and_the_text_they_write_alone(vllm_run, trigger, stored):
+    """vLLM's CPU engine with a KV cache too small for its batch: the scheduler preempts
+    requests (their KV blocks freed) and resumes them, and the processor reads each one again
+    from its prompt and the ids it had written. Every fact every request wrote is stored, and
+    each request writes what it writes alone (float32: no batch-shape near ties)."""
+    crowded = vllm_run["engines"]["crowded"]
+    assert crowded["preemptions"] > 0  # the engine did preempt
+    assert _check_stored(crowded["batch"], trigger, stored["sample"], start_inside=True) >= len(PREEMPTED_PROMPTS)
+    assert [o["ids"] for o in crowded["batch"]] == [o["ids"] for o in crowded["alone"]]
+
+
+def test_the_v1_processor_under_async_scheduling_preemption_moves_and_ids_taken_back(vllm_run):
+    """Driven through vLLM's own BatchUpdate as the V1 runner drives it with async scheduling
+    (off on vLLM's CPU platform, so not in an engine here): ids that arrive as placeholders
+    written in place, a preempted request resumed in another slot, a swap, ids taken back.
+    At every step the request's mask is the mask of the same request added fresh with the ids
+    it has, and the unconstrained row beside it is never masked."""
+    v1 = vllm_run["v1"]
+    assert v1["events"] == ["preempted", "swapped", "taken back"]
+    assert v1["checks"] >= 15 and v1["mismatches"] == []

@@ -40,15 +40,22 @@ import numpy as np
 from ..constraint.batch import BatchMatcher
 from ..constraint.matcher import FACT, FactMatcher
 from ..errors import InputRefused
-from ..tree.index import TreeIndex
+from ..tree.index import ServedBuild, TreeIndex
 from ..vocab import Vocabulary, VocabularyLike, as_vocabulary, open_model_vocabulary
 from .core import index_trigger, trigger_variants
 
 
-__all__ = ["BeamHypothesis", "beam_search", "constrained_beams"]
+__all__ = ["BeamHypothesis", "beam_search", "candidates_per_step", "constrained_beams", "gather_scores",
+           "score_requests"]
 
 # vLLM's bound on one request's logprob_token_ids (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS)
 MAX_IDS_PER_REQUEST = 128
+
+
+def candidates_per_step(beam_width: int, eos_count: int) -> int:
+    """How many continuations of a prompt's beams a step keeps (transformers' ``max(2, 1 +
+    end ids) x beams``): the log-probabilities an unconstrained beam asks its engine for."""
+    return max(2, 1 + eos_count) * max(beam_width, 1)
 
 
 @dataclass
@@ -121,21 +128,24 @@ def gather_scores(n: int, owners: list[tuple[int, set[int] | None]], logprobs: l
 def constrained_beams(score: Callable[[list[tuple[list[int], np.ndarray | None]], int], list[dict[int, float]]],
                       vocabulary: VocabularyLike, prompts: Sequence[Sequence[int]], index: TreeIndex, *, beam_width: int,
                       max_tokens: int, length_penalty: float, eos_ids: Sequence[int] | None = None,
-                      trigger: str | None = None, in_fact: Sequence[bool] | None = None) -> list[list[BeamHypothesis]]:
+                      trigger: str | None = None, in_fact: Sequence[bool] | None = None,
+                      build: ServedBuild | None = None) -> list[list[BeamHypothesis]]:
     """The search itself, over any engine: ``score(requests, top)`` gives, for each request
     ``(token ids, allowed ids or None)``, the log-probabilities of the next token -- of the
     allowed ids, or the ``top`` best where unconstrained (:func:`beam_search` asks vLLM).
-    ``eos_ids``: the ids that end a beam, by default ``vocabulary``'s (the module doc)."""
+    ``eos_ids``: the ids that end a beam, by default ``vocabulary``'s (the module doc);
+    ``build``: the index's build every beam reads (default: the serving one now)."""
     vocabulary = as_vocabulary(vocabulary)
     eos = {int(e) for e in (vocabulary.eos_ids if eos_ids is None else eos_ids)}
     if not eos:
         raise InputRefused(f"vocabulary {vocabulary.name!r} names no end-of-sequence id: a beam could not end")
     vocab = vocabulary.logits_size
     width = max(beam_width, 1)
-    keep = max(2, 1 + len(eos)) * width
+    keep = candidates_per_step(width, len(eos))
     triggers = trigger_variants(vocabulary, trigger or index_trigger(index))
     matcher = BatchMatcher(FactMatcher(index, triggers, sorted(eos)), capacity=len(prompts) * width)
-    build = index.serving_build()  # one build for every beam, first step to last
+    if build is None:
+        build = index.serving_build()  # one build for every beam, first step to last
     n = len(prompts)
     prompts = [[int(t) for t in p] for p in prompts]
     slots = np.arange(n * width)
