@@ -102,7 +102,8 @@ def _v2(spec: dict) -> dict:
     prompt_len[slot] = len(prompt)
     req_states = SimpleNamespace(device=torch.device("cpu"), max_num_reqs=slots, vocab_size=vocab,
                                  all_token_ids=SimpleNamespace(gpu=all_ids),
-                                 prompt_len=SimpleNamespace(np=prompt_len))
+                                 prompt_len=SimpleNamespace(np=prompt_len),
+                                 prefill_len=SimpleNamespace(np=prompt_len.copy()))
     config = SimpleNamespace(additional_config={"refactx": {"indexes": spec["indexes"]}},
                              model_config=SimpleNamespace(tokenizer=spec["model"], model=spec["model"],
                                                           hf_config=SimpleNamespace(eos_token_id=2),
@@ -125,7 +126,22 @@ def _v2(spec: dict) -> dict:
         if not torch.isfinite(logits[0]).all():
             raise AssertionError("the unconstrained request's row was masked")
         allowed.append(torch.isfinite(logits[1]).nonzero().flatten().tolist())
-    return {"allowed": allowed, "prompt_ids": prompt}
+    # preempted after two ids and resumed in slot 3: MRV2 adds it again, its prefill the prompt
+    # and the ids it had written; the mask is the tree's after those ids
+    resumed, written = 3, list(prompt) + v2["tokens"][:2]
+    all_ids[resumed, : len(written)] = torch.tensor(written)
+    prompt_len[resumed] = len(prompt)
+    req_states.prefill_len.np[resumed] = len(written)
+    proc.constraint.remove([slot])
+    assert proc.add_request(resumed, SamplingParams(extra_args={"refactx_index": v2["index"]}))
+    ctx = LogitsContext(expanded_idx_mapping=torch.tensor([resumed]), idx_mapping=torch.tensor([resumed]),
+                        idx_mapping_np=np.asarray([resumed]), expanded_local_pos=torch.zeros(1, dtype=torch.int64),
+                        input_ids=torch.tensor([written[-1]]), pos=torch.tensor([len(written) - 1]),
+                        seq_lens_upper_bound_np=np.asarray([len(written)]))
+    logits = torch.zeros(1, vocab)
+    proc.apply(logits, ctx)
+    return {"allowed": allowed, "prompt_ids": prompt,
+            "resumed_allowed": torch.isfinite(logits[0]).nonzero().flatten().tolist()}
 
 
 def _v1(spec: dict) -> dict:

@@ -310,15 +310,18 @@ class RefactxLogitsProcessorV2(_V2Base):  # type: ignore[misc,valid-type]
         return self.constraint.apply(logits, row_slots)
 
     def _start(self, row_slots: np.ndarray) -> None:
-        """Requests added since the last step: read their prompts from the runner."""
+        """Requests added since the last step: read their prompts from the runner. A request
+        resumed after preemption comes back as a new one whose prefill is its prompt and the
+        ids it had written: the matcher reads those too."""
         prompt_len = self.req_states.prompt_len.np
+        prefill_len = self.req_states.prefill_len.np
         for slot in [s for s in row_slots.tolist() if s in self._pending]:
             name, in_fact = self._pending.pop(slot)
-            n = int(prompt_len[slot])
-            prompt = self.req_states.all_token_ids.gpu[slot, :n].to("cpu").tolist()
+            n, filled = int(prompt_len[slot]), int(prefill_len[slot])
+            ids = self.req_states.all_token_ids.gpu[slot, :filled].to("cpu").tolist()
             try:
-                self.constraint.add(slot, name, prompt, in_fact=in_fact)
+                self.constraint.add(slot, name, ids[:n], in_fact=in_fact, output_ids=ids[n:])
             except ValueError as exc:
                 log.error("request in slot %d: %s; it may only end", slot, exc)
                 self.constraint.refuse(slot)
-            self._known[slot] = n
+            self._known[slot] = filled
