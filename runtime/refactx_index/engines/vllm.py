@@ -239,7 +239,7 @@ class RefactxLogitsProcessor(LogitsProcessor):
         fresh = np.flatnonzero(lengths != seen)
         if fresh.size == 0:
             return
-        if (lengths[fresh] - seen[fresh]).max() == 1 and lengths[fresh].min() > 0:  # the common step
+        if ((lengths[fresh] - seen[fresh]) == 1).all():  # the common step: one new id per row
             tokens = np.fromiter((held[i].outputs[-1] for i in fresh.tolist()), dtype=np.int64, count=fresh.size)
             if tokens.min() >= 0:
                 self.constraint.step(slots[fresh], tokens)

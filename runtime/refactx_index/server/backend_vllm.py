@@ -32,6 +32,7 @@ transformers engine, in one process, has no such gap.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import time
@@ -139,7 +140,7 @@ class VllmEngine:
         loop = asyncio.get_running_loop()
         index = self.indexes[job.index]
         build = index.serving_build()
-        steps = iter(range(1 << 62))
+        steps = itertools.count()
 
         async def answers(prompts: list[dict], params: list, step: int) -> list:
             async def one(k: int) -> object:
