@@ -136,7 +136,7 @@ def _drive(work: Path, spec: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def crowded_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
-    """An engine whose KV cache (8 blocks of 32 tokens) is too small for its 12 requests of
+    """An engine whose KV cache (9 blocks of 32 tokens, one of them vLLM's null block) is too small for its 12 requests of
     ~70 tokens: the scheduler preempts requests and resumes them with the ids they wrote. And
     the V1 processor driven directly through vLLM's BatchUpdate (the driver's ``v1``)."""
     if not VLLM_PYTHON.exists():
@@ -148,7 +148,7 @@ def crowded_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
     MemoryTreeIndex.from_facts(sample_fact_texts, str(model_dir / "tokenizer.json")).save(indexes["sample"])
     return _drive(work, {
         "model": str(model_dir), "indexes": indexes,
-        "engines": [{"name": "crowded", "processor": True, "dtype": "float32", "max_model_len": 256, "kv_blocks": 8,
+        "engines": [{"name": "crowded", "processor": True, "dtype": "float32", "max_model_len": 256, "kv_blocks": 9,
                      "runs": [{"name": "batch", "prompts": PREEMPTED_PROMPTS, "params": PREEMPTED},
                               {"name": "alone", "prompts": PREEMPTED_PROMPTS, "alone": True, "params": PREEMPTED}]}],
         "v1": {"index": "sample", "prompt": "Facts about Germany.\nFact:", "tokens": list(sorted(stored["sample"])[3])},
