@@ -136,9 +136,10 @@ def _drive(work: Path, spec: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def crowded_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
-    """An engine whose KV cache (9 blocks of 32 tokens, one of them vLLM's null block) is too small for its 12 requests of
-    ~70 tokens: the scheduler preempts requests and resumes them with the ids they wrote. And
-    the V1 processor driven directly through vLLM's BatchUpdate (the driver's ``v1``)."""
+    """An engine whose KV cache (9 blocks of 32 tokens, one of them vLLM's null block) is too
+    small for its 12 requests of ~70 tokens: the scheduler preempts requests and resumes them
+    with the ids they wrote. And the V1 processor driven directly through vLLM's BatchUpdate
+    (the driver's ``v1``)."""
     if not VLLM_PYTHON.exists():
         pytest.skip(f"{VLLM_PYTHON} is absent: vLLM could not be installed on this machine")
     from refactx_index.tree.memory import MemoryTreeIndex
