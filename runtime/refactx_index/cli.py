@@ -355,7 +355,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine = VllmEngine(model_dir, specs, indexes, vocabulary, max_batch=args.max_batch,
                             max_model_len=args.max_model_len,
                             gpu_memory_utilization=args.gpu_memory_utilization,
-                            enforce_eager=args.enforce_eager)
+                            enforce_eager=args.enforce_eager, dtype=args.dtype)
     else:
         loaded = load_model(args.model)
         for index in indexes.values():  # a model that does not write an index's ids is refused here
@@ -578,6 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--gpu-memory-utilization", type=float, default=0.9,
                     help="vLLM: its share of the accelerator's memory (on a CPU: of its KV-cache space)")
     sv.add_argument("--enforce-eager", action="store_true", help="vLLM: no CUDA graphs / compilation")
+    sv.add_argument("--dtype", default="auto", help="vLLM: the weights' dtype (default auto: the model's, "
+                                                    "float32 models in 16 bits)")
     sv.add_argument("--max-new-tokens", type=int, default=256, help="the largest max_tokens a request may ask")
     sv.add_argument("--max-concurrent", type=int, default=32, help="requests in flight before 429")
     sv.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger bodies get 413")

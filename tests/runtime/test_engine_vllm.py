@@ -33,6 +33,8 @@ BEAM_PROMPTS = [f"Facts about {s}.\nFact:" for s in (
     "Germany", "France", "Japan", "Northern Ireland", "Canada", "Brazil", "India", "Italy", "Spain", "Egypt",
     "Mexico", "Sweden", "Kenya", "Australia", "China", "Poland", "Norway", "Chile", "Greece", "Ireland")]
 BEAM_TOKENS = 32
+PREEMPTED_PROMPTS = BEAM_PROMPTS[:12]
+PREEMPTED = {"temperature": 0, "max_tokens": 64, "extra_args": {"refactx_index": "sample"}}
 EOS = 2  # SmolLM2's <|im_end|>
 
 
@@ -110,7 +112,7 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
             ]},
             {"name": "beams", "processor": False, "dtype": "float32", "prefix_caching": True, "max_num_seqs": 64,
              "runs": [{"name": "beams", "prompts": BEAM_PROMPTS,
-                       "beams": {"index": "sample", "width": 3, "max_tokens": BEAM_TOKENS, "eos": [EOS]}}]},
+                       "beams": {"index": "sample", "width": 3, "max_tokens": BEAM_TOKENS}}]},
             {"name": "without", "processor": False, "runs": [
                 {"name": "off_greedy", "prompts": QUESTIONS, "chat": True, "alone": True, "params": GREEDY},
                 {"name": "off_sampled", "prompts": QUESTIONS, "chat": True, "alone": True, "params": SAMPLED},
@@ -118,6 +120,11 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
         ],
         "v2": {"index": "corporate", "prompt": "Who runs Hooli?\nFact:", "tokens": list(V2_WALK(stored))},
     }
+    return _drive(work, spec)
+
+
+def _drive(work: Path, spec: dict) -> dict:
+    """Run tests/vllm_driver.py over ``spec`` in the vLLM environment; what it wrote."""
     (work / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REFACTX_VLLM_CONFIG", "VIRTUAL_ENV"))}
     proc = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_driver.py"), str(work / "spec.json"),
@@ -125,6 +132,28 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
                           cwd=work)
     assert proc.returncode == 0, proc.stderr[-6000:]
     return json.loads((work / "out.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def crowded_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
+    """An engine whose KV cache (9 blocks of 32 tokens, one of them vLLM's null block) is too
+    small for its 12 requests of ~70 tokens: the scheduler preempts requests and resumes them
+    with the ids they wrote. And the V1 processor driven directly through vLLM's BatchUpdate
+    (the driver's ``v1``)."""
+    if not VLLM_PYTHON.exists():
+        pytest.skip(f"{VLLM_PYTHON} is absent: vLLM could not be installed on this machine")
+    from refactx_index.tree.memory import MemoryTreeIndex
+
+    work = tmp_path_factory.mktemp("vllm-crowded")
+    indexes = {"sample": str(work / "sample.rfx")}
+    MemoryTreeIndex.from_facts(sample_fact_texts, str(model_dir / "tokenizer.json")).save(indexes["sample"])
+    return _drive(work, {
+        "model": str(model_dir), "indexes": indexes,
+        "engines": [{"name": "crowded", "processor": True, "dtype": "float32", "max_model_len": 256, "kv_blocks": 9,
+                     "runs": [{"name": "batch", "prompts": PREEMPTED_PROMPTS, "params": PREEMPTED},
+                              {"name": "alone", "prompts": PREEMPTED_PROMPTS, "alone": True, "params": PREEMPTED}]}],
+        "v1": {"index": "sample", "prompt": "Facts about Germany.\nFact:", "tokens": list(sorted(stored["sample"])[3])},
+    })
 
 
 def _check_stored(outputs, trigger, stored, start_inside=False) -> int:
@@ -211,6 +240,14 @@ def test_model_runner_v2_processor_follows_its_request_and_masks_it_only(vllm_ru
         assert got == expected, step
 
 
+def test_model_runner_v2_processor_reads_a_resumed_request_s_written_ids(vllm_run, stored):
+    """Model Runner V2 adds a preempted request again, its prefill the prompt and the ids it had
+    written: the matcher reads those ids too (the mask is the tree's after them)."""
+    corporate, walk = stored["corporate"], V2_WALK(stored)
+    expected = sorted({s[2] for s in corporate if s[:2] == walk[:2] and len(s) > 2})
+    assert vllm_run["v2"]["resumed_allowed"] == expected and expected
+
+
 def test_constrained_beams_on_vllm_give_the_facts_of_transformers_beams(vllm_run, model_dir, stored, trigger,
                                                                        sample_fact_texts):
     """engines/vllm_beams.py on the real CPU engine (float32, one request per beam and step)
@@ -253,3 +290,26 @@ def test_constrained_beams_on_vllm_give_the_facts_of_transformers_beams(vllm_run
     # part; the selection itself equals transformers' on transformers' own log-probabilities
     # (test_generation_model.py)
     assert same_first >= 18 and same_facts >= 10, (same_first, same_facts)
+
+
+def test_requests_preempted_and_resumed_write_stored_facts_and_the_text_they_write_alone(crowded_run, trigger,
+                                                                                         stored):
+    """vLLM's CPU engine with a KV cache too small for its batch: the scheduler preempts
+    requests (their KV blocks freed) and resumes them, and the processor reads each one again
+    from its prompt and the ids it had written. Every fact every request wrote is stored, and
+    each request writes what it writes alone (float32: no batch-shape near ties)."""
+    crowded = crowded_run["engines"]["crowded"]
+    assert crowded["preemptions"] > 0  # the engine did preempt
+    assert _check_stored(crowded["batch"], trigger, stored["sample"], start_inside=True) >= len(PREEMPTED_PROMPTS)
+    assert [o["ids"] for o in crowded["batch"]] == [o["ids"] for o in crowded["alone"]]
+
+
+def test_the_v1_processor_under_async_scheduling_preemption_moves_and_ids_taken_back(crowded_run):
+    """Driven through vLLM's own BatchUpdate as the V1 runner drives it with async scheduling
+    (off on vLLM's CPU platform, so not in an engine here): ids that arrive as placeholders
+    written in place, a preempted request resumed in another slot, a swap, ids taken back.
+    At every step the request's mask is the mask of the same request added fresh with the ids
+    it has, and the unconstrained row beside it is never masked."""
+    v1 = crowded_run["v1"]
+    assert v1["events"] == ["preempted", "swapped", "taken back"]
+    assert v1["checks"] >= 15 and v1["mismatches"] == []

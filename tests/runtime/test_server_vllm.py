@@ -41,14 +41,13 @@ class Served(NamedTuple):
     index_file: Path
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    """SmolLM2's files, the generation config ending rows on ``Answer`` too (module doc)."""
+def two_end_model(directory: Path) -> Path:
+    """SmolLM2's files in ``directory``, the generation config ending rows on ``Answer`` too
+    (module doc)."""
     from refactx_index.qa.models import model_directory
     from refactx_index.vocab import open_tokenizer
 
     base = model_directory("smollm2")
-    directory = tmp_path_factory.mktemp("smollm2-two-ends")
     for file in base.iterdir():
         if file.name != "generation_config.json":
             (directory / file.name).symlink_to(file)
@@ -60,14 +59,19 @@ def model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, sample_fact_texts, model):
+def model(tmp_path_factory) -> Path:
+    return two_end_model(tmp_path_factory.mktemp("smollm2-two-ends"))
+
+
+@contextlib.contextmanager
+def _serving(work: Path, model: Path, texts: list[str], *options: str):
+    """``refactx serve --engine vllm`` of ``model`` over an index of ``texts``, until the block ends."""
     if not VLLM_PYTHON.exists():
         pytest.skip(f"{VLLM_PYTHON} is absent: vLLM could not be installed on this machine")
     from refactx_index.tree.memory import MemoryTreeIndex
 
-    work = tmp_path_factory.mktemp("vllm-server")
     index_file = work / "sample.rfx"
-    MemoryTreeIndex.from_facts(sample_fact_texts, str(model / "tokenizer.json")).save(index_file)
+    MemoryTreeIndex.from_facts(texts, str(model / "tokenizer.json")).save(index_file)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -77,7 +81,8 @@ def server(tmp_path_factory, sample_fact_texts, model):
     proc = subprocess.Popen(
         [str(VLLM_PYTHON), "-m", "refactx_index.cli", "serve", "--engine", "vllm", "--model", str(model),
          "--model-name", "smollm2", "--index-file", f"sample={index_file}", "--port", str(port),
-         "--gpu-memory-utilization", "0.25", "--max-model-len", "2048", "--enforce-eager", "--max-batch", "8"],
+         "--gpu-memory-utilization", "0.25", "--max-model-len", "2048", "--enforce-eager", "--max-batch", "8",
+         *options],
         cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)  # its own process group: vLLM's engine processes go with it
     lines: list[str] = []
@@ -101,6 +106,12 @@ def server(tmp_path_factory, sample_fact_texts, model):
         proc.wait(60)
         with contextlib.suppress(ProcessLookupError):  # any engine process its shutdown left
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, sample_fact_texts, model):
+    with _serving(tmp_path_factory.mktemp("vllm-server"), model, sample_fact_texts) as served:
+        yield served
 
 
 def _ask(served: Served, question: str, **extra):
@@ -186,3 +197,83 @@ def test_a_row_ends_on_either_end_id_in_the_worker_s_mask_and_in_the_reported_fa
     assert seen["ends"] == [2, answer] and seen["allowed"] == [2, answer]  # a dead end may end on either
     ended_on_eos, ended_on_answer = seen["facts"]
     assert ended_on_eos == ended_on_answer == [f["text"] for f in facts]
+
+
+# ---------------------------------------------------------------------- constrained beams
+# prompts on which tests/runtime/test_engine_vllm.py's 20 show vLLM's float32 beams and
+# transformers' constrained beam search writing the same facts
+BEAM_PROMPTS = ["Facts about Germany.\nFact:", "Facts about France.\nFact:"]
+BEAM_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def beam_server(tmp_path_factory, sample_fact_texts, model):
+    """The same server in float32 (vLLM's CPU engine runs a float32 model in 16 bits by
+    default): the arithmetic transformers' beams are compared in."""
+    with _serving(tmp_path_factory.mktemp("vllm-beams"), model, sample_fact_texts, "--dtype", "float32") as served:
+        yield served
+
+
+def _complete(served: Served, prompt: str, **extra):
+    try:
+        return served.client.completions.create(model="smollm2", prompt=prompt, max_tokens=BEAM_TOKENS,
+                                                temperature=0, **extra)
+    except openai.APIConnectionError as error:
+        served.exited.wait(60)
+        raise AssertionError("the server closed the connection; its output ends with:\n"
+                             + "".join(served.output)[-6000:]) from error
+
+
+def test_beams_through_the_server_write_the_facts_of_transformers_constrained_beams(beam_server, model,
+                                                                                     sample_fact_ids):
+    import torch
+    from transformers import LogitsProcessorList
+
+    from refactx_index.engines.core import FactConstraint
+    from refactx_index.engines.transformers import RefactxLogitsProcessor
+    from refactx_index.qa.ask import read_facts
+    from refactx_index.qa.models import load_model
+    from refactx_index.tree.memory import MemoryTreeIndex
+    from refactx_index.vocab import open_model_vocabulary
+
+    vocabulary = open_model_vocabulary(model)  # the served directory's: both end ids
+    eos = list(vocabulary.eos_ids)
+    index = MemoryTreeIndex.load(beam_server.index_file)
+    reader = FactConstraint.for_vocabulary({"sample": index}, vocabulary).matchers["sample"].matcher
+    loaded = load_model("smollm2")
+    with ThreadPoolExecutor(2) as pool:  # both at once: their one-token requests share the engine
+        replies = list(pool.map(lambda p: _complete(beam_server, p, extra_body={"refactx": {"beams": 3}}),
+                                BEAM_PROMPTS))
+    for prompt, reply in zip(BEAM_PROMPTS, replies):
+        facts = reply.model_extra["facts"]
+        assert facts and all(f["stored"] and tuple(f["token_ids"]) in sample_fact_ids
+                             for f in facts if f["complete"]), facts
+        assert reply.usage.completion_tokens <= BEAM_TOKENS
+        ids = torch.tensor([vocabulary.encode([prompt])[0]])
+        with torch.inference_mode():
+            row = loaded.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=3, do_sample=False,
+                                        max_new_tokens=BEAM_TOKENS, eos_token_id=eos, pad_token_id=eos[0],
+                                        logits_processor=LogitsProcessorList(
+                                            [RefactxLogitsProcessor(index, loaded.tokenizer, eos_token_id=eos)]))
+        written = row[0, ids.shape[1]:].tolist()
+        expected = read_facts(reader, vocabulary, index, ids[0].tolist() + written, ids.shape[1])
+        assert [f["token_ids"] for f in facts] == [list(f.token_ids) for f in expected], (prompt, facts, expected)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"beams": 0}, "integer >= 1"), ({"beams": "3"}, "integer >= 1"), ({"beams": True}, "integer >= 1"),
+    ({"beams": 2.5}, "integer >= 1"), ({"beams": 99}, "must be 1..6"),
+    ({"beams": 3, "index": None}, "needs an index"), ({"beams": 3, "grounded": True}, "grounded"),
+])
+def test_bad_beams_are_a_clear_400(beam_server, options, message):
+    with pytest.raises(openai.BadRequestError, match=message):
+        _complete(beam_server, BEAM_PROMPTS[0], extra_body={"refactx": options})
+
+
+def test_beams_refuse_sampling_and_streaming(beam_server):
+    with pytest.raises(openai.BadRequestError, match="temperature must be 0"):
+        beam_server.client.completions.create(model="smollm2", prompt=BEAM_PROMPTS[0], max_tokens=4,
+                                              temperature=0.7, extra_body={"refactx": {"beams": 3}})
+    with pytest.raises(openai.BadRequestError, match="stream must be false"):
+        beam_server.client.completions.create(model="smollm2", prompt=BEAM_PROMPTS[0], max_tokens=4, temperature=0,
+                                              stream=True, extra_body={"refactx": {"beams": 3}})

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,8 @@ from ..tree.index import check_vocabulary
 from ..vocab import as_vocabulary, open_model_vocabulary
 from .core import FactConstraint, open_indexes
 
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+from vllm.v1.sample.logits_processor import (BatchUpdate, LogitsProcessor, MoveDirectionality,
+                                             process_dict_updates)
 
 try:  # Model Runner V2 (vLLM >= 0.2x); absent from older releases
     from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as _V2Base
@@ -71,6 +73,8 @@ __all__ = ["INDEX_ARG", "IN_FACT_ARG", "RefactxLogitsProcessor", "RefactxLogitsP
 INDEX_ARG = "refactx_index"
 IN_FACT_ARG = "refactx_in_fact"
 CONFIG_ENV = "REFACTX_VLLM_CONFIG"
+# the output id the V1 runner writes for a token not yet on the host (async scheduling)
+PLACEHOLDER = -1
 
 
 def _settings(vllm_config: "VllmConfig | None") -> dict[str, Any]:
@@ -142,13 +146,40 @@ def _constraint(vllm_config: "VllmConfig", device: "torch.device | str", pin_mem
     return constraint
 
 
+@dataclass
+class _Row:
+    """A constrained request of the V1 runner's batch: what re-reading it needs, vLLM's live
+    list of its output ids, and how many of them the matcher has read."""
+
+    index: str
+    in_fact: bool
+    prompt: list[int]
+    outputs: list[int]
+    seen: int
+
+
+def _known(outputs: list[int]) -> int:
+    """How many output ids lead ``outputs`` before a placeholder: under async scheduling the
+    runner appends ``-1`` for a token sampled but not yet copied to the host, and writes it
+    in place before the logits processors run."""
+    if not outputs or outputs[-1] != PLACEHOLDER:
+        return len(outputs)
+    return outputs.index(PLACEHOLDER)
+
+
 class RefactxLogitsProcessor(LogitsProcessor):
-    """The V1 model runner's logits processor (module doc). Slot = persistent batch index."""
+    """The V1 model runner's logits processor (module doc). Slot = persistent batch index.
+
+    ``update_state`` follows the batch's changes (removed, added, moved: the constraint's
+    rows, and each request's row kept by vLLM's own ``process_dict_updates``); ``apply``
+    first gives the matcher every output id written since the last step, then masks. A
+    request preempted and resumed comes back as an added request with the ids it had
+    written, which the matcher reads again from its prompt on; output ids the runner takes
+    back (the list shrinks) are read again the same way."""
 
     def __init__(self, vllm_config: "VllmConfig", device: "torch.device", is_pin_memory: bool) -> None:
         self.constraint = _constraint(vllm_config, device, is_pin_memory)
-        self._outputs: dict[int, list[int]] = {}  # slot -> the request's live output ids
-        self._seen: dict[int, int] = {}  # slot -> output ids already given to the matcher
+        self._rows: dict[int, _Row] = {}  # slot -> its constrained request
 
     @classmethod
     def validate_params(cls, sampling_params: "SamplingParams") -> None:
@@ -158,65 +189,79 @@ class RefactxLogitsProcessor(LogitsProcessor):
         return False
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        if batch_update is not None:
-            self._change(batch_update)
-        if not self._outputs:
+        if batch_update is None:
             return
-        slots = np.fromiter(self._outputs, dtype=np.int64, count=len(self._outputs))
-        outs = list(self._outputs.values())
-        lengths = np.fromiter(map(len, outs), dtype=np.int64, count=len(outs))
-        seen = np.fromiter(self._seen.values(), dtype=np.int64, count=len(outs))
-        fresh = lengths > seen
-        if not fresh.any():
-            return
-        if (lengths - seen).max() == 1:  # the common step: one new token per row
-            pick = np.flatnonzero(fresh)
-            tokens = np.fromiter((outs[i][-1] for i in pick.tolist()), dtype=np.int64, count=pick.size)
-            self.constraint.step(slots[pick], tokens)
-        else:  # several tokens at once (a resumed request): one step per token
-            for i in np.flatnonzero(fresh).tolist():
-                for tok in outs[i][seen[i]:]:
-                    self.constraint.step(slots[i:i + 1], np.asarray([tok]))
-        for slot, n in zip(slots.tolist(), lengths.tolist()):
-            self._seen[slot] = n
-
-    def _change(self, update: BatchUpdate) -> None:
-        for slot in update.removed:
-            self._drop(slot)
-        for slot, params, prompt, outputs in update.added:
-            self._drop(slot)
+        # the constraint's rows, in vLLM's order: removed, added, moved
+        self.constraint.remove(list(batch_update.removed))
+        refused = False
+        for slot, params, prompt, outputs in batch_update.added:
+            self.constraint.remove([slot])
             name, in_fact = requested(params)
-            if name is None:
-                continue
-            if name not in self.constraint.matchers:
-                log.error("request asked for index %r, which this engine does not serve (%s): it "
-                          "may only end", name, self.constraint.index_names())
-                self.constraint.refuse(slot)
-                continue
-            try:
-                self.constraint.add(slot, name, prompt or [], in_fact=in_fact, output_ids=outputs)
-            except ValueError as exc:  # a prompt said to end inside a fact that is not stored
-                log.error("request in slot %d: %s; it may only end", slot, exc)
-                self.constraint.refuse(slot)
-                continue
-            self._outputs[slot] = outputs
-            self._seen[slot] = len(outputs)
-        for src, dst, direction in update.moved:
-            swap = direction == MoveDirectionality.SWAP
-            self.constraint.move(src, dst, swap=swap)
-            for table in (self._outputs, self._seen):
-                a, b = table.pop(src, None), table.pop(dst, None)
-                if a is not None:
-                    table[dst] = a  # type: ignore[assignment]
-                if swap and b is not None:
-                    table[src] = b  # type: ignore[assignment]
+            if name is not None:
+                refused |= not self._admit(slot, name, in_fact, prompt or [], outputs[:_known(outputs)])
+        for src, dst, direction in batch_update.moved:
+            self.constraint.move(src, dst, swap=direction == MoveDirectionality.SWAP)
+        # each request's row by vLLM's own helper (the same removed, added and moved)
+        process_dict_updates(self._rows, batch_update, self._row)
+        if refused:  # a slot refused at admission may only end: no row to follow
+            for slot in [s for s in self._rows if s not in self.constraint.slots]:
+                del self._rows[slot]
 
-    def _drop(self, slot: int) -> None:
-        self.constraint.remove([slot])
-        self._outputs.pop(slot, None)
-        self._seen.pop(slot, None)
+    def _row(self, params: "SamplingParams", prompt: list[int] | None, outputs: list[int]) -> _Row | None:
+        name, in_fact = requested(params)
+        if name is None or name not in self.constraint.matchers:
+            return None
+        return _Row(name, in_fact, list(prompt or []), outputs, _known(outputs))
+
+    def _admit(self, slot: int, name: str, in_fact: bool, prompt: list[int], written: list[int]) -> bool:
+        """``slot``'s request into the constraint, its ids ``written`` so far read; False
+        where it may only end (refused)."""
+        if name not in self.constraint.matchers:
+            log.error("request asked for index %r, which this engine does not serve (%s): it "
+                      "may only end", name, self.constraint.index_names())
+            self.constraint.refuse(slot)
+            return False
+        try:
+            self.constraint.add(slot, name, prompt, in_fact=in_fact, output_ids=written)
+        except ValueError as exc:  # a prompt said to end inside a fact that is not stored
+            log.error("request in slot %d: %s; it may only end", slot, exc)
+            self.constraint.refuse(slot)
+            return False
+        return True
+
+    def _catch_up(self) -> None:
+        """Give the matcher the output ids written since the last step."""
+        rows = self._rows
+        slots = np.fromiter(rows, dtype=np.int64, count=len(rows))
+        held = list(rows.values())
+        lengths = np.fromiter((len(r.outputs) for r in held), dtype=np.int64, count=len(held))
+        seen = np.fromiter((r.seen for r in held), dtype=np.int64, count=len(held))
+        fresh = np.flatnonzero(lengths != seen)
+        if fresh.size == 0:
+            return
+        if ((lengths[fresh] - seen[fresh]) == 1).all():  # the common step: one new id per row
+            tokens = np.fromiter((held[i].outputs[-1] for i in fresh.tolist()), dtype=np.int64, count=fresh.size)
+            if tokens.min() >= 0:
+                self.constraint.step(slots[fresh], tokens)
+                for i in fresh.tolist():
+                    held[i].seen += 1
+                return
+        for i in fresh.tolist():  # several ids at once, placeholders, or ids taken back
+            row, slot = held[i], int(slots[i])
+            known = _known(row.outputs)
+            if known < row.seen:  # the runner took ids back: read the row again from its prompt
+                self.constraint.remove([slot])
+                if not self._admit(slot, row.index, row.in_fact, row.prompt, row.outputs[:known]):
+                    del rows[slot]
+                    continue
+            else:
+                for tok in row.outputs[row.seen:known]:
+                    self.constraint.step(slots[i:i + 1], np.asarray([tok], dtype=np.int64))
+            row.seen = known
 
     def apply(self, logits: "torch.Tensor") -> "torch.Tensor":
+        if self._rows:
+            self._catch_up()
         if not self.constraint.busy():
             return logits
         return self.constraint.apply(logits, np.arange(logits.shape[0]))
@@ -265,15 +310,18 @@ class RefactxLogitsProcessorV2(_V2Base):  # type: ignore[misc,valid-type]
         return self.constraint.apply(logits, row_slots)
 
     def _start(self, row_slots: np.ndarray) -> None:
-        """Requests added since the last step: read their prompts from the runner."""
+        """Requests added since the last step: read their prompts from the runner. A request
+        resumed after preemption comes back as a new one whose prefill is its prompt and the
+        ids it had written: the matcher reads those too."""
         prompt_len = self.req_states.prompt_len.np
+        prefill_len = self.req_states.prefill_len.np
         for slot in [s for s in row_slots.tolist() if s in self._pending]:
             name, in_fact = self._pending.pop(slot)
-            n = int(prompt_len[slot])
-            prompt = self.req_states.all_token_ids.gpu[slot, :n].to("cpu").tolist()
+            n, filled = int(prompt_len[slot]), int(prefill_len[slot])
+            ids = self.req_states.all_token_ids.gpu[slot, :filled].to("cpu").tolist()
             try:
-                self.constraint.add(slot, name, prompt, in_fact=in_fact)
+                self.constraint.add(slot, name, ids[:n], in_fact=in_fact, output_ids=ids[n:])
             except ValueError as exc:
                 log.error("request in slot %d: %s; it may only end", slot, exc)
                 self.constraint.refuse(slot)
-            self._known[slot] = n
+            self._known[slot] = filled

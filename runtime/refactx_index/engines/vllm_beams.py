@@ -22,29 +22,40 @@ same log-probabilities::
 
 Each prompt gets its hypotheses best first (:class:`BeamHypothesis`: tokens, score, and the
 facts its tokens wrote, as the matcher read them).
+
+A beam ends on any end-of-sequence id of the model's one
+:class:`~refactx_index.vocab.Vocabulary` (the model config's and the generation config's, as
+:meth:`FactConstraint.for_vocabulary <refactx_index.engines.core.FactConstraint.for_vocabulary>`
+takes them): the ids where the mask forces a dead end and where the fact server's reader ends
+a row, so a beam ends a row exactly where they do.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..constraint.batch import BatchMatcher
 from ..constraint.matcher import FACT, FactMatcher
 from ..errors import InputRefused
-from ..tree.index import TreeIndex
+from ..tree.index import ServedBuild, TreeIndex
+from ..vocab import Vocabulary, VocabularyLike, as_vocabulary, open_model_vocabulary
 from .core import index_trigger, trigger_variants
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
-
-__all__ = ["BeamHypothesis", "beam_search", "constrained_beams"]
+__all__ = ["BeamHypothesis", "beam_search", "candidates_per_step", "constrained_beams", "gather_scores",
+           "score_requests"]
 
 # vLLM's bound on one request's logprob_token_ids (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS)
 MAX_IDS_PER_REQUEST = 128
+
+
+def candidates_per_step(beam_width: int, eos_count: int) -> int:
+    """How many continuations of a prompt's beams a step keeps (transformers' ``max(2, 1 +
+    end ids) x beams``): the log-probabilities an unconstrained beam asks its engine for."""
+    return max(2, 1 + eos_count) * max(beam_width, 1)
 
 
 @dataclass
@@ -61,60 +72,80 @@ class _Running:
 
 
 def beam_search(llm: Any, prompts: Sequence[Sequence[int]], index: TreeIndex, *, beam_width: int = 3,
-                max_tokens: int = 64, length_penalty: float = 1.0, eos_ids: Sequence[int] | None = None,
+                max_tokens: int = 64, length_penalty: float = 1.0, vocabulary: Vocabulary | None = None,
                 trigger: str | None = None, in_fact: Sequence[bool] | None = None) -> list[list[BeamHypothesis]]:
     """Beam search over ``llm`` (a ``vllm.LLM``) for each prompt (token ids), every beam
-    constrained by ``index`` (the module doc). ``eos_ids`` default to the tokenizer's end of
-    sequence; ``trigger`` to the index's (``Fact:``)."""
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
+    constrained by ``index`` (the module doc). ``vocabulary``: the model's (default: that of
+    the engine's model directory, :func:`~refactx_index.vocab.open_model_vocabulary`), whose
+    end-of-sequence ids end a beam; ``trigger``: the index's (``Fact:``) by default."""
+    from vllm import SamplingParams  # vLLM is an optional dependency: imported where it is used
 
     def score(requests: list[tuple[list[int], np.ndarray | None]], top: int) -> list[dict[int, float]]:
         """One step of the engine: per request, the log-probabilities of its allowed ids, or
         its ``top`` best ones where it is unconstrained."""
-        prompts_, params, owners = [], [], []
-        free = SamplingParams(max_tokens=1, temperature=0, logprobs=top, detokenize=False)
-        for k, (ids, allowed) in enumerate(requests):
-            if allowed is None:
-                prompts_.append(TokensPrompt(prompt_token_ids=ids))
-                params.append(free)
-                owners.append((k, None))
-                continue
-            for at in range(0, max(allowed.size, 1), MAX_IDS_PER_REQUEST):
-                chunk = allowed[at: at + MAX_IDS_PER_REQUEST].tolist()
-                prompts_.append(TokensPrompt(prompt_token_ids=ids))
-                params.append(SamplingParams(max_tokens=1, temperature=0, logprob_token_ids=chunk, detokenize=False))
-                owners.append((k, set(chunk)))
-        got: list[dict[int, float]] = [{} for _ in requests]
-        for (k, allowed_set), out in zip(owners, llm.generate(prompts_, params, use_tqdm=False)):
-            for tok, lp in out.outputs[0].logprobs[0].items():
-                if allowed_set is None or tok in allowed_set:  # the sampled token may be outside them
-                    got[k].setdefault(int(tok), lp.logprob)
-        return got
+        prompts_, params, owners = score_requests(requests, top, SamplingParams)
+        outputs = llm.generate(prompts_, params, use_tqdm=False)
+        return gather_scores(len(requests), owners, [out.outputs[0].logprobs[0] for out in outputs])
 
-    tokenizer = llm.get_tokenizer()
-    return constrained_beams(score, tokenizer, prompts, index, beam_width=beam_width, max_tokens=max_tokens,
-                             length_penalty=length_penalty,
-                             eos_ids=[tokenizer.eos_token_id] if eos_ids is None else eos_ids,
-                             trigger=trigger, in_fact=in_fact)
+    if vocabulary is None:
+        vocabulary = open_model_vocabulary(llm.model_config.model)
+    return constrained_beams(score, vocabulary, prompts, index, beam_width=beam_width, max_tokens=max_tokens,
+                             length_penalty=length_penalty, trigger=trigger, in_fact=in_fact)
+
+
+def score_requests(requests: list[tuple[list[int], np.ndarray | None]], top: int,
+                   sampling_params: Any) -> tuple[list[dict[str, list[int]]], list[Any], list[tuple[int, set[int] | None]]]:
+    """The one-token vLLM requests of a step (``sampling_params``: vLLM's ``SamplingParams``
+    class): a request per unconstrained beam asking for its ``top`` log-probabilities, and per
+    constrained beam one per 128 allowed ids; with each request's owner (beam, allowed ids)."""
+    prompts_, params, owners = [], [], []
+    free = sampling_params(max_tokens=1, temperature=0, logprobs=top, detokenize=False)
+    for k, (ids, allowed) in enumerate(requests):
+        if allowed is None:
+            prompts_.append({"prompt_token_ids": list(ids)})
+            params.append(free)
+            owners.append((k, None))
+            continue
+        for at in range(0, max(allowed.size, 1), MAX_IDS_PER_REQUEST):
+            chunk = allowed[at: at + MAX_IDS_PER_REQUEST].tolist()
+            prompts_.append({"prompt_token_ids": list(ids)})
+            params.append(sampling_params(max_tokens=1, temperature=0, logprob_token_ids=chunk, detokenize=False))
+            owners.append((k, set(chunk)))
+    return prompts_, params, owners
+
+
+def gather_scores(n: int, owners: list[tuple[int, set[int] | None]], logprobs: list[Any]) -> list[dict[int, float]]:
+    """Each of ``n`` beams' next-token log-probabilities from its requests' answers (vLLM's
+    ``{token: Logprob}`` of each request's one position, in the order of ``owners``)."""
+    got: list[dict[int, float]] = [{} for _ in range(n)]
+    for (k, allowed_set), answer in zip(owners, logprobs):
+        for tok, lp in answer.items():
+            if allowed_set is None or tok in allowed_set:  # the sampled token may be outside them
+                got[k].setdefault(int(tok), lp.logprob)
+    return got
 
 
 def constrained_beams(score: Callable[[list[tuple[list[int], np.ndarray | None]], int], list[dict[int, float]]],
-                      tokenizer: "PreTrainedTokenizerBase", prompts: Sequence[Sequence[int]], index: TreeIndex, *, beam_width: int,
-                      max_tokens: int, length_penalty: float, eos_ids: Sequence[int], trigger: str | None = None,
-                      in_fact: Sequence[bool] | None = None) -> list[list[BeamHypothesis]]:
+                      vocabulary: VocabularyLike, prompts: Sequence[Sequence[int]], index: TreeIndex, *, beam_width: int,
+                      max_tokens: int, length_penalty: float, eos_ids: Sequence[int] | None = None,
+                      trigger: str | None = None, in_fact: Sequence[bool] | None = None,
+                      build: ServedBuild | None = None) -> list[list[BeamHypothesis]]:
     """The search itself, over any engine: ``score(requests, top)`` gives, for each request
     ``(token ids, allowed ids or None)``, the log-probabilities of the next token -- of the
-    allowed ids, or the ``top`` best where unconstrained (:func:`beam_search` asks vLLM)."""
-    eos = {int(e) for e in eos_ids}
+    allowed ids, or the ``top`` best where unconstrained (:func:`beam_search` asks vLLM).
+    ``eos_ids``: the ids that end a beam, by default ``vocabulary``'s (the module doc);
+    ``build``: the index's build every beam reads (default: the serving one now)."""
+    vocabulary = as_vocabulary(vocabulary)
+    eos = {int(e) for e in (vocabulary.eos_ids if eos_ids is None else eos_ids)}
     if not eos:
-        raise InputRefused("an end-of-sequence id is required")
-    vocab = len(tokenizer)
+        raise InputRefused(f"vocabulary {vocabulary.name!r} names no end-of-sequence id: a beam could not end")
+    vocab = vocabulary.logits_size
     width = max(beam_width, 1)
-    keep = max(2, 1 + len(eos)) * width
-    triggers = trigger_variants(tokenizer, trigger or index_trigger(index))
+    keep = candidates_per_step(width, len(eos))
+    triggers = trigger_variants(vocabulary, trigger or index_trigger(index))
     matcher = BatchMatcher(FactMatcher(index, triggers, sorted(eos)), capacity=len(prompts) * width)
-    build = index.serving_build()  # one build for every beam, first step to last
+    if build is None:
+        build = index.serving_build()  # one build for every beam, first step to last
     n = len(prompts)
     prompts = [[int(t) for t in p] for p in prompts]
     slots = np.arange(n * width)

@@ -292,10 +292,10 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             options = {}
         if not isinstance(options, dict):
             raise _Refused(400, '"refactx" must be an object, e.g. {"index": "NAME"}', "invalid_request")
-        extra = set(options) - {"index", "prompt", "grounded"}
+        extra = set(options) - {"index", "prompt", "grounded", "beams"}
         if extra:
-            raise _Refused(400, f'"refactx" takes "index", "prompt" and "grounded", not {sorted(map(str, extra))}',
-                           "invalid_request")
+            raise _Refused(400, f'"refactx" takes "index", "prompt", "grounded" and "beams", not '
+                                f'{sorted(map(str, extra))}', "invalid_request")
         if options.get("prompt", "refactx") not in ("refactx", "none"):
             raise _Refused(400, '"refactx.prompt" is "refactx" or "none"', "invalid_request")
         index = options.get("index", settings.default_index)
@@ -317,6 +317,31 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             raise _Refused(400, '"refactx.grounded" is served by the transformers engine (refactx serve --engine '
                                 'transformers)', "invalid_request")
         return grounded
+
+    def beams_of(body: dict[str, Any], index: str | None, params: dict[str, Any]) -> int:
+        """``refactx.beams``: the width of a constrained beam search (1: none)."""
+        beams = (body.get("refactx") or {}).get("beams", 1)
+        most = getattr(engine, "max_beams", 1)
+        if type(beams) is not int or beams < 1:  # noqa: E721 - bool is an int, and true is not a width
+            raise _Refused(400, f'"refactx.beams" must be an integer >= 1, not {json.dumps(beams)[:40]}',
+                           "invalid_request")
+        if beams == 1:
+            return 1
+        if most == 1:
+            raise _Refused(400, '"refactx.beams" is served by the vLLM engine (refactx serve --engine vllm)',
+                           "invalid_request")
+        if beams > most:
+            raise _Refused(400, f'"refactx.beams" must be 1..{most}, not {beams}', "invalid_request")
+        if index is None:
+            raise _Refused(400, '"refactx.beams" needs an index: the beams are constrained by it', "invalid_request")
+        if params["temperature"] != 0:
+            raise _Refused(400, '"refactx.beams" decodes greedily: temperature must be 0', "invalid_request")
+        if params["grounded"]:
+            raise _Refused(400, '"refactx.beams" and "refactx.grounded" cannot be combined', "invalid_request")
+        if body.get("stream"):
+            raise _Refused(400, '"refactx.beams" answers once the search ends: stream must be false',
+                           "invalid_request")
+        return beams
 
     def check_model(body: dict[str, Any]) -> None:
         model = body.get("model")
@@ -433,6 +458,7 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             index = index_of(body)
             params = decoding(body)
             params["grounded"] = grounded_of(body, index)
+            params["beams"] = beams_of(body, index, params)
             turns = chat_turns(body, index) if chat else None
             if not chat:
                 _text(body.get("prompt"), "prompt")

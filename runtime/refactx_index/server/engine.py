@@ -49,6 +49,9 @@ class Job:
     # the text after "Answer:" an object of a stored fact the reply wrote, or "I don't know."
     # (ask.GroundedAnswer); needs an index
     grounded: bool = False
+    # > 1: constrained beam search of this width, the answer the best beam (an engine with
+    # max_beams; needs an index)
+    beams: int = 1
 
 
 class Engine(Protocol):
