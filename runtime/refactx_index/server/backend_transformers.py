@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from ..engines.core import FactConstraint, index_trigger
-from ..engines.transformers import EndOfPlainReply
 from ..qa.ask import GroundedAnswer, read_facts
 from ..qa.models import LoadedModel
 from ..tree.index import TreeIndex
@@ -66,7 +65,10 @@ class _Rows:
                 trigger = index_trigger(engine.indexes[job.index])
                 self.grounded[r] = GroundedAnswer(engine.tokenizer, width, trigger, sorted(engine.eos),
                                                   stored=lambda text: True)
-        # a plain-text prompt (a model without a chat template): each row ends after its reply
+        # a plain-text prompt (a model without a chat template): each row ends after its reply;
+        # imported here, as torch is in this module: importing the server stays free of torch
+        from ..engines.transformers import EndOfPlainReply
+
         self.plain = (None if getattr(engine.tokenizer, "chat_template", None)
                       else EndOfPlainReply(engine.tokenizer, width, sorted(engine.eos)))
 
