@@ -254,15 +254,7 @@ class EntitiesFirst:
             names = entities + _written_objects(text[:at], self.trigger)
             wanted = sorted({ids[k] for ids, texts in map(self.path, names)
                              for k in range(len(ids)) if texts[k] == written})
-            if not wanted:
-                continue
-            keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
-            kept = scores[r, keep]
-            if not torch.isfinite(kept).any():
-                continue
-            row = torch.full_like(scores[r], float("-inf"))
-            row[keep] = kept
-            scores[r] = row
+            _keep_only(scores, r, wanted)
         return scores
 
 
@@ -383,15 +375,7 @@ class RelationsFirst:
             else:
                 wanted = sorted({t for target in targets if target.startswith(text) and len(target) > len(text)
                                  for t in _continuations(self.pieces, target[len(text):])})
-            if not wanted:
-                continue
-            keep = torch.tensor(sorted(set(wanted)), dtype=torch.long, device=scores.device)
-            kept = scores[r, keep]
-            if not torch.isfinite(kept).any():
-                continue
-            row = torch.full_like(scores[r], float("-inf"))
-            row[keep] = kept
-            scores[r] = row
+            _keep_only(scores, r, wanted)
         return scores
 
 
@@ -647,3 +631,19 @@ def ask(
                      "steps": processor.steps, "round_trips": round_trips},
         ))
     return answers
+
+
+def _keep_only(scores, r: int, wanted: list[int]) -> None:
+    """Row ``r`` of ``scores`` keeps only the ``wanted`` ids (sorted, distinct), unless none of
+    them is allowed there (all -inf): then the row is left as the constraint made it."""
+    import torch  # as in the processors that call it: importing this module loads no torch
+
+    if not wanted:
+        return
+    keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
+    kept = scores[r, keep]
+    if not torch.isfinite(kept).any():
+        return
+    row = torch.full_like(scores[r], float("-inf"))
+    row[keep] = kept
+    scores[r] = row
