@@ -29,7 +29,7 @@ import re
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ConfigError
 from ..tree.explore import objects, relations
@@ -210,13 +210,7 @@ def index_examples(index: Any, tokenizer: "VocabularyLike", unknown: bool = Fals
     subjects = list(dict.fromkeys(p[0] for p in seeds))
     if not subjects:
         return ()
-    known: dict[str, dict[str, list[str]]] = {}
-
-    def values(subject: str) -> dict[str, list[str]]:
-        if subject not in known:
-            known[subject] = {rel.label: [x.label for x in objects(index, tokenizer, subject, rel.label, limit=4)]
-                              for rel in relations(index, tokenizer, subject, limit=20)}
-        return known[subject]
+    values = _relation_values(index, tokenizer)
 
     used: list[str] = []
 
@@ -352,13 +346,7 @@ def example_pool(index: Any, tokenizer: "VocabularyLike", max_entities: int = 40
     queue = list(dict.fromkeys(p[0] for f in branch_facts(index, 16)
                                if (p := _parts(decode_continuation(fast, f)[strip:])) and _plain(p[0])))
     seen: set[str] = set(queue)
-    known: dict[str, dict[str, list[str]]] = {}
-
-    def values(subject: str) -> dict[str, list[str]]:
-        if subject not in known:
-            known[subject] = {rel.label: [x.label for x in objects(index, tokenizer, subject, rel.label, limit=4)]
-                              for rel in relations(index, tokenizer, subject, limit=20)}
-        return known[subject]
+    values = _relation_values(index, tokenizer)
 
     singles: dict[str, PooledExample] = {}
     lists: dict[str, PooledExample] = {}
@@ -436,3 +424,17 @@ def question_prompt(index: Any, tokenizer: "VocabularyLike", count: int = 4) -> 
     :func:`fitted_prompt`'s examples."""
     return QuestionPrompt(pool=example_pool(index, tokenizer), fallback=fitted_prompt(index, tokenizer).examples,
                           count=count)
+
+
+def _relation_values(index: Any, tokenizer: Any) -> Callable[[str], dict[str, list[str]]]:
+    """subject -> {relation label: up to 4 object labels} for up to 20 of its relations, each
+    subject read from the index once (the examples ask for the same subjects again)."""
+    known: dict[str, dict[str, list[str]]] = {}
+
+    def values(subject: str) -> dict[str, list[str]]:
+        if subject not in known:
+            known[subject] = {rel.label: [x.label for x in objects(index, tokenizer, subject, rel.label, limit=4)]
+                              for rel in relations(index, tokenizer, subject, limit=20)}
+        return known[subject]
+
+    return values
