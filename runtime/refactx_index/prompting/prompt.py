@@ -426,7 +426,7 @@ def question_prompt(index: Any, tokenizer: "VocabularyLike", count: int = 4) -> 
                           count=count)
 
 
-def _relation_values(index: Any, tokenizer: Any) -> Callable[[str], dict[str, list[str]]]:
+def _relation_values(index: Any, tokenizer: "VocabularyLike") -> Callable[[str], dict[str, list[str]]]:
     """subject -> {relation label: up to 4 object labels} for up to 20 of its relations, each
     subject read from the index once (the examples ask for the same subjects again)."""
     known: dict[str, dict[str, list[str]]] = {}
