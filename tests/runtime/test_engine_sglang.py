@@ -6,8 +6,8 @@ thousands of random row steps, with rollbacks and requests ending and starting.
 
 SGLang's engine itself does not run on this CPU (its release pins a CUDA build of torch,
 flashinfer and sgl-kernel); its grammar modules import where the ``sglang`` wheel is
-installed (``pip install sglang --no-deps`` and the few pure-Python modules it imports:
-docs/runtime.md, "SGLang"). Where they do not import, this file is skipped and says why.
+installed without its dependencies, beside the few modules it imports (``./dev setup`` does
+it: docs/runtime.md, "SGLang"). Where they do not import, this file is skipped and says why.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 base = pytest.importorskip(
     "sglang.srt.constrained.base_grammar_backend",
-    reason="SGLang's grammar classes are not importable here (pip install sglang --no-deps, then the "
-           "modules it names: docs/runtime.md, 'SGLang')")
+    reason="SGLang's grammar classes are not importable here (./dev setup installs them: "
+           "docs/runtime.md, 'SGLang')")
 
 from refactx_index.constraint.matcher import FactMatcher  # noqa: E402
 from refactx_index.tree.memory import MemoryTreeIndex  # noqa: E402
