@@ -253,13 +253,17 @@ def zstd_floor(cfg, vocab: str) -> dict[str, Any]:
     (``dumpgen.floor.token_ids_floor``: the build's distinct token id sequences sorted,
     concatenated, one zstd frame), in bytes per fact. No index can be expected to beat it by
     much; it says how far the rows are from it."""
+    return zstd_floor_of_tokens(cfg.stage_dir("tokenize") / vocab / "tokens")
+
+
+def zstd_floor_of_tokens(tokens: Path) -> dict[str, Any]:
+    """:func:`zstd_floor` of a tokenize stage's output folder."""
     import numpy as np
     import pyarrow.dataset as ds
 
     from refactx_testing.dumpgen.floor import ZSTD_LEVEL, token_ids_floor
 
-    table = ds.dataset(str(cfg.stage_dir("tokenize") / vocab / "tokens"), format="parquet").to_table(
-        columns=["token_ids"])
+    table = ds.dataset(str(tokens), format="parquet").to_table(columns=["token_ids"])
     ids = table.column("token_ids").combine_chunks()
     raw = ids.values.to_numpy().astype(">u4").tobytes()
     offsets = ids.offsets.to_numpy()

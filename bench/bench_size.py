@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import subprocess
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,18 @@ def run_preset(preset: str, lines: int, cores: int, walks: int, work: Path, dsn:
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return json.loads(out.read_text())
+
+
+def zstd_floor_of(preset_work: Path, vocab: str = "qwen2.5") -> dict:
+    """bench_e2e's zstd floor of the token ids its build of this preset wrote (the same facts
+    whatever the code that builds the rows)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_e2e import zstd_floor_of_tokens
+
+    found = sorted(preset_work.glob(f"build-local*/*/*/tokenize/{vocab}/tokens"))
+    if not found:
+        raise SystemExit(f"no tokenize output of {vocab} under {preset_work}")
+    return zstd_floor_of_tokens(found[0])
 
 
 def row_of(preset: str, result: dict, plain: bool = False, cut: str | None = None) -> dict:
@@ -104,8 +117,9 @@ def main() -> None:
                              "baseline of a format change, in the same run")
     parser.add_argument("--baseline-label", default="baseline", help="the baseline rows' name in the table")
     parser.add_argument("--no-baselines", action="store_true",
-                        help="no zstd floor or encoder baseline in any build (bench_e2e.py --no-baselines): the "
-                             "floor is the facts', the same for the same dump whatever the code")
+                        help="no encoder baseline in any build (bench_e2e.py --no-baselines); the zstd floor is "
+                             "then computed once per preset from its build's tokenize output (the facts', the same "
+                             "for the same dump whatever the code)")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--walks", type=int, default=300)
     parser.add_argument("--work", default=str(ROOT / "build" / "bench_size"))
@@ -124,17 +138,21 @@ def main() -> None:
     plain = {p.strip() for p in args.plain.split(",") if p.strip()}
     rows = []
     for p, n in zip(presets, lines):
-        rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn,
-                                         baselines=not args.no_baselines)))
+        result = run_preset(p, n, args.cores, args.walks, work, args.dsn, baselines=not args.no_baselines)
+        if "zstd_floor" not in result:  # --no-baselines: the floor alone, from the build's tokenize output
+            result["zstd_floor"] = zstd_floor_of(work / p)
+        rows.append(row_of(p, result))
         if p in plain:
-            rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn, plain=True), plain=True))
+            rows.append(row_of(p, {**run_preset(p, n, args.cores, args.walks, work, args.dsn, plain=True),
+                                   "zstd_floor": result["zstd_floor"]}, plain=True))
         if args.baseline_python:
-            rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn, python=args.baseline_python),
+            rows.append(row_of(p, {**run_preset(p, n, args.cores, args.walks, work, args.dsn,
+                                                python=args.baseline_python), "zstd_floor": result["zstd_floor"]},
                                cut=f"packed rows, {args.baseline_label}"))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     measured = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
-                "command": " ".join(["bench/bench_size.py", *sys.argv[1:]]),
+                "command": shlex.join(["bench/bench_size.py", *sys.argv[1:]]),
                 "format_version": format_version_of(sys.executable),
                 "baseline_format_version": format_version_of(args.baseline_python) if args.baseline_python else None,
                 "seconds": round(time.monotonic() - started), "load_avg": os.getloadavg()}
