@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +36,13 @@ def run(python: str, vllm_python: str, facts: str, batches: str, tokens: int) ->
         return json.loads(out.read_text())
 
 
+def commit_of(python: str) -> str:
+    """The commit of the checkout an environment's python lies in (``<checkout>/.venv/bin/python``)."""
+    checkout = Path(python).absolute().parents[2]
+    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() or f"unknown ({checkout} is no git checkout)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before-python", required=True, help="the python of the environment measured first")
@@ -45,6 +55,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     before = run(args.before_python, args.before_vllm_python, args.facts, args.model_batches, args.tokens)
     after = run(args.after_python, args.after_vllm_python, args.facts, args.model_batches, args.tokens)
     ratios: dict = {}
@@ -55,7 +66,11 @@ def main() -> None:
             ratios[section][rows] = fig["processor_ms_per_step"] / was
             print(f"{section:12s} rows {rows:>3}: processor {was:.3f} -> {fig['processor_ms_per_step']:.3f} ms/step "
                   f"({ratios[section][rows]:.2f}x)", flush=True)
-    figures = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "before": before, "after": after,
+    figures = {"measured": {"date": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+                            "load_avg_at_end": os.getloadavg(),
+                            "before_commit": commit_of(args.before_python), "after_commit": commit_of(args.after_python)},
+               "command": shlex.join([Path(sys.executable).name, *sys.argv]), "before": before, "after": after,
                "processor_ratio_after_over_before": ratios}
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
