@@ -125,7 +125,7 @@ def vllm_run(tmp_path_factory, model_dir, sample_fact_texts, stored):
 
 def _drive(work: Path, spec: dict) -> dict:
     """Run tests/vllm_driver.py over ``spec`` in the vLLM environment; what it wrote. The limit is
-    a hang's, not a speed check: the full spec took 704 s alone beside the suite's other worker."""
+    a hang's, not a speed check: the full spec took 704 s with the suite's other worker beside it."""
     (work / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REFACTX_VLLM_CONFIG", "VIRTUAL_ENV"))}
     proc = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_driver.py"), str(work / "spec.json"),
