@@ -64,3 +64,53 @@ def test_a_long_text_that_matches_nothing_is_answered_in_a_few_lookups_and_quote
     assert facts == 0
     assert index.stats.lookups - before < 40
     assert len(shown) < 300 and "20,120 characters" in shown
+
+
+# sixty subjects under one node " <": names that share heads, and characters that some
+# vocabularies spell in byte tokens (a byte alone decodes to part of a character)
+MANY = [f"<{name}> <country> <{place}> ." for name, place in zip(
+    [f"{head}{tail}" for head in ("Ab", "Amélie", "Zoë", "Łódź", "東京", "Ω", "Tom", "T", "1999", "Ürün")
+     for tail in ("", " Hanks", "s", " (film)", "-", " 2")],
+    ["Aland", "Belfast", "Łódź", "日本", "Ωmega", "Ürümqi"] * 10)]
+
+
+def test_a_wide_node_is_walked_by_its_childrens_own_text_with_the_same_result(vocab_and_index, monkeypatch):
+    """A node with more than ``_FEW_CHILDREN`` children has them filtered by each token's own
+    text before any decoding (here every node, at 0): every completion equals the full walk's."""
+    import refactx_index.tree.explore as explore
+
+    vocab, _ = vocab_and_index
+    index = MemoryTreeIndex.from_facts(MANY, vocab.path)
+    monkeypatch.setattr(explore, "_FEW_CHILDREN", 0)
+    texts = ["<", "<A", "<Amé", "<Zo", "<Zoë", "<Łó", "<東", "<東京> <", "<Ω", "<T", "<Tom", "<19", "<Ür", "<Q"]
+    filtered = [complete(index, vocab, t, limit=100) for t in texts]
+    monkeypatch.setattr(explore, "_FEW_CHILDREN", 10**9)
+    assert filtered == [complete(index, vocab, t, limit=100) for t in texts]
+    assert sum(map(len, filtered)) > len(texts)
+
+
+def test_continuation_texts_are_each_ids_continuation(vocab_and_index):
+    vocab, _ = vocab_and_index
+    texts = vocab.continuation_texts
+    assert len(texts) == vocab.vocab_size
+    step = max(1, vocab.vocab_size // 2000)
+    for i in range(0, vocab.vocab_size, step):
+        assert texts[i] == vocab.continuation([i]), i
+
+
+def test_question_entities_are_those_of_the_full_walk(vocab_and_index, monkeypatch):
+    """The batch lookup that rules spans out (vocabularies that encode facts by pieces) and the
+    filtered walk find the entities that a walk of every span's text finds."""
+    import refactx_index.qa.ask as ask
+    import refactx_index.tree.explore as explore
+
+    vocab, _ = vocab_and_index
+    index = MemoryTreeIndex.from_facts(MANY, vocab.path)
+    monkeypatch.setattr(explore, "_FEW_CHILDREN", 0)
+    questions = ["where is Amélie (film) from", "which country is Tom Hanks in", "is Zoë in Łódź or in 東京 2",
+                 "what about Ab- and 1999 s", "T", "who is Ürün"]
+    found = [ask.question_entities(index, vocab, q) for q in questions]
+    monkeypatch.setattr(ask, "_spans_off_tree", lambda *args: set())
+    monkeypatch.setattr(explore, "_FEW_CHILDREN", 10**9)
+    assert found == [ask.question_entities(index, vocab, q) for q in questions]
+    assert found[0] == ["Amélie (film)"] and found[1] == ["Tom Hanks"] and "Łódź" in found[2]

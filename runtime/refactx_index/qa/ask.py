@@ -41,7 +41,7 @@ from ..prompting.prompt import ANSWER, Prompt, TRIGGER, UNKNOWN, final_answer, f
 from ..tree.explore import _frontier, objects, relations
 from ..tree.index import ServedBuild, TreeIndex
 from ..tree.provenance import Provenance
-from ..vocab import Vocabulary, VocabularyLike, as_vocabulary, encode_facts
+from ..vocab import ENCODED_OK, Vocabulary, VocabularyLike, as_vocabulary, encode_facts
 from .models import LoadedModel
 
 if TYPE_CHECKING:
@@ -192,14 +192,17 @@ def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str
 
     words = [(m.start(), m.end()) for m in re.finditer(r"[^\s]+", question)]
     prefix = index.info.fact_prefix
+    spans = {(i, n): question[words[i][0]:words[i + n - 1][1]].strip(" ?!.,;:'\"")
+             for i in range(len(words)) for n in range(1, min(max_words, len(words) - i) + 1)}
+    looked_up = [s for s in dict.fromkeys(spans.values()) if s and not all(w.lower() in _STOPWORDS for w in s.split())]
+    off_tree = _spans_off_tree(index, as_vocabulary(tokenizer), looked_up)
     found: list[str] = []
     i = 0
     while i < len(words):
         taken = 0
         for n in range(min(max_words, len(words) - i), 0, -1):
-            start, end = words[i][0], words[i + n - 1][1]
-            span = question[start:end].strip(" ?!.,;:'\"")
-            if not span or all(w.lower() in _STOPWORDS for w in span.split()):
+            span = spans[(i, n)]
+            if span not in looked_up or span in off_tree:
                 continue
             if next(_frontier(index, tokenizer, f"{prefix}<{span}> <"), None) is not None:
                 found.append(span)
@@ -207,6 +210,22 @@ def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str
                 break
         i += max(taken, 1)
     return list(dict.fromkeys(found))
+
+
+def _spans_off_tree(index: TreeIndex, vocabulary: Vocabulary, spans: list[str]) -> set[str]:
+    """The spans no stored fact can start with as its subject, found in one batch lookup.
+
+    Where facts are encoded by their pieces (cut before each " <"), a fact whose subject is
+    ``span`` starts with exactly the ids of ``fact_prefix <span>``: a span whose ids leave
+    the tree is no subject, and the text walk of :func:`_frontier` (which, for a span off
+    the tree, decodes every child of the longest prefix it shares with the tree) is spared.
+    Elsewhere nothing is ruled out here."""
+    if not spans or not vocabulary.encodes_by_pieces:
+        return set()
+    encoded = encode_facts(vocabulary.tokenizer(), [f"<{span}>" for span in spans], (), index.info.fact_prefix, "")
+    answers = index.next_tokens_batch([encoded.ids(k) for k in range(len(spans))])
+    return {span for k, (span, answer) in enumerate(zip(spans, answers))
+            if answer.empty and encoded.status[k] == ENCODED_OK}
 
 
 class EntitiesFirst:

@@ -17,6 +17,10 @@ from ..vocab import VocabularyLike, as_vocabulary
 from .index import TreeIndex
 
 
+# a node with more children than this has them filtered by their own text before any decoding
+_FEW_CHILDREN = 32
+
+
 def _encode(tokenizer: VocabularyLike, text: str) -> list[int]:
     return as_vocabulary(tokenizer).encode([text])[0]
 
@@ -50,6 +54,7 @@ def _frontier(index: TreeIndex, tokenizer: VocabularyLike, full: str) -> Iterato
         if full.startswith(decoded) and at_boundary and not index.next_tokens(cand).empty:
             base = cand
             break
+    texts: tuple[str | None, ...] | None = None
     stack = [(base, index.next_tokens(base).total_leaves)]
     while stack:
         p, leaves = stack.pop()
@@ -58,7 +63,17 @@ def _frontier(index: TreeIndex, tokenizer: VocabularyLike, full: str) -> Iterato
             yield p, decoded, leaves
         elif full.startswith(decoded):
             answer = index.next_tokens(p)
-            for tok, n in zip(answer.tokens.tolist()[::-1], answer.leaves.tolist()[::-1]):
+            children = list(zip(answer.tokens.tolist()[::-1], answer.leaves.tolist()[::-1]))
+            if len(children) > _FEW_CHILDREN:
+                # a child's text is this text and its own (decoders extend text token by
+                # token), so only children whose own text agrees with the rest can agree; a
+                # token that decodes to part of a character ("\ufffd") or not at all is kept
+                texts = texts or as_vocabulary(tokenizer).continuation_texts
+                rest = full[len(decoded):]
+                children = [(tok, n) for tok, n in children
+                            if tok >= len(texts) or (t := texts[tok]) is None or "\ufffd" in t
+                            or t.startswith(rest) or rest.startswith(t)]
+            for tok, n in children:
                 stack.append((p + (tok,), n))
 
 
