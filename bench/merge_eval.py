@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                        "seconds": {v: d.get("seconds") for v, d in part.get("variants", {}).items()}}
                       for part, p in zip(parts, after)],
             "prompts": {part.get("model"): part.get("prompt") for part in parts}, "questions_file": "MetaQA dev (../shared/data/metaqa)"}
-    summary = write_outputs(results, args.out, meta)
+    summary = write_outputs(results, args.out, meta, plot_groups=["all", "1-hop", "2-hop", "3-hop"])
     print(markdown_table(summary))
     return 0
 
