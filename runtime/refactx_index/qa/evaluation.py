@@ -563,7 +563,8 @@ def plot(summary: dict[str, Any], path: str | Path, title: str = "") -> None:
 
     modes = list(summary)
     kinds = list(next(iter(summary.values())))
-    fig, axes = plt.subplots(1, 3, figsize=(max(6, 1.6 * len(kinds)) * 3, 4), sharey=True)
+    legend_rows = -(-len(modes) // 4)  # the legend below the plots, four modes a row: bars stay uncovered
+    fig, axes = plt.subplots(1, 3, figsize=(max(6, 1.6 * len(kinds)) * 3, 4 + 0.3 * legend_rows), sharey=True)
     width = 0.8 / max(len(modes), 1)
     for ax, metric in zip(axes, ("Hits@1", "A", "P")):
         for m, mode in enumerate(modes):
@@ -573,10 +574,10 @@ def plot(summary: dict[str, Any], path: str | Path, title: str = "") -> None:
         ax.set_xticks([i + width * (len(modes) - 1) / 2 for i in range(len(kinds))], kinds)
         ax.set_ylim(0, 1.05)
         ax.set_title(metric)
-    axes[0].legend()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=min(len(modes), 4))
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.3 * legend_rows / (4 + 0.3 * legend_rows) + 0.02, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
