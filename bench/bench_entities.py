@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -84,12 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
-        doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
-               "machine": f"{platform.node()}: {os.cpu_count()} cores, {platform.machine()}, "
-                          f"load {os.getloadavg()[0]:.1f}",
-               "command": " ".join(["bench/bench_entities.py", *sys.argv[1:]]), "rows": rows}
+        from bench_eval import _commit, _machine  # this folder's scripts: the same "measured" fields
+
+        doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": _commit(),
+               "machine": _machine(), "command": " ".join(["bench/bench_entities.py", *sys.argv[1:]]), "rows": rows}
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return 0
 

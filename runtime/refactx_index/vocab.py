@@ -501,11 +501,17 @@ def continuation_texts(tokenizer: "Tokenizer") -> tuple[str | None, ...]:
     decoded = tokenizer.decode_batch([[*anchor, i] for i in range(tokenizer.get_vocab_size(with_added_tokens=True))],
                                      skip_special_tokens=False)
     texts = tuple(t[len(head):] if t.startswith(head) else None for t in decoded)
-    with _continuation_texts_lock:
-        if len(_continuation_texts) >= 4:  # a few tokenizers at most; the oldest goes
-            _continuation_texts.pop(next(iter(_continuation_texts)))
-        _continuation_texts[id(tokenizer)] = (tokenizer, texts)  # held: the key is its id
+    _hold(_continuation_texts, _continuation_texts_lock, tokenizer, texts, 4)
     return texts
+
+
+def _hold(store: dict[int, tuple[Any, Any]], lock: threading.Lock, tokenizer: "Tokenizer", value: Any, most: int) -> None:
+    """Keep ``value`` for ``tokenizer`` in ``store`` (keyed by its id, the object held so the id
+    stays its own), at most ``most`` tokenizers: the oldest goes."""
+    with lock:
+        if len(store) >= most:
+            store.pop(next(iter(store)))
+        store[id(tokenizer)] = (tokenizer, value)
 
 
 def decode_continuation(tokenizer: "Tokenizer", ids: Sequence[int]) -> str:
@@ -762,10 +768,7 @@ def facts_encode_by_pieces(tokenizer: "Tokenizer") -> bool:
         if not allowed:
             log.warning("facts cannot be tokenized by their pieces for this tokenizer (probe facts differ): "
                         "they are encoded whole")
-    with _piece_checks_lock:
-        if len(_piece_checks) >= 8:  # a few tokenizers at most; the oldest goes
-            _piece_checks.pop(next(iter(_piece_checks)))
-        _piece_checks[id(tokenizer)] = (tokenizer, allowed)  # held: the key is its id
+    _hold(_piece_checks, _piece_checks_lock, tokenizer, allowed, 8)
     return allowed
 
 

@@ -196,13 +196,14 @@ def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str
              for i in range(len(words)) for n in range(1, min(max_words, len(words) - i) + 1)}
     looked_up = [s for s in dict.fromkeys(spans.values()) if s and not all(w.lower() in _STOPWORDS for w in s.split())]
     off_tree = _spans_off_tree(index, as_vocabulary(tokenizer), looked_up)
+    wanted = set(looked_up)
     found: list[str] = []
     i = 0
     while i < len(words):
         taken = 0
         for n in range(min(max_words, len(words) - i), 0, -1):
             span = spans[(i, n)]
-            if span not in looked_up or span in off_tree:
+            if span not in wanted or span in off_tree:
                 continue
             if next(_frontier(index, tokenizer, f"{prefix}<{span}> <"), None) is not None:
                 found.append(span)
