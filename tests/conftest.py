@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import pytest
 
-from .pgtree import fresh_database
+from .pgdb import fresh_database
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REFACTX_SHARED", ROOT.parent / "shared"))

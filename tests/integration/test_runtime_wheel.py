@@ -1,6 +1,7 @@
 """Serving installs the runtime only: the refactx-index wheel, built from the checkout, in a
 fresh virtual environment outside it, where neither pyspark nor the pipeline can be
-imported; from there ``refactx ask`` answers from an index file and ``refactx serve`` serves.
+imported; from there ``refactx ask`` answers from an index file and ``refactx serve`` serves,
+and the runtime's own tests (tests/runtime) import and pass.
 
 Tests have no network: the runtime's dependencies (torch, transformers, fastapi, ...) come
 from the project's .venv through a .pth file, after the fresh site-packages, and a second
@@ -110,3 +111,23 @@ def test_the_runtime_wheel_alone_asks_and_serves(runtime_venv, sample_fact_texts
     finally:
         server.terminate()
         server.wait(60)
+
+
+# Runtime tests that need neither a model nor a second process: run there in full. Every other
+# file of tests/runtime is collected there (imported, fixtures resolved), so none of them can
+# import the pipeline; the few tests that write a PostgreSQL build with the pipeline's catalog
+# (tests/pgdb.py, pipeline_tree_loader) skip there, saying why.
+RUNTIME_ONLY_RUN = ("test_format.py", "test_memory_index.py", "test_cache.py", "test_prefix_key.py")
+
+
+def test_the_runtime_tests_pass_with_the_runtime_wheel_alone(runtime_venv, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_"))}
+    pytest_in_venv = [str(runtime_venv / "bin" / "python"), "-m", "pytest", "-n", "0", "-p", "no:cacheprovider",
+                      "-o", "addopts=", "-q"]
+    collected = _run([*pytest_in_venv, "--collect-only", "tests/runtime"], ROOT, env)
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    assert "refactx_pipeline" not in collected.stdout + collected.stderr
+    assert "test_format.py" in collected.stdout and "test_server.py" in collected.stdout
+    ran = _run([*pytest_in_venv, *(f"tests/runtime/{name}" for name in RUNTIME_ONLY_RUN)], ROOT, env, timeout=1200)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert " passed" in ran.stdout and " failed" not in ran.stdout

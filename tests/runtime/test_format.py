@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from refactx_index.tree import format as fmt
 from refactx_index.errors import FormatError
 
-from ..pgtree import as_version_4
+from ..treedata import as_version_4
 from refactx_index.tree.format import (
     FORMAT_VERSION,
     MAX_DICTIONARY_BYTES,

@@ -14,7 +14,7 @@ from refactx_index.tree.memory import MemoryTreeIndex, build_rows, encode_texts
 from refactx_index.vocab import open_tokenizer
 
 from ..conftest import tokenizer_dir
-from ..pgtree import expected_next, random_sequences
+from ..treedata import expected_next, random_sequences
 
 
 def corporate_graph(n_companies: int = 1000) -> list[str]:

@@ -13,7 +13,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..conftest import tokenizer_dir
-from ..pgtree import expected_next, load_tree, random_sequences
+from ..pgtree import load_tree
+from ..treedata import expected_next, random_sequences
 from refactx_pipeline.catalog import pgcatalog
 from refactx_index import (
     DatabaseUnavailable,

@@ -11,7 +11,8 @@ import json
 
 import psycopg
 
-from ..pgtree import as_old_catalog, expected_next, load_tree, random_sequences
+from ..pgtree import as_old_catalog, load_tree
+from ..treedata import expected_next, random_sequences
 from refactx_index.tree.format import FORMAT_VERSION
 from refactx_index.tree.pg import open_index
 from refactx_pipeline.catalog import pgcatalog

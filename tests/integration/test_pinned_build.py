@@ -15,7 +15,8 @@ from refactx_index.errors import BuildRetired
 from refactx_index.constraint.matcher import FactMatcher
 from refactx_pipeline.stages.activate import apply_retention
 
-from ..pgtree import expected_next, load_tree, random_sequences
+from ..pgtree import load_tree
+from ..treedata import expected_next, random_sequences
 
 pytestmark = pytest.mark.pg
 

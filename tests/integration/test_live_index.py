@@ -18,7 +18,8 @@ from refactx_pipeline.catalog import pgcatalog
 from refactx_pipeline.errors import ActivationRefused, LoadError
 from refactx_pipeline.stages.activate import activate_build, apply_retention
 
-from ..pgtree import expected_next, load_tree, random_sequences
+from ..pgtree import load_tree
+from ..treedata import expected_next, random_sequences
 
 pytestmark = pytest.mark.pg
 
