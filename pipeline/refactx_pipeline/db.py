@@ -11,8 +11,9 @@ get around:
   indexes, validation's reads) passes ``STAGE_STATEMENT_TIMEOUT_MS``, long enough for the
   largest build and still an end to a statement that hangs.
 
-Errors are psycopg's (``psycopg.OperationalError`` when the server cannot be reached); the
-CLI turns them into one line.
+The DSN policy (its own options and connect timeout kept, ours added) is the runtime's, one
+for both wheels: ``refactx_index.connection``. Errors are psycopg's
+(``psycopg.OperationalError`` when the server cannot be reached); the CLI turns them into one line.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from refactx_index.connection import connect as connect_with_policy
 
 CONNECT_TIMEOUT_S = 10
 CATALOG_STATEMENT_TIMEOUT_MS = 60_000  # one minute: a catalog query never takes that long
@@ -29,14 +30,10 @@ APPLICATION_NAME = "refactx_pipeline"
 
 
 def connect(dsn: str, *, autocommit: bool = False, statement_timeout_ms: int = CATALOG_STATEMENT_TIMEOUT_MS,
-            connect_timeout_s: float = CONNECT_TIMEOUT_S, **kwargs: Any) -> psycopg.Connection:
-    """A connection to ``dsn`` with the pipeline's connect and statement timeouts (see the module)."""
-    if statement_timeout_ms < 1:
-        raise ValueError(f"statement_timeout_ms must be at least 1, got {statement_timeout_ms}")
-    kwargs.setdefault("application_name", APPLICATION_NAME)
-    # the DSN's own options (a search_path...) are kept: the timeout is added after them, so it wins
-    given = conninfo_to_dict(dsn).get("options") or ""
-    options = f"{given} -c statement_timeout={int(statement_timeout_ms)}".strip()
-    if "connect_timeout" not in conninfo_to_dict(dsn):  # the DSN's own bound wins
-        kwargs["connect_timeout"] = max(1, int(connect_timeout_s))
-    return psycopg.connect(dsn, autocommit=autocommit, options=options, **kwargs)
+            connect_timeout_s: float = CONNECT_TIMEOUT_S, application_name: str = APPLICATION_NAME,
+            **kwargs: Any) -> psycopg.Connection:
+    """A connection to ``dsn`` with the pipeline's connect and statement timeouts (see the module),
+    under the runtime's DSN policy (``refactx_index.connection``: the DSN's own options and
+    connect timeout are kept, the statement timeout added after them)."""
+    return connect_with_policy(dsn, autocommit=autocommit, statement_timeout_ms=statement_timeout_ms,
+                               connect_timeout_s=connect_timeout_s, application_name=application_name, **kwargs)

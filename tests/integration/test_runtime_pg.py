@@ -244,6 +244,28 @@ def test_connections_are_read_only_autocommit_and_never_idle_in_transaction(pg_d
         assert states and all(s == "idle" for (s,) in states)
 
 
+def test_the_dsn_s_own_options_are_kept_and_the_reader_s_settings_win(pg_dsn):
+    """One DSN policy for both wheels (refactx_index.connection, refactx_pipeline.db): the DSN's
+    options reach the session, the reader's read-only and statement timeout are added after them
+    (and win where the DSN names the same setting), a DSN's application_name is kept."""
+    from refactx_pipeline.db import connect as pipeline_connect
+
+    load_tree(pg_dsn, "kg", random_sequences(seed=1), threshold=2)
+    dsn = (f"{pg_dsn} application_name=mine "
+           "options='-c search_path=refactx,public -c statement_timeout=99 -c default_transaction_read_only=off'")
+    with open_index(dsn, "kg", statement_timeout_ms=1234, follow=False) as index:
+        assert index.next_tokens(()).leaves.sum() > 0
+        with index._pool.connection() as conn:
+            assert conn.execute("SHOW search_path").fetchone()[0] == "refactx,public"
+            assert conn.execute("SHOW statement_timeout").fetchone()[0] == "1234ms"
+            assert conn.execute("SHOW default_transaction_read_only").fetchone()[0] == "on"
+            assert conn.execute("SHOW application_name").fetchone()[0] == "mine"
+    with pipeline_connect(dsn, autocommit=True, statement_timeout_ms=4321) as conn:
+        assert conn.execute("SHOW search_path").fetchone()[0] == "refactx,public"
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "4321ms"
+        assert conn.execute("SHOW default_transaction_read_only").fetchone()[0] == "off"
+
+
 def test_unknown_name_and_missing_catalog_raise_index_not_found(pg_dsn):
     with pytest.raises(IndexNotFound, match="catalog"):
         open_index(pg_dsn, "kg")
@@ -363,7 +385,7 @@ def test_connection_failures_are_told_apart_by_what_psycopg_and_the_socket_give(
     refused port, a missing socket directory, a host name that does not exist and an invalid
     option are permanent without reading libpq's text; a wrong database or role is the server's
     FATAL (its words are the only source); a server that answers is not refused."""
-    from refactx_index.tree.pg import connect_failure
+    from refactx_index.connection import connect_failure
 
     def failure(**changes) -> psycopg.OperationalError:
         params = {**conninfo_to_dict(pg_server), "connect_timeout": 5, **changes}

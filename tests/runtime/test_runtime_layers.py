@@ -19,6 +19,7 @@ ROOT = Path(refactx_index.__path__[0])
 # is told, the engine adapters, question answering, the fact server, the command
 RUNTIME_LAYERS = {
     "errors": 0,
+    "connection": 0,
     "vocab": 0,
     "tree": 1,
     "constraint": 2,

@@ -3,7 +3,7 @@
 Connections come from a ``psycopg_pool.ConnectionPool``; each is autocommit (a
 lookup is one statement, so no connection is ever left idle in a transaction),
 read-only, and has a server-side ``statement_timeout``, all set as connection
-options (no extra round trip). A lost connection is retried once on a fresh one;
+options after the DSN's own (no extra round trip; :mod:`refactx_index.connection`). A lost connection is retried once on a fresh one;
 a second failure raises :class:`DatabaseUnavailable`. A cancelled statement raises
 :class:`QueryTimeout`. A missing row is neither: the prefix is simply outside the
 tree (or, when a parent row promised it, a :class:`FormatError`). Every other driver error
@@ -26,20 +26,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import random
-import re
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
-from urllib.parse import unquote, urlsplit
 
 import psycopg
 from psycopg import errors, sql
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ..connection import connection_kwargs, connect, first_connection, scrub
 from ..errors import (
     BuildRetired,
     DatabaseError,
@@ -153,25 +149,15 @@ def open_index(
 
     if pool_size < 1:
         raise InputRefused("pool_size must be >= 1")
-    options = (
-        f"-c statement_timeout={int(statement_timeout_ms)} "
-        "-c default_transaction_read_only=on "
-        # belt and braces: autocommit never idles in a transaction, but a server-side
-        # limit also covers anything that might
-        "-c idle_in_transaction_session_timeout=60000"
-    )
-    connect_kwargs = {
-        "autocommit": True,
-        "options": options,
-        "connect_timeout": max(1, int(connect_timeout_s)),
-        "application_name": f"refactx_index:{name}"[:63],
+    connect_kwargs = connection_kwargs(
+        dsn, statement_timeout_ms=statement_timeout_ms, read_only=True, connect_timeout_s=connect_timeout_s,
+        application_name=f"refactx_index:{name}", autocommit=True,
         # the statements' identifiers are quoted once, for UTF-8 (PgTreeIndex._read_served)
-        "client_encoding": "utf8",
-    }
+        client_encoding="utf8")
     # one attempt of our own first: a wrong password or database name fails here at once with
     # the server's words, where the pool would retry it for connect_timeout_s and then report
     # only its timeout
-    first_failure = _first_connection(dsn, connect_kwargs)
+    first_failure = first_connection(dsn, connect_kwargs)
     pool = _private_jitter_pool()(
         dsn,
         min_size=1,
@@ -206,141 +192,6 @@ def open_index(
         pool.close()
         raise
     return index
-
-
-# How a failed connection is told permanent (waiting does not cure it) from transient. psycopg
-# 3.3 (libpq 18) gives no SQLSTATE for a connection that fails before its session exists:
-# ``exc.sqlstate`` and ``exc.diag`` are empty, whatever the server answered. What it does give
-# is read first (connect_failure): the error class (``ProgrammingError``: libpq could not parse
-# the DSN), whether libpq was reached (``exc.pgconn`` is None when psycopg failed to resolve the
-# host name: resolved again here, ``socket.gaierror``'s code tells a name that does not exist
-# from a resolver that is down), ``pgconn.needs_password`` (the server asked for a password the
-# DSN lacks), and, for the address libpq tried last (``pgconn.host``/``port``), whether anything
-# listens there (a socket connect: ``ConnectionRefusedError``/``FileNotFoundError``). Why a
-# server refused a session it answered (no such database or role, a wrong password, no
-# pg_hba.conf entry) is only in libpq's text of the server's FATAL message: matched below, the
-# server's English words (lc_messages C or en). A server answering in another language is
-# waited for like a transient failure (connect_timeout_s), and its words are in the error.
-_SERVER_REFUSALS = re.compile(
-    r"FATAL:.*(?:password authentication failed|authentication failed for user|no password supplied"
-    r"|database \".*\" does not exist|role \".*\" does not exist|no pg_hba\.conf entry"
-    r"|is not permitted to log in|permission denied for database)",
-    re.IGNORECASE,
-)
-# libpq's own words for an option value it cannot use (a port that is not a number)
-_BAD_OPTION = re.compile(r"invalid (?:integer|connection option|sslmode|value)\b.*(?:option|value)", re.IGNORECASE)
-
-
-def _probe_address(host: str, port: str, timeout_s: float = 2.0) -> str | None:
-    """Why nothing can be reached at ``host``/``port`` (a TCP address, or a directory of
-    Unix sockets), from the socket's own error class; None when something listens there."""
-    try:
-        if host.startswith("/"):
-            path = os.path.join(host, f".s.PGSQL.{port or 5432}")
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(timeout_s)
-                sock.connect(path)
-        else:
-            socket.create_connection((host, int(port or 5432)), timeout=timeout_s).close()
-    except ConnectionRefusedError:
-        return f"nothing listens on {host} port {port or 5432} (connection refused)"
-    except FileNotFoundError:
-        return f"no PostgreSQL socket in {host} (port {port or 5432})"
-    except (OSError, ValueError):  # a timeout, an unreachable network: the pool waits it out
-        return None
-    return None
-
-
-def _unresolved_host(dsn: str) -> str | None:
-    """A host name of ``dsn`` that does not exist (``socket.gaierror``, not a resolver that
-    is temporarily down); None when every name resolves now or the failure may pass."""
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return None
-    for host in str(params.get("host") or "").split(","):
-        if not host or host.startswith("/"):
-            continue
-        try:
-            socket.getaddrinfo(host, None)
-        except socket.gaierror as exc:
-            if exc.errno != socket.EAI_AGAIN:
-                return f"host name {host!r} does not resolve ({exc.strerror})"
-        except OSError:
-            continue
-    return None
-
-
-def connect_failure(exc: psycopg.Error, dsn: str) -> str | None:
-    """Why the connection that raised ``exc`` cannot succeed by waiting (permanent), or None
-    (transient: the server may be starting, overloaded, or the network slow)."""
-
-    if isinstance(exc, psycopg.ProgrammingError):
-        return "the DSN is malformed"
-    if exc.sqlstate is not None and exc.sqlstate[:2] in ("28", "3D"):  # should psycopg give one
-        return f"SQLSTATE {exc.sqlstate}"
-    pgconn = exc.pgconn
-    if pgconn is None:  # psycopg stopped before libpq: it resolves host names itself
-        return _unresolved_host(dsn)
-    if pgconn.needs_password:
-        return "the server asks for a password and the DSN gives none"
-    text = pgconn.error_message.decode("utf-8", "replace")
-    if _SERVER_REFUSALS.search(" ".join(text.split())):
-        return "the server refused the session"
-    if _BAD_OPTION.search(text):
-        return "an option of the DSN has an invalid value"
-    host, port = (pgconn.host or b"").decode(), (pgconn.port or b"").decode()
-    return _probe_address(host, port) if host else None
-
-
-_PASSWORD = re.compile(r"""password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)""", re.IGNORECASE)
-
-
-def dsn_secrets(dsn: str) -> list[str]:
-    """The password of ``dsn`` (keyword or URI form) as it is written there: what no message
-    may show."""
-
-    found = [m.group(1).strip("'") for m in _PASSWORD.finditer(dsn)]
-    if dsn.startswith(("postgresql://", "postgres://")):
-        try:
-            password = urlsplit(dsn).password
-        except ValueError:
-            password = None
-        if password:
-            found += [password, unquote(password)]
-    return [s for s in found if s]
-
-
-def scrub(message: str, dsn: str) -> str:
-    """``message`` with the password of ``dsn`` replaced by ``****``."""
-    for secret in sorted(dsn_secrets(dsn), key=len, reverse=True):
-        message = message.replace(secret, "****")
-    return message
-
-
-def _first_connection(dsn: str, kwargs: dict[str, Any]) -> str | None:
-    """Try one connection. Raise :class:`DatabaseUnavailable` at once, naming the cause, when
-    it cannot succeed by waiting (wrong password, user or database, a malformed DSN, a refused
-    port, an unknown host); return a transient failure's cause (a timeout) for the pool to
-    wait out. No message shows the DSN's password."""
-
-    try:
-        with psycopg.connect(dsn, **kwargs):
-            return None
-    except psycopg.ProgrammingError as exc:  # libpq could not parse it: its words may quote a password
-        raise DatabaseUnavailable(
-            "cannot connect to PostgreSQL: the DSN is malformed (not shown: it may hold a password); "
-            "give postgresql://USER@HOST:PORT/DB or 'host=HOST port=PORT dbname=DB user=USER'"
-        ) from None
-    except psycopg.Error as exc:
-        cause = scrub(" ".join(str(exc).split()), dsn)
-        why = connect_failure(exc, dsn)
-        if why is not None:
-            raise DatabaseUnavailable(
-                f"cannot connect to PostgreSQL: {cause} (not retried: {why}; check the DSN's host, port, "
-                "user, password and database name)"
-            ) from None
-        return cause
 
 
 class _QuietPool(logging.Filter):
@@ -712,9 +563,9 @@ class _ActivationFollower(threading.Thread):
         next_check = time.monotonic() + self._interval_s
         while not self._stopping.is_set():
             try:
-                with psycopg.connect(self._dsn, autocommit=True,
-                                     connect_timeout=max(1, int(self._index._connect_timeout_s)),
-                                     application_name=f"refactx_index:follow:{self._index._name}"[:63]) as conn:
+                with connect(self._dsn, autocommit=True, statement_timeout_ms=None,
+                             connect_timeout_s=self._index._connect_timeout_s,
+                             application_name=f"refactx_index:follow:{self._index._name}") as conn:
                     conn.execute(f"LISTEN {ACTIVATION_CHANNEL}")
                     self._refresh()  # whatever was activated before LISTEN took effect
                     while not self._stopping.is_set():
