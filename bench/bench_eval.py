@@ -57,15 +57,14 @@ SHARED = ROOT.parent / "shared"
 METAQA = SHARED / "data" / "metaqa"
 SETS = {"finance": ROOT / "bench" / "questions" / "finance.jsonl",
         "wikidata-sample500": ROOT / "bench" / "questions" / "wikidata-sample500.jsonl"}
-VARIANTS = {"free": {}, "prefill": {"prefill_fact": True},
-            "entities": {"prefill_fact": True, "entities_first": True},
-            "grounded": {"prefill_fact": True, "grounded": True},
-            "entities-grounded": {"prefill_fact": True, "entities_first": True, "grounded": True},
-            "relations": {"prefill_fact": True, "entities_first": True, "relations_first": True},
-            "relations-grounded": {"prefill_fact": True, "entities_first": True, "relations_first": True,
-                                   "grounded": True},
-            "relations-grounded-named": {"prefill_fact": True, "entities_first": True, "relations_first": True,
-                                         "grounded": True, "named_relations_only": True}}
+# each variant's answer policies (refactx_index.qa.policies), by name
+VARIANTS = {"free": "plain", "prefill": "prefill-fact",
+            "entities": "prefill-fact,entities-first",
+            "grounded": "prefill-fact,grounded",
+            "entities-grounded": "prefill-fact,entities-first,grounded",
+            "relations": "prefill-fact,entities-first,relations-first",
+            "relations-grounded": "prefill-fact,entities-first,relations-first,grounded",
+            "relations-grounded-named": "prefill-fact,entities-first,relations-first,grounded,named-relations-only"}
 PROMPTS = ("fitted", "per-question")
 
 
@@ -131,12 +130,12 @@ def run_metaqa(args, loaded) -> None:
         modes = ["unconstrained", "constrained"] if both else ["constrained"]  # the baseline first
         mark = time.perf_counter()
         results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size, num_beams=args.beams,
-                           max_new_tokens=args.max_new_tokens, prompt=prompt, **VARIANTS[variant])
+                           max_new_tokens=args.max_new_tokens, prompt=prompt, policies=VARIANTS[variant])
         seconds = round(time.perf_counter() - mark, 1)
         summary = report(results)
         from dataclasses import asdict
 
-        doc["variants"][variant] = {"options": VARIANTS[variant], "seconds": seconds, "summary": summary,
+        doc["variants"][variant] = {"policies": VARIANTS[variant], "seconds": seconds, "summary": summary,
                                     "answers": {m: [asdict(r) for r in rows] for m, rows in results.items()}}
         print(f"## {variant}: {len(questions)} questions in {seconds} s\n", flush=True)
         print(markdown_table(summary), flush=True)

@@ -70,7 +70,7 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Sequence
 
-from .errors import RefactxError
+from .errors import InputRefused, RefactxError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .vocab import Vocabulary
@@ -235,6 +235,29 @@ def cmd_paths(args: argparse.Namespace) -> int:
     return 0 if found.paths else NOTHING
 
 
+# written out rather than read from qa.policies.POLICIES, whose import loads numpy (a test keeps them equal)
+POLICY_NAMES = ("prefill-fact", "entities-first", "relations-first", "grounded", "named-relations-only", "plain-end")
+BEST_POLICY_NAMES = ("prefill-fact", "entities-first", "relations-first", "grounded")
+_POLICY_FLAGS = {"prefill_fact": "prefill-fact", "entities_first": "entities-first",
+                 "relations_first": "relations-first", "grounded": "grounded",
+                 "named_relations_only": "named-relations-only"}
+
+
+def _policies(args: argparse.Namespace, default):
+    """The answer policies the options name: --plain (none), or those of --policies and of
+    the policy flags together, or ``default`` when none is given."""
+    from .qa.policies import PLAIN, parse_policies
+
+    named = [name for dest, name in _POLICY_FLAGS.items() if getattr(args, dest)]
+    if args.policies:
+        named += args.policies.split(",")
+    if args.plain:
+        if named:
+            raise InputRefused("--plain answers with no policy: it takes no --policies or policy flag")
+        return PLAIN
+    return parse_policies(named) if named else default
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     from .display import format_answer
     from .prompting.prompt import Prompt
@@ -256,7 +279,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
             index = stack.enter_context(_open(args))
             check_vocabulary(index, loaded.vocabulary)
         answers = ask(args.question, index, loaded, prompt=prompt, num_beams=args.beams,
-                      max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained)
+                      max_new_tokens=args.max_new_tokens, constrained=not args.unconstrained,
+                      policies=_policies(args, None))
     for answer in answers:
         answer.timings["load_s"] = round(load_s, 3)
     if args.json:
@@ -287,8 +311,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         questions = questions[:args.limit]
     prompt = Prompt.from_file(args.prompt_file) if args.prompt_file else None
     modes = ["constrained"] if args.constrained_only else ["constrained", "unconstrained"]
-    options = {"prefill_fact": args.prefill_fact, "entities_first": args.entities_first, "grounded": args.grounded,
-               "relations_first": args.relations_first, "named_relations_only": args.named_relations_only}
+    from .qa.policies import PLAIN, policy_names
+
+    policies = _policies(args, PLAIN)
     with _open(args) as index:
         loaded = load_model(args.model)
         check_vocabulary(index, loaded.vocabulary)
@@ -297,14 +322,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       else fitted_prompt(index, loaded.vocabulary))
         started = time.perf_counter()
         results = evaluate(questions, index, loaded, modes=modes, batch_size=args.batch_size,
-                           num_beams=args.beams, max_new_tokens=args.max_new_tokens, prompt=prompt, **options)
+                           num_beams=args.beams, max_new_tokens=args.max_new_tokens, prompt=prompt, policies=policies)
         index_name = index.info.name
     meta = {"questions_files": [str(p) for p in args.questions], "questions": len(questions),
             "rejected_lines": len(rejected),
             "rejected": [{"source": r.source, "line": r.line, "reason": r.reason} for r in rejected[:100]],
             "sample_per_hop": args.sample_per_hop, "seed": args.seed, "index": index_name,
             "model": args.model, "beams": args.beams, "max_new_tokens": args.max_new_tokens,
-            "batch_size": args.batch_size, **options, "prompt": {"system": prompt.system,
+            "batch_size": args.batch_size, "policies": policy_names(policies), "prompt": {"system": prompt.system,
                                                                "examples": [list(e) for e in prompt.examples]},
             "seconds": round(time.perf_counter() - started, 1)}
     summary = write_outputs(results, args.out, meta, plot_png=not args.no_plot)
@@ -322,6 +347,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server.app import ServerSettings, create_app
     from .server.backend_transformers import TransformersEngine
     from .server.backend_vllm import VllmEngine
+    from .server.connections import uvicorn_config
     from .tree.index import check_vocabulary
     from .tree.memory import MemoryTreeIndex
     from .tree.pg import open_index
@@ -383,7 +409,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             super().handle_exit(sig, frame)
 
     try:
-        Server(uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=5,
+        Server(uvicorn_config(app, keep_alive_timeout_s=args.keep_alive_timeout,
+                              header_timeout_s=args.header_timeout, max_connections=args.max_connections,
+                              host=args.host, port=args.port, timeout_graceful_shutdown=5,
                               log_level="info" if args.verbose else "warning")).run()
     finally:
         engine.close()
@@ -444,6 +472,29 @@ def _path_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-paths", type=int, default=10_000, help="paths per seed (default 10000)")
 
 
+def _policy_arguments(parser: argparse.ArgumentParser, default: str) -> None:
+    """The answer policies (docs/runtime.md, "Answer policies"): a list by name, or a flag each."""
+    group = parser.add_argument_group("answer policies", f"What a reply may write beyond the fact constraint; "
+                                                         f"the flags and --policies add up ({default}).")
+    group.add_argument("--policies", metavar="NAMES",
+                       help=f"comma-separated, of {', '.join(POLICY_NAMES)}; best ({','.join(BEST_POLICY_NAMES)})")
+    group.add_argument("--plain", action="store_true", help="no policy: the fact constraint alone (the paper's mode)")
+    group.add_argument("--prefill-fact", action="store_true", help="every reply opens with 'Fact:' (written for it)")
+    group.add_argument("--entities-first", action="store_true",
+                       help="at a fact's subject, only the question's own entities (labels of the index found "
+                            "in the question) while the reply follows one of them")
+    group.add_argument("--relations-first", action="store_true",
+                       help="follow the question's relation words: the relations it names come first, and a reply "
+                            "chains another fact while a named relation is not yet written (with --grounded: "
+                            "answers only from facts chained from a question entity)")
+    group.add_argument("--grounded", action="store_true",
+                       help="the text after 'Answer:' is a subject or object of a stored fact the reply wrote, "
+                            "or I don't know.")
+    group.add_argument("--named-relations-only", action="store_true",
+                       help="with --grounded and --relations-first: I don't know unless a chained fact's relation "
+                            "is one the question names")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="refactx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -488,6 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="answer over the reasoning paths from these entities (labels, or ids with --labels) "
                          "of the index's facts or --facts, after 'Path:' (docs/paths.md)")
     _path_arguments(ak)
+    _policy_arguments(ak, f"default: the best measured, {','.join(BEST_POLICY_NAMES)} (plain over a path "
+                          "index); --plain for the constraint alone")
     ak.set_defaults(func=cmd_ask)
 
     fa = sub.add_parser("facts", help="where a stored fact comes from",
@@ -526,23 +579,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the question files' format (default: told by each file's name and first line)")
     ev.add_argument("--sample-per-hop", type=int, help="a seeded sample of this many questions per hop")
     ev.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
-    ev.add_argument("--prefill-fact", action="store_true", help="every reply opens with 'Fact:' (written for it)")
-    ev.add_argument("--entities-first", action="store_true",
-                    help="at a fact's subject, only the question's own entities (labels of the index found "
-                         "in the question) while the reply follows one of them")
-    ev.add_argument("--relations-first", action="store_true",
-                    help="follow the question's relation words: the relations it names come first, and a reply "
-                         "chains another fact while a named relation is not yet written (with --grounded: "
-                         "answers only from facts chained from a question entity)")
-    ev.add_argument("--named-relations-only", action="store_true",
-                    help="with --grounded and --relations-first: I don't know unless a chained fact's relation "
-                         "is one the question names")
     ev.add_argument("--examples", choices=["fitted", "per-question"], default="fitted",
                     help="worked examples drawn from the index once (fitted, default) or chosen per question "
                          "from a pool by its relation words; ignored with --prompt-file")
-    ev.add_argument("--grounded", action="store_true",
-                    help="the text after 'Answer:' is a subject or object of a stored fact the reply wrote, "
-                         "or I don't know.")
+    _policy_arguments(ev, "default: plain, the constraint alone; --policies best for the best measured")
     _index_arguments(ev)
     ev.add_argument("--model", default="smollm2", help=MODEL_HELP)
     ev.add_argument("--beams", type=int, default=3, help="beam search width (default 3; 1 is greedy)")
@@ -587,6 +627,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="longer prompts get 413 (default: the model's context less --max-new-tokens)")
     sv.add_argument("--request-timeout", type=float, default=300.0,
                     help="seconds before 504 (a generation is stopped at its next token)")
+    sv.add_argument("--keep-alive-timeout", type=float, default=5.0,
+                    help="seconds an idle keep-alive connection is kept after a response (default 5)")
+    sv.add_argument("--header-timeout", type=float, default=10.0,
+                    help="seconds a connection has to send a request's headers, from its start or its "
+                         "previous response, before it is closed (default 10)")
+    sv.add_argument("--max-connections", type=int, default=256,
+                    help="open connections (and requests) before a request gets 503 at once (default 256)")
     sv.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/* and /metrics (default: "
                                       "$REFACTX_API_KEY; the environment keeps it out of the process list)")
     sv.add_argument("--no-api-key", action="store_true",

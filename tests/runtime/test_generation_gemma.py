@@ -63,7 +63,7 @@ def test_gemma_is_a_262k_vocabulary_without_a_chat_template(loaded, index):
 def test_a_constrained_answer_writes_only_stored_facts_and_ends(loaded, index, stored):
     from refactx_index.qa.ask import ask
 
-    answer = ask([QUESTION], index, loaded, num_beams=1, max_new_tokens=MAX_NEW_TOKENS, prefill_fact=True)[0]
+    answer = ask([QUESTION], index, loaded, num_beams=1, max_new_tokens=MAX_NEW_TOKENS, policies="prefill-fact")[0]
     assert answer.facts, answer.reply  # the reply opens with a fact
     complete = [f.token_ids for f in answer.facts if f.complete]
     assert complete and all(f in stored for f in complete), answer.reply

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from refactx_index.qa.policies import PLAIN
+
 from ..conftest import shared_path
 
 pytestmark = [pytest.mark.slow]
@@ -53,7 +55,7 @@ def stored(loaded, sample_fact_texts) -> set[tuple[int, ...]]:
 def batch_answers(index, loaded):
     from refactx_index.qa.ask import ask
 
-    return ask(QUESTIONS, index, loaded, num_beams=3, max_new_tokens=MAX_NEW_TOKENS)
+    return ask(QUESTIONS, index, loaded, num_beams=3, max_new_tokens=MAX_NEW_TOKENS, policies=PLAIN)
 
 
 def test_the_prompt_mentions_the_trigger_and_its_examples_write_facts():
@@ -81,7 +83,7 @@ def test_a_padded_batch_with_beams_equals_each_prompt_alone(batch_answers, index
 
     assert len({a.prompt_tokens for a in batch_answers}) > 1  # padding was needed
     for question, together in zip(QUESTIONS, batch_answers):
-        alone = ask([question], index, loaded, num_beams=3, max_new_tokens=MAX_NEW_TOKENS)[0]
+        alone = ask([question], index, loaded, num_beams=3, max_new_tokens=MAX_NEW_TOKENS, policies=PLAIN)[0]
         assert [f.token_ids for f in alone.facts] == [f.token_ids for f in together.facts], question
 
 
@@ -107,10 +109,10 @@ def test_the_postgresql_index_gives_the_same_facts(pg_dsn, index, loaded, stored
 
     question = QUESTIONS[1]
     prompt = fitted_prompt(index, loaded.tokenizer)  # one prompt: each index would draw its own examples
-    in_memory = ask([question], index, loaded, prompt=prompt, num_beams=1, max_new_tokens=40)[0]
+    in_memory = ask([question], index, loaded, prompt=prompt, num_beams=1, max_new_tokens=40, policies=PLAIN)[0]
     load_tree(pg_dsn, "sample-smollm2", stored, threshold=64, vocab_size=len(loaded.tokenizer))
     with open_index(pg_dsn, "sample-smollm2") as pg_index:
-        served = ask([question], pg_index, loaded, prompt=prompt, num_beams=1, max_new_tokens=40)[0]
+        served = ask([question], pg_index, loaded, prompt=prompt, num_beams=1, max_new_tokens=40, policies=PLAIN)[0]
     assert 1 <= served.timings["round_trips"] <= served.timings["steps"]  # at most one per step
     assert [f.token_ids for f in served.facts] == [f.token_ids for f in in_memory.facts]
     assert served.facts and all(f.stored for f in served.facts if f.complete)

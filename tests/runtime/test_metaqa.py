@@ -239,10 +239,11 @@ def movie_index():
 
 
 def _relations_first(tok, index, question):
-    from refactx_index.qa.ask import RelationsFirst, question_entities
+    from refactx_index.qa.ask import question_entities
+    from refactx_index.qa.policies import RelationsFirstRule
 
     entities = [question_entities(index, tok, question)]
-    return RelationsFirst(tok, index, tok, [question], entities, 0, "Fact:", 1)
+    return RelationsFirstRule(tok, index, tok, [question], entities, "Fact:")
 
 
 def test_relations_first_chains_a_second_fact_from_the_first_ones_object(smollm2_tokenizer, movie_index):
@@ -281,8 +282,11 @@ def test_relations_first_masks_answer_and_end_whatever_the_scores(smollm2_tokeni
     import torch
     from hypothesis import given, settings, strategies as st
 
+    from refactx_index.qa.ask import PolicyProcessor
+
     tok = smollm2_tokenizer
-    rf = _relations_first(tok, movie_index, "who starred in the films William Dieterle directed")
+    rf = PolicyProcessor(tok, [_relations_first(tok, movie_index, "who starred in the films William Dieterle directed")],
+                         0)
     ids = tok("Fact: <William Dieterle> <directed> <Kismet> .", add_special_tokens=False)["input_ids"]
     boosted = [tok.eos_token_id, *tok("\nAnswer:", add_special_tokens=False)["input_ids"][:1]]
 
@@ -340,7 +344,7 @@ def test_a_two_hop_question_is_answered_from_a_chain_of_two_facts_with_the_real_
     index = build_graph_index(cfg, VocabularyConfig.parse(f"smollm2={model_directory('smollm2')}")).index
     loaded = load_model("smollm2")
     [answer] = ask([question.question], index, loaded, prompt=question_prompt(index, loaded.tokenizer), num_beams=1,
-                   max_new_tokens=96, prefill_fact=True, entities_first=True, relations_first=True, grounded=True)
+                   max_new_tokens=96, policies="prefill-fact,entities-first,relations-first,grounded")
     facts = [fact_parts(f.text) for f in answer.facts]
     assert len(facts) >= 2 and all(f.stored for f in answer.facts), answer.reply
     assert facts[0][:2] == ["Eugenio Martín", "directed"]

@@ -140,6 +140,15 @@ def render_plain(messages: Sequence[dict[str, str]]) -> str:
     return "\n\n".join(blocks) + f"\n{PLAIN_REPLY}\n"
 
 
+_PLAIN_END = re.compile(rf"(?:^|\n)[ \t]*(?:{re.escape(ANSWER)}[^\n]*\n|{re.escape(PLAIN_QUESTION)})")
+
+
+def plain_reply_finished(text: str) -> bool:
+    """Whether a plain-text reply (:func:`render_plain`) is over: it holds a finished
+    ``Answer:`` line (a newline after it) or a line that opens the next ``Question:``."""
+    return _PLAIN_END.search(text) is not None
+
+
 def plain_prompt(tokenizer: "PreTrainedTokenizerBase", messages: Sequence[dict[str, str]]) -> str:
     """:func:`render_plain` for ``tokenizer``, opened by its beginning-of-sequence token where
     its own encoding starts with one (Gemma's ``<bos>``, which a chat template would write):

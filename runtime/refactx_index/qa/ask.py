@@ -8,41 +8,34 @@ the reader the server shares), the final answer, token counts and timings. Befor
 generation, :func:`refactx_index.tree.index.check_vocabulary` makes sure that the model's
 vocabulary is the index's.
 
-Two per-request options, off by default: ``prefill_fact`` opens every reply with the
-trigger (the prompt ends with ``Fact:``, so a question is never answered from nothing), and
-``entities_first`` finds the question's own entities (:func:`question_entities`: the spans of
-the question that are subjects of the index, an exact-match pass over the tree) and, while
-a fact's subject is being written and still follows one of them, lets through only the
-tokens that continue one of them (:class:`EntitiesFirst`). ``grounded`` makes the text after
-``Answer:`` an entity or value of a stored fact the reply wrote (its subject or object), or
-``I don't know.``, then the end (:class:`GroundedAnswer`). ``relations_first`` follows the
-question's relation words (:class:`RelationsFirst`): while a word of the question that names
-a relation of a question entity or of an object written is not yet covered by a written
-fact, the reply writes another fact, from that entity, with that relation (a question of two
-relations gets a chain of two facts); with ``grounded`` as well, the answer comes only from
-facts chained from a question entity, and with ``named_relations_only`` only from those
-whose relation covers a word of the question (else ``I don't know.``): precision over recall.
+What a reply may write beyond the fact constraint is decided by the answer policies
+(:mod:`refactx_index.qa.policies`), one ``policies=`` list: by default the best measured
+(prefill fact, entities first, relations first, grounded) over a fact index; ``()`` is the
+plain mode, the constraint alone. Here they are applied to transformers' scores by
+:class:`PolicyProcessor`. The question's own entities, which entities first and relations
+first follow, are found by :func:`question_entities`: the spans of the question that are
+subjects of the index, an exact-match pass over the tree.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import re
 import time
-import weakref
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..constraint.matcher import FACT, FactMatcher
 from ..engines.core import index_prompt, index_trigger
 from ..errors import InputRefused
-from ..prompting.prompt import ANSWER, Prompt, TRIGGER, UNKNOWN, final_answer, fitted_prompt, word_stems
-from ..tree.explore import _frontier, objects, relations
+from ..prompting.prompt import Prompt, TRIGGER, final_answer, fitted_prompt
+from ..tree.explore import _frontier
 from ..tree.index import ServedBuild, TreeIndex
 from ..tree.provenance import Provenance
 from ..vocab import ENCODED_OK, Vocabulary, VocabularyLike, as_vocabulary, encode_facts
 from .models import LoadedModel
+from .policies import (BEST_POLICIES, END, PLAIN, PREFER, Allowed, AnswerContext, GroundedRule, PlainEnd, Policy, Rule,
+                       needs_entities, parse_policies, policy_list, policy_rules, prefill_of)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -229,228 +222,56 @@ def _spans_off_tree(index: TreeIndex, vocabulary: Vocabulary, spans: list[str]) 
             if answer.empty and encoded.status[k] == ENCODED_OK}
 
 
-class EntitiesFirst:
-    """A logits processor after the fact constraint: in a row whose reply is writing a fact's
-    subject (after the last trigger, no ``>`` yet) and still follows one of its question's
-    entities or an object of a fact the reply wrote before (so that a chain goes on from the
-    first fact's object), only the next token of one of them stays allowed (when the
-    constraint leaves one; else nothing changes). Each name is followed in the ids the index
-    stores it in (encoded as the tokenize stage encodes facts): a token that only spells a
-    prefix of the name (``S`` of ``Sugar``) would lead to another subject of the tree. Rows
-    are ``questions x beams``."""
+class PolicyProcessor:
+    """The transformers adapter of the answer policies: a logits processor after the fact
+    constraint that decodes each row's reply once a step (``prefill`` and the ids after
+    column ``prompt_width``) and applies each rule's :class:`~refactx_index.qa.policies.Allowed`
+    to the row's scores, in the rules' order (:mod:`refactx_index.qa.policies`). Rows are
+    ``questions x beams``."""
 
-    def __init__(self, tokenizer: "PreTrainedTokenizerBase", entities: Sequence[Sequence[str]], prompt_width: int,
-                 trigger: str,
-                 fact_prefix: str, num_beams: int, prefill: str = ""):
-        self.tokenizer, self.width, self.trigger, self.beams, self.prefill = (
-            tokenizer, prompt_width, trigger, max(num_beams, 1), prefill)
-        self.entities = [list(row) for row in entities]
-        self.fact_prefix = fact_prefix
-        self._paths: dict[str, tuple[tuple[int, ...], list[str]]] = {}
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", rules: Sequence[Rule], prompt_width: int,
+                 num_beams: int = 1, prefill: str = ""):
+        self.tokenizer, self.rules, self.width, self.prefill = tokenizer, list(rules), prompt_width, prefill
+        self.beams = max(num_beams, 1)
 
-    def path(self, name: str) -> tuple[tuple[int, ...], list[str]]:
-        """The ids of ``fact_prefix <name>`` as stored, and the text of each of their prefixes."""
-        found = self._paths.get(name)
-        if found is None:
-            ids = tuple(encode_facts(as_vocabulary(self.tokenizer).tokenizer(), [f"<{name}>"], (), self.fact_prefix,
-                                     "").ids(0))
-            found = self._paths[name] = (ids, [self.tokenizer.decode(list(ids[:k])) for k in range(len(ids))])
-        return found
+    def reply(self, generated: Sequence[int]) -> str:
+        return self.prefill + self.tokenizer.decode(list(generated), skip_special_tokens=True)
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
-        import torch
-
         for r in range(input_ids.shape[0]):
-            entities = self.entities[r // self.beams]
-            if not entities:
-                continue
-            text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
-            at = text.rfind(self.trigger)
-            if at < 0:
-                continue
-            written = text[at + len(self.trigger):]
-            if ">" in written or "\n" in written:
-                continue
-            names = entities + _written_objects(text[:at], self.trigger)
-            wanted = sorted({ids[k] for ids, texts in map(self.path, names)
-                             for k in range(len(ids)) if texts[k] == written})
-            _keep_only(scores, r, wanted)
+            text = self.reply(input_ids[r, self.width:].tolist())
+            for rule in self.rules:
+                apply_allowed(scores[r], rule.allowed(r // self.beams, text))
         return scores
 
 
-class RelationsFirst:
-    """A logits processor after the fact constraint that follows the question's relation
-    words (:func:`refactx_index.prompting.prompt.word_stems` of the question, less the words
-    of its entities of two words or more): a relation label *covers* a word when they share a stem. While a word
-    that no written fact's relation covers is covered by a relation of a question entity or
-    of an object the reply wrote (``open`` words), and fewer than ``max_facts`` facts are
-    written,
+def apply_allowed(scores: Any, allowed: Allowed | None) -> None:
+    """Apply, in place, what a rule allows to one row's next-token ``scores`` (a torch
+    tensor): PREFER, ONLY or END (:mod:`refactx_index.qa.policies`); None changes nothing."""
+    import torch  # as in the processors that call it: importing this module loads no torch
 
-    - after a complete fact the reply goes on with another fact (a new line and the trigger,
-      not ``Answer:`` or the end): so a question of two relations gets a chain of two facts;
-      once a written fact covered a word and none is open, the next line is ``Answer:``
-      (a list is not written out to the token limit);
-    - at a fact's subject, only those entities whose relations cover an open word are let
-      through (the second fact starts from the first's object);
-    - at a fact's object, while a word stays open after this fact's relation, only the objects
-      (of the subject's first 200) that have a relation covering it, where some have and some
-      not: the chain goes on from a film that has a genre.
-
-    At any fact's relation the subject's relations that cover an open word, else those that
-    cover any word of the question, are let through first. Where nothing of that applies,
-    or the constraint leaves none of the tokens it would keep, nothing changes. Rows are
-    ``questions x beams``; ``entities`` per question (:func:`question_entities`)."""
-
-    def __init__(self, tokenizer: "PreTrainedTokenizerBase", index: TreeIndex, vocabulary: VocabularyLike,
-                 questions: Sequence[str], entities: Sequence[Sequence[str]], prompt_width: int, trigger: str,
-                 num_beams: int, prefill: str = "", max_facts: int = 4):
-        self.tokenizer, self.index, self.vocabulary = tokenizer, index, vocabulary
-        self.width, self.trigger, self.beams, self.prefill = prompt_width, trigger, max(num_beams, 1), prefill
-        self.fact_prefix = index.info.fact_prefix
-        self.entities = [list(e) for e in entities]
-        # an entity's own words are no relation words, except for an entity of one word: a tag
-        # such as "writer" is an entity, and the question's relation word all the same
-        self.words = [word_stems(q) - word_stems(" ".join(n for n in e if len(n.split()) > 1))
-                      for q, e in zip(questions, entities)]
-        self.max_facts = max_facts
-        self.pieces = _token_pieces(tokenizer)
-        self._relations: dict[str, list[str]] = {}
-        self._objects: dict[str, list[str]] = {}
-
-    def relations_of(self, entity: str) -> list[str]:
-        found = self._relations.get(entity)
-        if found is None:
-            found = self._relations[entity] = [r.label for r in relations(self.index, self.vocabulary, entity,
-                                                                          limit=100)]
-        return found
-
-    def objects_of(self, entity: str, relation: str) -> list[str]:
-        key = f"{entity}\n{relation}"
-        found = self._objects.get(key)
-        if found is None:
-            found = self._objects[key] = [x.label for x in objects(self.index, self.vocabulary, entity, relation,
-                                                                    limit=200)]
-        return found
-
-    def open_words(self, q: int, facts: Sequence[tuple[str, ...]]) -> tuple[frozenset[str], list[str]]:
-        """The question's words no written fact's relation covers, and the entities (question
-        entities, then written objects) whose relations cover one of them."""
-        covered = frozenset().union(*(word_stems(f[1]) for f in facts))
-        words = self.words[q] - covered
-        if not words or len(facts) >= self.max_facts:
-            return frozenset(), []
-        names = list(dict.fromkeys([*self.entities[q], *(f[-2] for f in facts)]))
-        return words, [n for n in names if any(word_stems(r) & words for r in self.relations_of(n))]
-
-    def opener(self, q: int, facts: Sequence[tuple[str, ...]]) -> str | None:
-        """What the line after the complete ``facts`` opens with: the trigger while a word is
-        open, ``Answer:`` once the facts' relations covered a word of the question and none
-        is left open (or ``max_facts`` are written), else no preference."""
-        if self.open_words(q, facts)[1]:
-            return self.trigger
-        covered = frozenset().union(*(word_stems(f[1]) for f in facts))
-        return ANSWER if covered & self.words[q] or len(facts) >= self.max_facts else None
-
-    def targets(self, q: int, text: str) -> list[str]:
-        """The texts the reply ``text`` may go on with (none: no preference)."""
-        facts = _written_facts(text, self.trigger)
-        start = text.rfind("\n") + 1
-        line = text[start:]
-        at = text.rfind(self.trigger)
-        in_fact = at >= 0 and "\n" not in text[at:]
-        if in_fact and line.rstrip().endswith("> ."):  # a complete fact: a new line, a fact or the answer
-            opener = self.opener(q, facts)
-            return ["\n" + opener] if opener else []
-        if not in_fact:  # a new line after a fact: a fact or the answer
-            opener = self.opener(q, facts) if text[:start].rstrip().endswith("> .") else None
-            return [text[:start] + opener] if opener and opener.startswith(line) else []
-        head, written = text[:at + len(self.trigger)], text[at + len(self.trigger):]
-        if ">" not in written:  # the subject
-            return [f"{head}{self.fact_prefix}<{n}> <" for n in self.open_words(q, facts)[1]]
-        o = re.fullmatch(r"\s*<([^>]*)> <([^>]*)> <([^>]*)", written)
-        if o:  # the object: one that a relation of an open word goes on from, where some do
-            words = self.open_words(q, facts)[0] - word_stems(o.group(2))
-            found = self.objects_of(o.group(1), o.group(2)) if words else []
-            good = [x for x in found if any(word_stems(r) & words for r in self.relations_of(x))]
-            return [f"{head}{written[:o.start(3)]}{x}>" for x in good] if len(good) < len(found) else []
-        m = re.fullmatch(r"\s*<([^>]*)> <([^>]*)", written)
-        if not m:
-            return []
-        words = self.open_words(q, facts)[0]
-        rels = self.relations_of(m.group(1))
-        chosen = [r for r in rels if word_stems(r) & words] or [r for r in rels if word_stems(r) & self.words[q]]
-        return [f"{head}{written[:m.start(2)]}{r}>" for r in chosen]
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        import torch
-
-        for r in range(input_ids.shape[0]):
-            q = r // self.beams
-            if not self.words[q]:
-                continue
-            text = self.prefill + self.tokenizer.decode(input_ids[r, self.width:].tolist(), skip_special_tokens=True)
-            targets = self.targets(q, text)
-            if targets and targets[0].startswith("\n"):
-                wanted = _continuations(self.pieces, targets[0], False)
-            else:
-                wanted = sorted({t for target in targets if target.startswith(text) and len(target) > len(text)
-                                 for t in _continuations(self.pieces, target[len(text):])})
-            _keep_only(scores, r, wanted)
-        return scores
+    if allowed is None or not allowed.ids:
+        return
+    keep = torch.tensor(allowed.ids, dtype=torch.long, device=scores.device)
+    kept = scores[keep]
+    finite = bool(torch.isfinite(kept).any())
+    if allowed.how == PREFER and not finite:  # a preference never undoes the constraint
+        return
+    row = torch.full_like(scores, float("-inf"))
+    row[keep] = 0.0 if allowed.how == END or not finite else kept
+    scores.copy_(row)
 
 
-class GroundedAnswer:
-    """A logits processor: once a row's reply opens a line with ``Answer:``, only the tokens
-    that continue `` <name>.`` for a subject or object of a stored fact the reply wrote
-    before it, or `` I don't know.``, stay allowed, and when one is complete only an end id
-    (a per-reply trie of the written facts' names, walked on text). ``stored(text)`` says
-    whether a fact text written after the trigger is stored (constrained, every complete
-    one is)."""
+class GroundedAnswer(GroundedRule):
+    """The grounded answer's rule (:class:`~refactx_index.qa.policies.GroundedRule`) as a
+    logits processor of its own, for the server's transformers back end, which grounds some
+    rows of a batch and not others (:meth:`mask_row`). Rows are ``questions x beams``."""
 
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", prompt_width: int, trigger: str, eos: Sequence[int],
-                 stored: Any,
-                 prefill: str = "", entities: Sequence[Sequence[str]] | None = None, num_beams: int = 1,
-                 words: Sequence[frozenset[str]] | None = None):
-        self.tokenizer, self.width, self.trigger, self.prefill = tokenizer, prompt_width, trigger, prefill
-        self.eos = list(eos)
-        self.entities = None if entities is None else [list(e) for e in entities]
-        self.words = None if words is None else list(words)
-        self.beams = max(num_beams, 1)
-        self._stored = stored
-        self._known: dict[str, bool] = {}
-        self.pieces = _token_pieces(tokenizer)
-
-    def stored(self, text: str) -> bool:
-        if text not in self._known:
-            self._known[text] = bool(self._stored(text))
-        return self._known[text]
-
-    def candidates(self, before: str, entities: Sequence[str] | None = None,
-                   words: frozenset[str] | None = None) -> list[str]:
-        """The answers the reply text ``before`` its ``Answer:`` allows: the objects of the
-        stored facts it wrote that no written fact starts from (a chain's middle step and the
-        question's own entity are what was looked up, not what was found), all their objects
-        when that leaves none, and "I don't know". With the question's ``entities`` (a
-        non-empty list), only the facts of a chain from one of them count: a fact whose
-        subject is one of them or an object of such a fact written before it. With the
-        question's relation ``words`` (:class:`RelationsFirst`), a fact counts only when its
-        relation covers one of them: an answer from a relation the question does not name is
-        "I don't know"."""
-
-        facts = [parts for parts in _written_facts(before, self.trigger) if self.stored(parts[-1])]
-        if entities:
-            reached, chained = set(entities), []
-            for f in facts:
-                if f[0] in reached:
-                    chained.append(f)
-                    reached.add(f[-2])
-            facts = chained
-        if words is not None:
-            facts = [f for f in facts if word_stems(f[1]) & words]
-        subjects = {f[0] for f in facts}
-        objects = list(dict.fromkeys(f[-2] for f in facts))
-        names = [o for o in objects if o not in subjects] or objects
-        return [f" {n}." for n in names] + [f" {UNKNOWN}"]
+                 stored: Any, prefill: str = "", entities: Sequence[Sequence[str]] | None = None,
+                 num_beams: int = 1, words: Sequence[frozenset[str]] | None = None):
+        super().__init__(tokenizer, trigger, eos, stored, entities=entities, words=words)
+        self.width, self.prefill, self.beams = prompt_width, prefill, max(num_beams, 1)
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         for r in range(input_ids.shape[0]):
@@ -462,89 +283,17 @@ class GroundedAnswer:
     def mask_row(self, generated: Sequence[int], scores: Any, entities: Sequence[str] | None = None,
                  words: frozenset[str] | None = None) -> None:
         """Mask, in place, the next-token ``scores`` of one row whose reply so far is
-        ``generated`` (``entities``: :meth:`candidates`)."""
-        import torch
-
+        ``generated`` (``entities``, ``words``: :meth:`candidates`)."""
         text = self.prefill + self.tokenizer.decode(list(generated), skip_special_tokens=True)
-        at = text.rfind("\nAnswer:")
-        at = at + 1 if at >= 0 else (0 if text.startswith("Answer:") else -1)
-        if at < 0:
-            return
-        written = text[at + len("Answer:"):]
-        targets = [c for c in self.candidates(text[:at], entities, words)
-                   if c.startswith(written) or written.startswith(c)]
-        if any(written.startswith(c) for c in targets):  # an answer is complete: the reply ends
-            wanted = self.eos
-        else:
-            wanted = sorted({t for c in targets for t in _continuations(self.pieces, c[len(written):], False)})
-        row = torch.full_like(scores, float("-inf"))
-        if wanted:
-            keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
-            row[keep] = scores[keep]
-            if not torch.isfinite(row[keep]).any():  # masked before: the choice stays open
-                row[keep] = 0.0
-        else:
-            row[self.eos] = 0.0
-        scores.copy_(row)
+        apply_allowed(scores, self.allowed_for(text, entities, words))
 
 
-def _written_facts(text: str, trigger: str) -> list[tuple[str, ...]]:
-    """The complete facts ``<s> <p> <o> .`` written after a trigger in ``text``, each as its
-    parts followed by its whole text."""
-    found = []
-    for m in re.finditer(re.escape(trigger) + r"[ \t]*(<[^\n]*?> \.)", text):
-        whole = m.group(1)
-        parts = whole[1:-3].split("> <")
-        if len(parts) >= 3:
-            found.append((*parts, whole))
-    return found
-
-
-def _written_objects(text: str, trigger: str) -> list[str]:
-    """The objects of the complete facts written after a trigger in ``text``, in order."""
-    return list(dict.fromkeys(f[-2] for f in _written_facts(text, trigger)))
-
-
-def _continuations(pieces: "_Pieces", target: str, beyond: bool = True) -> list[int]:
-    """Token ids whose text is a prefix of ``target``, or (``beyond``) starts with all of it."""
-    ids: list[int] = []
-    for k in range(1, len(target) + 1):
-        ids += pieces.exact.get(target[:k], ())
-    if beyond:
-        ids += pieces.starting_with(target)
-    return ids
-
-
-@dataclass
-class _Pieces:
-    exact: dict[str, list[int]]
-    ordered: list[str]  # sorted token texts
-    ids: list[int]  # their ids
-
-    def starting_with(self, text: str) -> list[int]:
-        lo = bisect.bisect_left(self.ordered, text)
-        out = []
-        while lo < len(self.ordered) and self.ordered[lo].startswith(text):
-            out.append(self.ids[lo])
-            lo += 1
-        return out
-
-
-_PIECES: "weakref.WeakKeyDictionary[Any, _Pieces]" = weakref.WeakKeyDictionary()
-
-
-def _token_pieces(tokenizer: "PreTrainedTokenizerBase") -> _Pieces:
-    """Each token's text as decoded alone, indexed (once per tokenizer)."""
-    found = _PIECES.get(tokenizer)
-    if found is None:
-        texts = tokenizer.batch_decode([[t] for t in range(as_vocabulary(tokenizer).vocab_size)])
-        exact: dict[str, list[int]] = {}
-        for t, text in enumerate(texts):
-            if text:
-                exact.setdefault(text, []).append(t)
-        order = sorted((text, t) for t, text in enumerate(texts) if text)
-        found = _PIECES[tokenizer] = _Pieces(exact, [x for x, _ in order], [t for _, t in order])
-    return found
+def default_policies(index: TreeIndex) -> tuple[Policy, ...]:
+    """The policies a question is answered with when none are named: the best measured
+    (:data:`~refactx_index.qa.policies.BEST_POLICIES`) over a fact index; over a path index
+    (``Path:``, no ``<s> <p> <o> .`` facts to read entities, relations or an answer from)
+    the plain mode."""
+    return PLAIN if index.info.index_kind == "paths" else BEST_POLICIES
 
 
 def ask(
@@ -558,35 +307,38 @@ def ask(
     constrained: bool = True,
     max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS,
     trigger: str | None = None,
-    prefill_fact: bool = False,
-    entities_first: bool = False,
-    grounded: bool = False,
-    relations_first: bool = False,
-    named_relations_only: bool = False,
+    policies: Sequence[Policy] | str | None = None,
 ) -> list[Answer]:
     """Answer ``questions`` in one left-padded batch (see the module doc); ``trigger`` starts
     what the index constrains. By default both follow the index's kind: ``Fact:`` and the
     fact prompt with examples drawn from the index (:func:`refactx_index.prompting.prompt.fitted_prompt`),
     or over a path index (``info.index_kind`` ``paths``) ``Path:`` and ``paths.PATH_PROMPT``.
-    ``prefill_fact``, ``entities_first``, ``grounded``, ``relations_first`` and
-    ``named_relations_only``: the module doc.
+    ``policies``: the answer policies (:mod:`refactx_index.qa.policies`; a list, or names
+    for :func:`~refactx_index.qa.policies.parse_policies`); None: :func:`default_policies`,
+    the best measured over a fact index; ``()`` the plain mode. A model without a chat
+    template gets :class:`~refactx_index.qa.policies.PlainEnd` as well.
 
-    Raises :class:`InputRefused`, before anything is generated, for an empty question or one
-    longer than ``max_question_chars`` (:func:`check_questions`)."""
+    Raises :class:`InputRefused`, before anything is generated, for an empty question, one
+    longer than ``max_question_chars`` (:func:`check_questions`) or an unknown policy."""
     check_questions(questions, max_question_chars)
+    if policies is None:
+        policies = default_policies(index)
+    policies = parse_policies(policies) if isinstance(policies, str) else policy_list(policies)
     import torch
     from transformers import LogitsProcessorList
 
-    from ..engines.transformers import EndOfPlainReply, RefactxLogitsProcessor
+    from ..engines.transformers import RefactxLogitsProcessor
 
     tok = loaded.tokenizer
+    if not getattr(tok, "chat_template", None):  # a plain-text prompt (a base model): end after the reply
+        policies = policy_list([*policies, PlainEnd()])
     if prompt is None:
         if index.info.index_kind == "paths":
             prompt = index_prompt(index)
         else:
             prompt = fitted_prompt(index, tok)
     trigger = trigger or index_trigger(index)
-    prefill = trigger if prefill_fact else ""
+    prefill = prefill_of(policies, trigger)
     texts = [prompt.render(tok, q, prefill) for q in questions]
     side = tok.padding_side
     tok.padding_side = "left"
@@ -600,23 +352,16 @@ def ask(
     processor = RefactxLogitsProcessor(index, loaded.vocabulary, eos_token_id=eos, trigger=trigger, build=build)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     width = enc["input_ids"].shape[1]
-    processors = [processor] if constrained else []
-    entities = ([question_entities(index, loaded.vocabulary, q) for q in questions]
-                if entities_first or relations_first else [])
-    if entities_first:
-        processors.append(EntitiesFirst(tok, entities, width, trigger, index.info.fact_prefix, num_beams, prefill))
-    follow = (RelationsFirst(tok, index, loaded.vocabulary, questions, entities, width, trigger, num_beams, prefill)
-              if relations_first else None)
-    if follow is not None:
-        processors.append(follow)
-    if grounded:
-        processors.append(GroundedAnswer(tok, width, trigger, eos, lambda text: True if constrained
-                                         else is_stored(index, loaded.vocabulary, text, build), prefill,
-                                         entities=entities if relations_first else None, num_beams=num_beams,
-                                         words=follow.words if follow is not None and named_relations_only
-                                         else None))
-    if not getattr(tok, "chat_template", None):  # a plain-text prompt (a base model): end after the reply
-        processors.append(EndOfPlainReply(tok, width, eos, prefill))
+    processors: list[Any] = [processor] if constrained else []
+    context = AnswerContext(
+        tokenizer=tok, index=index, vocabulary=loaded.vocabulary, questions=list(questions), trigger=trigger,
+        eos=eos, policies=policies, prefill=prefill,
+        entities=([question_entities(index, loaded.vocabulary, q) for q in questions] if needs_entities(policies)
+                  else [[] for _ in questions]),
+        stored=(lambda text: True) if constrained else (lambda text: is_stored(index, loaded.vocabulary, text, build)))
+    rules = policy_rules(context)
+    if rules:
+        processors.append(PolicyProcessor(tok, rules, width, num_beams, prefill))
     trips_before = index.stats.round_trips if hasattr(index, "stats") else 0
     started = time.perf_counter()
     with torch.inference_mode():
@@ -651,19 +396,3 @@ def ask(
                      "steps": processor.steps, "round_trips": round_trips},
         ))
     return answers
-
-
-def _keep_only(scores, r: int, wanted: list[int]) -> None:
-    """Row ``r`` of ``scores`` keeps only the ``wanted`` ids (sorted, distinct), unless none of
-    them is allowed there (all -inf): then the row is left as the constraint made it."""
-    import torch  # as in the processors that call it: importing this module loads no torch
-
-    if not wanted:
-        return
-    keep = torch.tensor(wanted, dtype=torch.long, device=scores.device)
-    kept = scores[r, keep]
-    if not torch.isfinite(kept).any():
-        return
-    row = torch.full_like(scores[r], float("-inf"))
-    row[keep] = kept
-    scores[r] = row

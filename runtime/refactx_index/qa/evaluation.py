@@ -17,7 +17,10 @@ Question files are read by one reader interface (:class:`QuestionReader`, :data:
   model reads the question without the brackets.
 
 A line that is not a question is counted with its line number and reason (:class:`Rejected`)
-and the others are read; a file with no question at all is an error.
+and the others are read; a file with no question at all is an error. Files are read a line
+at a time, each line at most :data:`MAX_LINE_BYTES` bytes, checked before it is decoded: a
+longer line, or one that is not UTF-8 text (a binary file), is an error that names the file
+and the line, found without reading the rest of the file.
 
 Each question is answered twice by :func:`refactx_index.qa.ask.ask` with the same prompt and
 decoding, constrained and not ("LLM-only"), and scored the paper's way (docs/evaluation.md):
@@ -63,13 +66,14 @@ import unicodedata
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from ..errors import InputRefused
 from ..prompting.prompt import UNKNOWN
 from ..tree.explore import enumerate_facts
 from ..tree.provenance import fact_id
 from .ask import ask
+from .policies import PLAIN, Policy
 
 if TYPE_CHECKING:
     from ..vocab import VocabularyLike
@@ -78,6 +82,9 @@ MODES = ("constrained", "unconstrained")
 _ARTICLES = {"a", "an", "the"}
 _TRAILING_PARENTHESES = re.compile(r"\s*\([^()]*\)\s*$")
 _NOT_WORD = re.compile(r"[^\w]+")
+# the longest line a question file may hold (a question is at most 2,000 characters; its
+# answers, aliases and fact ids take the rest)
+MAX_LINE_BYTES = 1 << 20
 
 
 def normalize(text: str) -> str:
@@ -144,20 +151,49 @@ class QuestionReader(Protocol):
         """Its questions, and the lines that are none (counted, never fatal)."""
 
 
+def read_lines(path: Path, max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
+    """(line number, text without its end of line) of each line of ``path``; a line over
+    ``max_bytes`` bytes or not UTF-8 raises :class:`InputRefused` naming the file and line,
+    having read at most ``max_bytes + 1`` bytes of it."""
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise InputRefused(f"{path}: {exc.strerror or exc}") from None
+    with fh:
+        n = 0
+        while True:
+            try:
+                raw = fh.readline(max_bytes + 1)
+            except OSError as exc:
+                raise InputRefused(f"{path}: {exc.strerror or exc}") from None
+            if not raw:
+                return
+            n += 1
+            if len(raw) > max_bytes:
+                raise InputRefused(f"{path}: line {n} is longer than {max_bytes} bytes: not a question file")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputRefused(f"{path}: line {n} is not UTF-8 text (a byte {raw[exc.start]:#04x} at column "
+                                   f"{exc.start + 1}): not a question file") from None
+            yield n, text.rstrip("\r\n")
+
+
 class JsonlReader:
     def accepts(self, path: Path, head: str) -> bool:
         return path.suffix in (".jsonl", ".json") or head.lstrip().startswith("{")
 
     def read(self, path: Path) -> QuestionFile:
         out = QuestionFile([], [])
-        with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    out.questions.append(question_from_json(json.loads(line)))
-                except (ValueError, TypeError, KeyError) as exc:
-                    out.rejected.append(Rejected(path.name, n, f"not a question: {exc}"))
+        for n, line in read_lines(path):
+            if not line.strip():
+                continue
+            try:
+                out.questions.append(question_from_json(json.loads(line)))
+            except RecursionError:
+                out.rejected.append(Rejected(path.name, n, "not a question: JSON nested too deeply"))
+            except (ValueError, TypeError, KeyError) as exc:
+                out.rejected.append(Rejected(path.name, n, f"not a question: {exc}"))
         return out
 
 
@@ -177,10 +213,10 @@ class MetaQAReader:
     def read(self, path: Path) -> QuestionFile:
         m = re.search(r"(\d+)-hop", str(path.parent.name))
         hop = f"{m.group(1)}-hop" if m else None
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = [line for _, line in read_lines(path)]
         qtypes: list[str] | None = None
         if self.qtype_file(path).is_file():
-            qtypes = self.qtype_file(path).read_text(encoding="utf-8").splitlines()
+            qtypes = [line for _, line in read_lines(self.qtype_file(path))]
             if len(qtypes) != len(lines):
                 raise InputRefused(f"{path}: {len(lines)} lines but {len(qtypes)} in {self.qtype_file(path).name} "
                                    "(one question type a line, in the same order)")
@@ -216,11 +252,7 @@ READERS: dict[str, QuestionReader] = {"jsonl": JsonlReader(), "metaqa": MetaQARe
 def read_question_file(path: str | Path, fmt: str = "auto") -> QuestionFile:
     """The questions of ``path`` by the reader of ``fmt`` (``auto``: the first that accepts it)."""
     path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            head = next((line for line in fh if line.strip()), "")
-    except OSError as exc:
-        raise InputRefused(f"{path}: {exc.strerror or exc}") from None
+    head = next((line for _, line in read_lines(path) if line.strip()), "")
     if fmt == "auto":
         fmt = next((name for name, reader in READERS.items() if reader.accepts(path, head)), "")
         if not fmt:
@@ -500,10 +532,12 @@ class _Progress:
 def evaluate(questions: Sequence[Question], index: Any, loaded: Any, *, modes: Sequence[str] = MODES,
              batch_size: int = 8, num_beams: int = 3, max_new_tokens: int = 128, prompt: Any = None,
              answer: Callable[..., list[Any]] | None = None, progress: bool = True,
-             **options: Any) -> dict[str, list[Scored]]:
+             policies: "Sequence[Policy] | str" = PLAIN, **options: Any) -> dict[str, list[Scored]]:
     """Answer every question in each mode, ``batch_size`` at a time, and score each answer.
-    ``answer`` is :func:`refactx_index.qa.ask.ask` unless given (same signature); ``options`` go
-    to it. Questions with a topic are checked first (:func:`check_support`)."""
+    ``answer`` is :func:`refactx_index.qa.ask.ask` unless given (same signature); ``policies``
+    (:mod:`refactx_index.qa.policies`; default the plain mode, the constraint alone: a figure
+    names the policies it measured) and ``options`` go to it. Questions with a topic are
+    checked first (:func:`check_support`)."""
     if answer is None:
         answer = ask
     tokenizer = getattr(loaded, "tokenizer", None)
@@ -520,7 +554,8 @@ def evaluate(questions: Sequence[Question], index: Any, loaded: Any, *, modes: S
                 batch = questions[start:start + batch_size]
                 started = time.perf_counter()
                 replies = answer([q.question for q in batch], index, loaded, prompt=prompt, num_beams=num_beams,
-                                 max_new_tokens=max_new_tokens, constrained=mode == "constrained", **options)
+                                 max_new_tokens=max_new_tokens, constrained=mode == "constrained", policies=policies,
+                                 **options)
                 each = (time.perf_counter() - started) / len(batch)
                 for i, (q, reply) in enumerate(zip(batch, replies)):
                     cut = was_cut(reply.reply, reply.answer, reply.generated_tokens, max_new_tokens)
