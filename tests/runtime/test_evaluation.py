@@ -201,3 +201,37 @@ def test_outputs_are_json_markdown_and_a_png(questions, tmp_path):
     table = (tmp_path / "out" / "eval.md").read_text()
     assert table == markdown_table(summary) and "| unconstrained | forward | 1 | 1.00 | 1.00 | 1.00 |" in table
     assert (tmp_path / "out" / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_endless_or_huge_line_is_refused_naming_the_file_and_line_without_reading_it_all(tmp_path):
+    """/dev/zero (one line without end) and a 50 MB line: refused after at most MAX_LINE_BYTES
+    of it, in a bounded memory (tracemalloc's peak, far under the line's size)."""
+    import tracemalloc
+
+    from refactx_index.qa.evaluation import MAX_LINE_BYTES
+
+    huge = tmp_path / "huge.jsonl"
+    with open(huge, "wb") as fh:
+        fh.write(json.dumps(QUESTIONS[0]).encode() + b"\n")
+        fh.write(b'{"question": "' + b"a" * (50 << 20) + b'"}\n')
+    for path, fmt, line in (("/dev/zero", "jsonl", 1), ("/dev/zero", "auto", 1), (huge, "jsonl", 2),
+                            (huge, "auto", 2)):
+        tracemalloc.start()
+        try:
+            with pytest.raises(InputRefused, match=rf"{path}: line {line} is longer than {MAX_LINE_BYTES} bytes"):
+                read_question_file(path, fmt)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 8 * MAX_LINE_BYTES, (path, fmt, peak)
+
+
+def test_a_binary_file_is_refused_naming_the_file_and_line(tmp_path):
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(json.dumps(QUESTIONS[0]).encode() + b"\n" + bytes(range(128, 256)) * 4 + b"\n")
+    with pytest.raises(InputRefused, match=r"garbage.bin: line 2 is not UTF-8 text \(a byte 0x80 at column 1\)"):
+        read_question_file(garbage, "jsonl")
+    metaqa = tmp_path / "qa_dev.txt"
+    metaqa.write_bytes("what is [Berlin] the capital of\tGermany\n".encode() + b"\xff\xfe\n")
+    with pytest.raises(InputRefused, match=r"qa_dev.txt: line 2 is not UTF-8"):
+        read_question_file(metaqa)

@@ -114,3 +114,35 @@ def test_question_entities_are_those_of_the_full_walk(vocab_and_index, monkeypat
     monkeypatch.setattr(explore, "_FEW_CHILDREN", 10**9)
     assert found == [ask.question_entities(index, vocab, q) for q in questions]
     assert found[0] == ["Amélie (film)"] and found[1] == ["Tom Hanks"] and "Łódź" in found[2]
+
+
+def test_a_walk_checks_its_budget_at_every_step_and_stops_there():
+    """A clock that moves one second a reading: a budget of N seconds lets a walk take about N
+    steps, then it raises WalkTimeout from inside (a server's thread is then free); without a
+    budget, or with a larger one, the same walk gives every fact."""
+    from refactx_index.tree.explore import Budget, WalkTimeout, entities, facts_page
+
+    path = str(tokenizer_dir("gpt2"))
+    facts = [f"<Entity {i}> <relation> <Object {i}> ." for i in range(300)]
+    index = MemoryTreeIndex.from_facts(facts, path)
+    tok = open_vocabulary("gpt2", path).tokenizer()
+    everything = facts_page(index, tok, "", limit=300)
+    assert len(everything) == 300
+
+    class Clock:
+        def __init__(self) -> None:
+            self.now = 0.0
+
+        def __call__(self) -> float:
+            self.now += 1.0
+            return self.now
+
+    for walk in (lambda budget: facts_page(index, tok, "", offset=0, limit=300, budget=budget),
+                 lambda budget: entities(index, tok, "", limit=None, budget=budget)):
+        clock = Clock()
+        with pytest.raises(WalkTimeout, match="took over 50 s"):
+            walk(Budget(50, clock))
+        assert clock.now <= 52  # it stopped at the reading that found the budget spent
+        assert walk(Budget(10 ** 9, Clock()))  # the same walk, with time enough, ends
+    with pytest.raises(WalkTimeout):
+        facts_page(index, tok, "", limit=1, budget=Budget(0))  # a spent budget: not one step

@@ -194,7 +194,8 @@ class _Proxy:
 @pytest.mark.slow
 def test_ready_and_requests_follow_the_database(pg_dsn):
     """/ready says 503 with Retry-After within its bounded check while PostgreSQL is away, a
-    constrained request gets 503 at once, and both answer again when it is back."""
+    constrained request and an exploration get 503 at once, and both answer again when it is
+    back."""
     import uvicorn
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -236,6 +237,10 @@ def test_ready_and_requests_follow_the_database(pg_dsn):
         r = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
         assert r.status_code == 503 and r.headers["retry-after"]
         assert r.json()["error"]["type"] == "database_unavailable"
+        for route in ("facts", "entities"):  # an exploration too: 503, not a 504 that says "narrow it"
+            r = httpx.get(f"{url}/v1/indexes/kg/{route}", params={"limit": 5}, timeout=120)
+            assert r.status_code == 503 and r.headers["retry-after"], (route, r.text)
+            assert r.json()["error"]["type"] == "database_unavailable"
         proxy.start()
         # as an orchestrator's probe does: ask until ready (each check waits at most 1 s for
         # the pool, which reconnects with its own backoff)

@@ -31,7 +31,9 @@ import hmac
 import json
 import logging
 import math
+import sys
 import time
+from urllib.parse import parse_qsl
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, AsyncIterator
@@ -41,6 +43,7 @@ from ..errors import BuildRetired, DatabaseUnavailable, QueryTimeout, RefactxErr
 from ..prompting.prompt import Prompt
 from ..tree import explore
 from .engine import Engine, Job, encode_chat
+from .pools import PoolFull, WorkPool
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,8 @@ _REFUSED_FIELDS: dict[str, tuple[Any, ...]] = {
 _ROLES = ("system", "user", "assistant")
 # how long a client told to retry after a 503 waits
 RETRY_AFTER_S = 5
+# ... after a 503 because a pool of work is full (server/pools.py)
+BUSY_RETRY_AFTER_S = 1
 # how long a database check answers for every request that asks meanwhile
 _PING_TTL_S = 1.0
 
@@ -86,6 +91,14 @@ class ServerSettings:
     max_explore_limit: int = 1000
     explore_timeout_s: float = 10.0
     db_check_timeout_s: float = 2.0
+    # threads for each kind of blocking work, and the calls each admits beyond them before it
+    # refuses with 503 (server/pools.py): a flood of one kind never delays the others
+    encode_workers: int = 2
+    encode_max_waiting: int = 30
+    explore_workers: int = 2
+    explore_max_waiting: int = 6
+    ping_workers: int = 2
+    ping_max_waiting: int = 30
 
 
 class _Metrics:
@@ -96,8 +109,13 @@ class _Metrics:
         key = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
         self.counters[key] = self.counters.get(key, 0) + value
 
-    def text(self, engine: Engine) -> str:
+    def text(self, engine: Engine, pools: dict[str, WorkPool]) -> str:
         lines = [f"refactx_{k} {v}" for k, v in sorted(self.counters.items())]
+        for name, pool in sorted(pools.items()):
+            lines.append(f'refactx_pool_admitted{{pool="{name}"}} {pool.admitted}')
+            lines.append(f'refactx_pool_running{{pool="{name}"}} {pool.running}')
+            lines.append(f'refactx_pool_done_total{{pool="{name}"}} {pool.done}')
+            lines.append(f'refactx_pool_refused_total{{pool="{name}"}} {pool.refused}')
         lines.append(f"refactx_constraint_seconds_total {engine.constraint_seconds:.6f}")
         lines.append(f"refactx_batches_total {engine.batches}")
         for name, index in engine.indexes.items():
@@ -125,6 +143,27 @@ def prompt_token_limit(engine: Engine, settings: ServerSettings) -> int:
         return settings.max_prompt_tokens
     context = getattr(engine, "context_length", None) or 4096
     return max(1, context - settings.max_new_tokens)
+
+
+def longest_token_bytes(engine: Engine) -> int | None:
+    """The most UTF-8 bytes one token of the engine's vocabulary stands for (its added and
+    special tokens too); None when the engine does not say."""
+    try:
+        texts = engine.vocabulary.continuation_texts
+    except AttributeError:
+        return None
+    longest = max((len(t.encode("utf-8", "surrogatepass")) for t in texts if t), default=0)
+    added = getattr(engine.tokenizer, "get_added_vocab", None)
+    if callable(added):
+        longest = max([longest, *(len(str(t).encode("utf-8", "surrogatepass")) for t in added())])
+    return longest or None
+
+
+# a tokenizer's normalizer may shorten text before it is split (NFKC: a 3-byte full-width
+# letter becomes a 1-byte one): the byte bound on a prompt leaves this factor for it
+_NORMALIZER_SLACK = 3
+# a prompt of more characters than this many a token is first tokenized by its head alone
+_PROBE_CHARS_PER_TOKEN = 8
 
 
 # ---------------------------------------------------------------------- request checks
@@ -225,7 +264,13 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
     tokenizer = engine.tokenizer
     prompt_limit = prompt_token_limit(engine, settings)
     context = getattr(engine, "context_length", None)
+    token_bytes = longest_token_bytes(engine)
+    # a prompt of more bytes than this cannot fit in prompt_limit tokens: refused unread
+    prompt_byte_limit = None if token_bytes is None else prompt_limit * token_bytes * _NORMALIZER_SLACK
     pings: dict[str, tuple[float, "asyncio.Future[str | None]"]] = {}
+    pools = {"encode": WorkPool("encode", settings.encode_workers, settings.encode_max_waiting),
+             "explore": WorkPool("explore", settings.explore_workers, settings.explore_max_waiting),
+             "ping": WorkPool("ping", settings.ping_workers, settings.ping_max_waiting)}
 
     def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
         metrics.add("errors_total", kind=kind)
@@ -233,6 +278,8 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
 
     app = FastAPI(title="refactx", description=__doc__)
     app.add_middleware(_Guard, settings=settings, refuse=error)
+    app.state.pools = pools
+    app.router.on_shutdown.append(lambda: [pool.close() for pool in pools.values()])
 
     def failure(job: Job) -> tuple[int, str, str]:
         if isinstance(job.error, BuildRetired):  # retention dropped the build it read
@@ -250,6 +297,11 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
     @app.exception_handler(_Refused)
     async def refused(_request, exc: _Refused):
         return error(exc.status, exc.message, exc.kind, exc.headers)
+
+    @app.exception_handler(PoolFull)
+    async def busy(_request, exc: PoolFull):
+        return error(503, f"the server is busy: {exc}; retry later", "server_busy",
+                     {"Retry-After": str(BUSY_RETRY_AFTER_S)})
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request, exc: RequestValidationError):
@@ -277,10 +329,19 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             if len(raw) > settings.max_body_bytes:
                 raise _Refused(413, f"the body is over {settings.max_body_bytes} bytes", "request_too_large")
         try:
-            body = json.loads(raw)
+            # UTF-8 only (RFC 8259): json.loads would take UTF-16 and UTF-32 bytes as well
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Refused(400, f"the body is not UTF-8 text (a byte {raw[exc.start]:#04x} at offset {exc.start}); "
+                                "send JSON encoded in UTF-8", "invalid_json") from None
+        try:
+            body = json.loads(text)
         except RecursionError as exc:
             raise _Refused(400, "the body is not JSON this server reads: nested too deeply", "invalid_json") from exc
         except ValueError as exc:
+            if "integer string conversion" in str(exc):  # Python's cap on an integer's digits
+                raise _Refused(400, f"the body holds a number of more than {sys.get_int_max_str_digits()} digits; no field "
+                                    "takes one", "invalid_json") from None
             raise _Refused(400, f"the body is not JSON: {exc}", "invalid_json") from exc
         if not isinstance(body, dict):
             raise _Refused(400, "the body must be a JSON object", "invalid_request")
@@ -372,6 +433,19 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             raise _Refused(400, "seed must be in 0..2**63-1", "invalid_request")
         return {"max_new_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
 
+    def check_prompt_bytes(chat: bool, body: dict[str, Any], turns: list[dict[str, str]] | None) -> None:
+        """Refuse, before any tokenizing, a prompt whose text is too long for its tokens to
+        fit the limit whatever they are."""
+        if prompt_byte_limit is None:
+            return
+        texts = [t["content"] for t in turns] if chat else [body["prompt"]]
+        size = sum(len(t.encode("utf-8")) for t in texts)
+        if size > prompt_byte_limit:
+            raise _Refused(413, f"the prompt has {size} bytes of text, more than the {prompt_byte_limit} that "
+                                f"{prompt_limit} tokens can hold; the limit is {prompt_limit} tokens (refactx serve "
+                                "--max-prompt-tokens)",
+                           "prompt_too_long")
+
     def job_for(prompt_ids: list[int], index: str | None, params: dict[str, Any]) -> Job:
         if len(prompt_ids) > prompt_limit:
             raise _Refused(413, f"the prompt has {len(prompt_ids)} tokens; the limit is {prompt_limit} "
@@ -393,6 +467,16 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
         return turns
 
     def encode(chat: bool, body: dict[str, Any], turns: list[dict[str, str]] | None) -> list[int]:
+        texts = [t["content"] for t in turns] if chat else [body["prompt"]]
+        probe = prompt_limit * _PROBE_CHARS_PER_TOKEN
+        if sum(map(len, texts)) > probe:
+            # a long text: its head alone tells most over-long prompts, at a bounded cost (a cut
+            # changes the tokens of the one word it falls in)
+            counted = sum(max(0, len(tokenizer(t[:probe], add_special_tokens=False)["input_ids"]) - 1)
+                          for t in texts)
+            if counted > prompt_limit:
+                raise _Refused(413, f"the prompt has over {counted} tokens; the limit is {prompt_limit} "
+                                    "(refactx serve --max-prompt-tokens)", "prompt_too_long")
         try:
             if chat:
                 return encode_chat(tokenizer, turns)
@@ -424,10 +508,12 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
 
             async def check() -> str | None:
                 try:
-                    await asyncio.wait_for(asyncio.to_thread(index.ping, timeout), timeout + 1.0)
+                    await asyncio.wait_for(pools["ping"].run(index.ping, timeout), timeout + 1.0)
                     return None
                 except asyncio.TimeoutError:
                     return f"no answer within {timeout:g} s"
+                except PoolFull as exc:
+                    return f"not checked: {exc}"
                 except RefactxError as exc:
                     return str(exc)
 
@@ -464,8 +550,10 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
                 _text(body.get("prompt"), "prompt")
                 if not body["prompt"]:
                     raise _Refused(400, "prompt must be a non-empty string", "invalid_request")
-            # a long prompt is tokenized off the event loop: other clients are answered meanwhile
-            prompt_ids = await asyncio.to_thread(encode, chat, body, turns)
+            check_prompt_bytes(chat, body, turns)
+            # a long prompt is tokenized off the event loop, on the encoding pool's threads:
+            # other clients, explorations and probes are answered meanwhile
+            prompt_ids = await pools["encode"].run(encode, chat, body, turns)
             job = job_for(prompt_ids, index, params)
             if index is not None:
                 down = await database_down(index)
@@ -601,7 +689,9 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             down = await database_down(name, fresh=True)
             if down is None and not hasattr(index, "ping"):
                 try:
-                    await asyncio.to_thread(index.next_tokens, [])
+                    await pools["ping"].run(index.next_tokens, [])
+                except PoolFull as exc:
+                    down = f"not checked: {exc}"
                 except RefactxError as exc:  # reported, the server keeps serving
                     down = str(exc)
             if down is not None:
@@ -615,7 +705,7 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
 
     @app.get("/metrics")
     async def metrics_text():
-        return PlainTextResponse(metrics.text(engine), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(metrics.text(engine, pools), media_type="text/plain; version=0.0.4")
 
     def index_named(name: str):
         if name not in engine.indexes:
@@ -630,20 +720,37 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
             raise _Refused(422, f"limit must be 0..{settings.max_explore_limit}, not {limit}", "invalid_request")
         return limit
 
-    async def explored(call, *args: Any, **kwargs: Any) -> Any:
-        """Run an exploration off the event loop within its time budget, counted in flight
-        until its thread ends (a walk over its budget keeps its place while it finishes)."""
+    def database_refusal(name: str, why: Any) -> _Refused:
+        return _Refused(503, f"the database of index {name!r} does not answer: {why}", "database_unavailable",
+                        {"Retry-After": str(RETRY_AFTER_S)})
+
+    async def explored(name: str, call, *args: Any, **kwargs: Any) -> Any:
+        """``call(index, tokenizer, *args, budget=..., **kwargs)`` on the exploration pool,
+        counted in flight. The walk checks its budget (which counts its wait for a thread) at
+        every step and stops there (tree/explore.py), so its thread is free when the 504 is
+        sent; only a single lookup that blocks past the request timeout is answered while its
+        thread still runs (it keeps its place in the pool until it ends; a database lookup
+        has its own bounds). An index whose database does not answer gets 503 before any
+        walk, and after a walk that ran out of time."""
+        index = index_named(name)
+        down = await database_down(name)
+        if down is not None:
+            raise database_refusal(name, down)
         take_place()
-        work = asyncio.ensure_future(asyncio.to_thread(call, *args, **kwargs))
-        work.add_done_callback(lambda _f: leave_place())
         try:
-            return await asyncio.wait_for(asyncio.shield(work), settings.explore_timeout_s)
-        except asyncio.TimeoutError:
+            budget = explore.Budget(settings.explore_timeout_s)
+            work = pools["explore"].run(call, index, tokenizer, *args, budget=budget, **kwargs)
+            return await asyncio.wait_for(work, max(settings.explore_timeout_s, settings.request_timeout_s))
+        except (explore.WalkTimeout, asyncio.TimeoutError):
+            down = await database_down(name, fresh=True)
+            if down is not None:
+                raise database_refusal(name, down) from None
             raise _Refused(504, f"the exploration took over {settings.explore_timeout_s:g} s; narrow it",
                            "timeout") from None
         except (DatabaseUnavailable, QueryTimeout) as exc:
-            raise _Refused(503, f"the index's database does not answer: {exc}", "database_unavailable",
-                           {"Retry-After": str(RETRY_AFTER_S)}) from exc
+            raise database_refusal(name, exc) from None
+        finally:
+            leave_place()
 
     @app.get("/v1/indexes")
     async def indexes():
@@ -652,21 +759,18 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
 
     @app.get("/v1/indexes/{name}/entities")
     async def entities(name: str, q: str = "", limit: int = 20):
-        index = index_named(name)
-        found = await explored(explore.entities, index, tokenizer, _text(q, "q"), check_limit(limit))
+        found = await explored(name, explore.entities, _text(q, "q"), check_limit(limit))
         return {"data": labels(found)}
 
     @app.get("/v1/indexes/{name}/relations")
     async def relations(name: str, entity: str, limit: int = 100):
-        index = index_named(name)
-        found = await explored(explore.relations, index, tokenizer, _text(entity, "entity"), check_limit(limit))
+        found = await explored(name, explore.relations, _text(entity, "entity"), check_limit(limit))
         return {"data": labels(found)}
 
     @app.get("/v1/indexes/{name}/objects")
     async def objects(name: str, entity: str, relation: str, limit: int = 100):
-        index = index_named(name)
-        found = await explored(explore.objects, index, tokenizer, _text(entity, "entity"),
-                               _text(relation, "relation"), check_limit(limit))
+        found = await explored(name, explore.objects, _text(entity, "entity"), _text(relation, "relation"),
+                               check_limit(limit))
         return {"data": labels(found)}
 
     @app.get("/v1/indexes/{name}/facts")
@@ -674,18 +778,19 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
         if not 0 <= offset <= settings.max_explore_offset:
             raise _Refused(422, f"offset must be 0..{settings.max_explore_offset}, not {offset} "
                                 "(narrow the prefix instead)", "invalid_request")
-        index = index_named(name)
-        page = await explored(explore.facts_page, index, tokenizer, _text(prefix, "prefix"),
-                              offset=offset, limit=check_limit(limit))
+        page = await explored(name, explore.facts_page, _text(prefix, "prefix"), offset=offset,
+                              limit=check_limit(limit))
         return {"data": page, "offset": offset}
 
     return app
 
 
 class _Guard:
-    """ASGI middleware in front of every route: the Host header among the allowed hosts, the
-    API key on ``/v1/*`` and ``/metrics`` (``/health`` and ``/ready`` stay open to probes),
-    and a JSON body on every POST."""
+    """ASGI middleware in front of every route: one Host header, among the allowed hosts; the
+    API key on ``/v1/*`` and ``/metrics`` (``/health`` and ``/ready`` stay open to probes;
+    the ``Bearer`` scheme in any case, RFC 9110); a query string of percent-encoded UTF-8 (the
+    framework would put U+FFFD in place of a bad byte, and a walk would then match labels that
+    merely start with a cut character); and a JSON body in UTF-8 on every POST."""
 
     OPEN_PATHS = ("/health", "/ready")
 
@@ -708,19 +813,34 @@ class _Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v for k, v in scope["headers"]}
+        hosts = sum(k.lower() == b"host" for k, _ in scope["headers"])
         refusal = None
-        if not self._host_allowed(headers.get("host", b"").decode("latin-1")):
+        if hosts > 1:
+            refusal = (400, f"the request has {hosts} Host headers; send one", "invalid_request", None)
+        elif not self._host_allowed(headers.get("host", b"").decode("latin-1")):
             refusal = (400, "the Host header names a host this server does not serve (refactx serve "
                             "--allowed-hosts)", "host_not_allowed", None)
         elif self.key is not None and scope["path"] not in self.OPEN_PATHS:
-            given = headers.get("authorization", b"")
-            if not hmac.compare_digest(given, b"Bearer " + self.key):
+            scheme, _, given = headers.get("authorization", b"").strip().partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.key):
                 refusal = (401, "a valid API key is required: Authorization: Bearer <key>", "unauthorized",
                            {"WWW-Authenticate": "Bearer"})
+        if refusal is None and scope.get("query_string"):
+            try:
+                parse_qsl(scope["query_string"].decode("ascii"), keep_blank_values=True, encoding="utf-8",
+                          errors="strict")
+            except UnicodeDecodeError:
+                refusal = (400, "the query string is not percent-encoded UTF-8", "invalid_request", None)
         if refusal is None and scope["method"] == "POST":
-            kind = headers.get("content-type", b"").split(b";")[0].strip().lower()
-            if kind != b"application/json":
+            kind, _, params = headers.get("content-type", b"").partition(b";")
+            charset = next((v.strip().strip(b'"').lower() for k, _, v in
+                            (p.strip().partition(b"=") for p in params.split(b";")) if k.strip().lower() == b"charset"),
+                           b"utf-8")
+            if kind.strip().lower() != b"application/json":
                 refusal = (415, "the body must be JSON, sent with Content-Type: application/json",
+                           "unsupported_media_type", None)
+            elif charset not in (b"utf-8", b"utf8"):
+                refusal = (415, f"the body must be JSON in UTF-8, not {charset.decode('latin-1')[:40]}",
                            "unsupported_media_type", None)
         if refusal is not None:
             return await self.refuse(*refusal)(scope, receive, send)

@@ -5,20 +5,51 @@ follows it in a full fact), so the walk starts at the longest token prefix of th
 text that is in the tree and whose decoding is a prefix of the text, and keeps every
 path whose decoding agrees with the text. ``text`` is fact text; the index's
 ``fact_prefix`` is prepended unless the text already starts with it.
+
+A walk given a :class:`Budget` checks it at every step and raises :class:`WalkTimeout`
+there once it is spent: a server's thread is free when it answers that the walk took too
+long (a walk is not interrupted from outside, so it must stop itself).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
 
-from ..errors import InputRefused
+from ..errors import InputRefused, RefactxError
 from ..vocab import VocabularyLike, as_vocabulary
 from .index import TreeIndex
 
 
 # a node with more children than this has them filtered by their own text before any decoding
 _FEW_CHILDREN = 32
+
+
+class WalkTimeout(RefactxError):
+    """A walk spent its :class:`Budget` and stopped where it was."""
+
+
+@dataclass
+class Budget:
+    """The time a walk may take from now; :meth:`check` raises :class:`WalkTimeout` once it
+    is spent (``clock``: time.monotonic, or a test's)."""
+
+    seconds: float
+    clock: Callable[[], float] = time.monotonic
+    ends: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ends = self.clock() + self.seconds
+
+    def check(self) -> None:
+        if self.clock() >= self.ends:
+            raise WalkTimeout(f"the walk took over {self.seconds:g} s")
+
+
+def _check(budget: Budget | None) -> None:
+    if budget is not None:
+        budget.check()
 
 
 def _encode(tokenizer: VocabularyLike, text: str) -> list[int]:
@@ -36,7 +67,8 @@ def _full_text(index: TreeIndex, text: str) -> str:
     return text if text.startswith(prefix) else prefix + text
 
 
-def _frontier(index: TreeIndex, tokenizer: VocabularyLike, full: str) -> Iterator[tuple[tuple[int, ...], str, int]]:
+def _frontier(index: TreeIndex, tokenizer: VocabularyLike, full: str,
+              budget: Budget | None = None) -> Iterator[tuple[tuple[int, ...], str, int]]:
     """Minimal tree prefixes whose decoding starts with ``full``: (ids, decoded, leaves)."""
     ids = _encode(tokenizer, full)
     base: tuple[int, ...] = ()
@@ -44,10 +76,12 @@ def _frontier(index: TreeIndex, tokenizer: VocabularyLike, full: str) -> Iterato
     # long text that matches nothing costs a few lookups, not a decoding of every prefix)
     on_tree = 0
     while on_tree < len(ids) and ids[on_tree] in set(index.next_tokens(ids[:on_tree]).tokens.tolist()):
+        _check(budget)
         on_tree += 1
     # start at a word boundary of the text, not at its last tokens: they may merge with what
     # follows in a stored fact (" <Germ" is " <", "G", "erm", but "Germany" is one token)
     for cut in range(min(max(len(ids) - 1, 0), on_tree), -1, -1):
+        _check(budget)
         cand = tuple(ids[:cut])
         decoded = _decode(tokenizer, cand)
         at_boundary = decoded.endswith("<") or full[len(decoded):len(decoded) + 1] in (" ", "")
@@ -57,6 +91,7 @@ def _frontier(index: TreeIndex, tokenizer: VocabularyLike, full: str) -> Iterato
     texts: tuple[str | None, ...] | None = None
     stack = [(base, index.next_tokens(base).total_leaves)]
     while stack:
+        _check(budget)
         p, leaves = stack.pop()
         decoded = _decode(tokenizer, p)
         if decoded.startswith(full):
@@ -107,18 +142,21 @@ def complete(index: TreeIndex, tokenizer: VocabularyLike, text: str, limit: int 
 
 
 def enumerate_facts(
-    index: TreeIndex, tokenizer: VocabularyLike, text: str = "", limit: int | None = None
+    index: TreeIndex, tokenizer: VocabularyLike, text: str = "", limit: int | None = None,
+    budget: Budget | None = None,
 ) -> Iterator[tuple[str, tuple[int, ...]]]:
     """Every fact whose text starts with ``text``: (fact text without ``fact_prefix``, token ids).
 
-    Walks the tree depth first in token order; ``limit`` stops after that many facts.
+    Walks the tree depth first in token order; ``limit`` stops after that many facts,
+    ``budget`` (:class:`Budget`) when its time is spent.
     """
     full = _full_text(index, text)
     strip = len(index.info.fact_prefix)
     count = 0
-    for start, _, _ in _frontier(index, tokenizer, full):
+    for start, _, _ in _frontier(index, tokenizer, full, budget):
         stack = [start]
         while stack:
+            _check(budget)
             p = stack.pop()
             answer = index.next_tokens(p)
             if answer.ends:
@@ -142,7 +180,8 @@ class Label:
     facts: int
 
 
-def labels_after(index: TreeIndex, tokenizer: VocabularyLike, text: str, limit: int | None = None) -> list[Label]:
+def labels_after(index: TreeIndex, tokenizer: VocabularyLike, text: str, limit: int | None = None,
+                 budget: Budget | None = None) -> list[Label]:
     """The labels that continue ``text`` up to the ``>`` that closes them, with the facts
     below each, most facts first (then by label). ``text`` ends where a label starts
     (``"<"``, ``"<Danny Boyle> <"``, or inside a label: ``"<Danny"``, whose entities are
@@ -151,8 +190,9 @@ def labels_after(index: TreeIndex, tokenizer: VocabularyLike, text: str, limit: 
     open_at = full.rfind("<")
     head = full[open_at + 1:] if open_at >= 0 else ""
     counts: dict[str, int] = {}
-    stack = [(p, leaves) for p, _, leaves in _frontier(index, tokenizer, full)]
+    stack = [(p, leaves) for p, _, leaves in _frontier(index, tokenizer, full, budget)]
     while stack:
+        _check(budget)
         p, leaves = stack.pop()
         rest = _decode(tokenizer, p)[len(full):]
         close = rest.find(">")
@@ -166,29 +206,31 @@ def labels_after(index: TreeIndex, tokenizer: VocabularyLike, text: str, limit: 
     return found if limit is None else found[:limit]
 
 
-def entities(index: TreeIndex, tokenizer: VocabularyLike, label_start: str, limit: int | None = 20) -> list[Label]:
+def entities(index: TreeIndex, tokenizer: VocabularyLike, label_start: str, limit: int | None = 20,
+             budget: Budget | None = None) -> list[Label]:
     """Subjects whose label starts with ``label_start``, with their fact counts."""
-    return labels_after(index, tokenizer, "<" + label_start, limit)
+    return labels_after(index, tokenizer, "<" + label_start, limit, budget)
 
 
-def relations(index: TreeIndex, tokenizer: VocabularyLike, entity: str, limit: int | None = None) -> list[Label]:
+def relations(index: TreeIndex, tokenizer: VocabularyLike, entity: str, limit: int | None = None,
+              budget: Budget | None = None) -> list[Label]:
     """The relations (properties) of ``entity``, ranked by how many facts each leads to."""
-    return labels_after(index, tokenizer, f"<{entity}> <", limit)
+    return labels_after(index, tokenizer, f"<{entity}> <", limit, budget)
 
 
 def objects(index: TreeIndex, tokenizer: VocabularyLike, entity: str, relation: str,
-            limit: int | None = None) -> list[Label]:
+            limit: int | None = None, budget: Budget | None = None) -> list[Label]:
     """The objects of (``entity``, ``relation``)."""
-    return labels_after(index, tokenizer, f"<{entity}> <{relation}> <", limit)
+    return labels_after(index, tokenizer, f"<{entity}> <{relation}> <", limit, budget)
 
 
 def facts_page(index: TreeIndex, tokenizer: VocabularyLike, text: str = "", *, offset: int = 0,
-               limit: int = 50) -> list[str]:
+               limit: int = 50, budget: Budget | None = None) -> list[str]:
     """The facts under ``text`` in token order, ``limit`` of them after the first ``offset``."""
     if offset < 0 or limit < 0:
         raise InputRefused("offset and limit must not be negative")
     page = []
-    for i, (fact, _) in enumerate(enumerate_facts(index, tokenizer, text, limit=offset + limit)):
+    for i, (fact, _) in enumerate(enumerate_facts(index, tokenizer, text, limit=offset + limit, budget=budget)):
         if i >= offset:
             page.append(fact)
     return page
