@@ -12,6 +12,7 @@ from typing import Sequence
 from refactx_testing.dumpgen.shape import DEFAULT_CHUNK_LINES, HOT_LABEL, LINE_MIXES, PRESETS
 from refactx_testing.dumpgen.measure import measure, measure_dump
 from refactx_testing.dumpgen.generate import COMPRESSORS, generate
+from refactx_testing.dumpgen.nextweek import nextweek
 
 
 # ====================================================================== CLI
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                "  python -m refactx_testing.dumpgen build/dump-real --lines 3000000 --preset realistic\n"
                "  python -m refactx_testing.dumpgen --measure --shared ../shared/data\n"
                "  python -m refactx_testing.dumpgen --measure --dump build/dump-1m\n"
+               "  python -m refactx_testing.dumpgen build/dump-1m-next --next-week-of build/dump-1m --share 0.01\n"
                "Same seed, lines, skew, line mix, preset, chunk size and compressor: identical bytes (any --workers).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", nargs="?", help="output folder (created; files in it are replaced)")
@@ -60,6 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shared", default=str(Path.cwd().parent / "shared" / "data"),
                         help="with --measure: the real extracts (default ../shared/data)")
     parser.add_argument("--dump", help="with --measure: a generated dump's folder, measured the same way")
+    parser.add_argument("--next-week-of", metavar="FIRST",
+                        help="write into OUT the next week of the dump in folder FIRST: --share of its items "
+                             "edited (statements, labels, descriptions), deleted or created, by --seed; "
+                             "edits.tsv.gz and the manifest's 'nextweek' say what changed")
+    parser.add_argument("--share", type=float, default=0.01,
+                        help="with --next-week-of: the share of the items edited (default 0.01)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -70,6 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.out:
         parser.error("OUT is required (or --measure)")
+    if args.next_week_of:
+        try:
+            manifest = nextweek(args.next_week_of, args.out, share=args.share, seed=args.seed,
+                                chunk_lines=args.chunk_lines, compressor=args.compressor)
+        except (ValueError, OSError) as exc:
+            parser.error(str(exc))
+        sys.stdout.write(json.dumps(manifest["nextweek"], indent=2) + "\n")
+        return 0
     try:
         manifest = generate(args.out, args.lines, seed=args.seed, skew_facts=args.skew_facts,
                             line_mix=args.line_mix, chunk_lines=args.chunk_lines, workers=args.workers or None,
