@@ -12,7 +12,6 @@ the engine adapters in ``refactx_index.engines`` (optional extras).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ConfigError,
@@ -25,7 +24,12 @@ from .errors import (
     VocabularyMismatch,
 )
 
+# typing's own constant, without importing typing: `import refactx_index` (and `refactx --help`)
+# stays as light as its errors
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from .tree.cache import ByteLRUCache
     from .tree.format import FORMAT_VERSION
     from .tree.index import IndexInfo, NextTokens, TreeIndex

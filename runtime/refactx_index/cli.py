@@ -61,21 +61,18 @@ psycopg, tokenizers nor torch. docs/benchmarks.md has the import time.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import logging
 import os
 import sys
-import time
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Sequence
 
 from .errors import InputRefused, RefactxError
 
+# typing's own constant, without importing typing: `refactx --help` imports argparse and this
+# module's errors only (json, logging, time and the rest come with the subcommand that uses them)
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from .vocab import Vocabulary
+    from typing import Sequence
 
-log = logging.getLogger(__name__)
+    from .vocab import Vocabulary
 
 NOTHING = 3
 # written out rather than read from qa.models.MODEL_NAMES, whose import loads numpy (a test keeps them equal)
@@ -120,6 +117,8 @@ def _vocabulary(args: argparse.Namespace, command: str, required: bool = True) -
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
+    import json
+
     from .tree import explore
 
     vocabulary = _vocabulary(args, "explore")
@@ -162,11 +161,16 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
 def source_line(fact_id: int, source) -> str:
     """One source of a fact: id, kind, subject, property, then the object id or the quoted value."""
+    import json
+
     obj = source.object if source.object is not None else json.dumps(source.value, ensure_ascii=False)
     return f"{fact_id}\t{source.kind}\t{source.subject}\t{source.property or '-'}\t{obj}"
 
 
 def cmd_facts(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
     text = args.text.strip()  # a fact as the tree spells it (with its leading fact_prefix) works too
     with _open(args) as index:
         found = index.provenance([text])
@@ -211,6 +215,9 @@ def _seeds(args: argparse.Namespace, seeds: Sequence[str]) -> list[str]:
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
+    import json
+    import time
+
     vocabulary = _vocabulary(args, "paths", required=False)
     graph = _path_graph(args, vocabulary)
     seeds = _seeds(args, args.seed)
@@ -259,6 +266,10 @@ def _policies(args: argparse.Namespace, default):
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    import contextlib
+    import json
+    import time
+
     from .display import format_answer
     from .prompting.prompt import Prompt
     from .qa.ask import ask
@@ -293,6 +304,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    import logging
+    import time
+
     from .prompting.prompt import Prompt, fitted_prompt, question_prompt
     from .qa.evaluation import evaluate, markdown_table, read_question_file, stratified_sample, write_outputs
     from .qa.models import load_model
@@ -304,7 +318,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         questions += read.questions
         rejected += read.rejected
     for r in rejected[:20]:
-        log.warning("%s:%d: %s", r.source, r.line, r.reason)
+        logging.getLogger(__name__).warning("%s:%d: %s", r.source, r.line, r.reason)
     if args.sample_per_hop:
         questions = stratified_sample(questions, args.sample_per_hop, args.seed)
     if args.limit:
@@ -646,11 +660,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # --help and a usage error exit here, before logging is imported
+    import logging
+
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     for option in getattr(args, "deprecated_options", []):
-        log.warning("%s is deprecated (since 0.2.0): use --vocabulary", option)
+        logging.getLogger(__name__).warning("%s is deprecated (since 0.2.0): use --vocabulary", option)
     try:
         return args.func(args)
     except (RefactxError, OSError, ValueError) as exc:
