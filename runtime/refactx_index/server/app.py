@@ -43,6 +43,7 @@ from ..errors import BuildRetired, DatabaseUnavailable, QueryTimeout, RefactxErr
 from ..prompting.prompt import Prompt
 from ..tree import explore
 from .engine import Engine, Job, encode_chat
+from .page import mount_page
 from .pools import PoolFull, WorkPool
 
 log = logging.getLogger(__name__)
@@ -278,6 +279,7 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
 
     app = FastAPI(title="refactx", description=__doc__)
     app.add_middleware(_Guard, settings=settings, refuse=error)
+    mount_page(app, settings)  # the page at / (page.py): in front of the guard, so added after it
     app.state.pools = pools
     app.router.on_shutdown.append(lambda: [pool.close() for pool in pools.values()])
 
