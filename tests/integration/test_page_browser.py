@@ -279,8 +279,12 @@ def test_a_question_streams_with_and_without_the_index_its_facts_marked_and_thei
     free = browser.find_elements(By.CSS_SELECTOR, "#without-index ol.facts li .badge")
     assert all(b.text in ("in sample", "not in sample") for b in free)
     assert _text(browser, "#with-index .answer")
-    browser.execute_script("document.getElementById('ask-panel').scrollIntoView()")
     _screenshot(browser, "ask", browser.find_element(By.ID, "ask-panel"))
+    # from a written fact to its subject in the browser
+    first.find_element(By.XPATH, ".//button[starts-with(., 'browse ')]").click()
+    _wait(browser, lambda d: _text(d, "#entity .entity-label") == "Germany"
+          and d.find_elements(By.CSS_SELECTOR, "#entity ol.facts li"))
+    browser.execute_script("window.scrollTo(0, 0)")
     _screenshot(browser, "overview")
 
 
