@@ -8,6 +8,10 @@ every module its subcommands use (what the command imported at its top before 0.
 in its own process, and `python -c pass` for the interpreter alone:
 
     .venv/bin/python bench/bench_cli.py --startup --rounds 15
+    .venv/bin/python bench/bench_cli.py --startup --instructions
+
+--instructions counts each start-up's instructions with valgrind's callgrind instead of timing
+it: the same count for the same files whatever else the machine runs (one run each).
 
     .venv/bin/python bench/bench_cli.py --dsn postgresql://postgres@127.0.0.1/scratch \
         --index wikidata-qwen2.5 --vocabulary ../shared/tokenizers/qwen2.5 [--rounds 5]
@@ -50,9 +54,11 @@ def main() -> int:
     parser.add_argument("--text", default=" <Northern Ireland")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--startup", action="store_true", help="only the runtime command's start-up")
+    parser.add_argument("--instructions", action="store_true",
+                        help="with --startup: instructions executed (valgrind --tool=callgrind), not seconds")
     args = parser.parse_args()
     if args.startup:
-        return startup(args.rounds)
+        return startup_instructions() if args.instructions else startup(args.rounds)
 
     runtime, pipeline = (shutil.which(name, path=str(Path(sys.executable).parent)) or name
                          for name in ("refactx", "refactx-pipeline"))
@@ -84,25 +90,46 @@ SUBCOMMAND_MODULES = ("refactx_index.display", "refactx_index.prompting.paths", 
                       "refactx_index.tree.memory", "refactx_index.tree.pg", "refactx_index.vocab")
 
 
-def startup(rounds: int) -> int:
+def startup_cases() -> dict[str, list[str]]:
     python = sys.executable
     runtime = shutil.which("refactx", path=str(Path(python).parent)) or "refactx"
     eager = "import refactx_index.cli; " + "; ".join(f"import {m}" for m in SUBCOMMAND_MODULES)
-    cases = {
+    return {
         "python -c pass (interpreter)": [python, "-c", "pass"],
         "import every subcommand module (baseline)": [python, "-c", eager],
         "import refactx_index.cli": [python, "-c", "import refactx_index.cli"],
         "refactx --help": [runtime, "--help"],
     }
+
+
+def startup(rounds: int) -> int:
     baseline = None
     print(f"{'command':<44} {'median s':>9} {'min s':>7} {'x baseline':>11}  exit")
-    for name, cmd in cases.items():
+    for name, cmd in startup_cases().items():
         times, code = wall_times(cmd, rounds)
         median = statistics.median(times)
         if "baseline" in name:
             baseline = median
         ratio = f"{median / baseline:11.2f}" if baseline else f"{'':>11}"
         print(f"{name:<44} {median:9.3f} {min(times):7.3f} {ratio}  {code}")
+    return 0
+
+
+def startup_instructions() -> int:
+    """Each start-up's instruction count under callgrind, with its ratio to the baseline's."""
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    baseline = None
+    print(f"{'command':<44} {'instructions':>14} {'x baseline':>11}")
+    for name, cmd in startup_cases().items():
+        run = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+                             capture_output=True, text=True, check=False)
+        refs = next(int(line.split(":")[1].replace(",", "")) for line in run.stderr.splitlines() if "I   refs:" in line)
+        if "baseline" in name:
+            baseline = refs
+        ratio = f"{refs / baseline:11.2f}" if baseline else f"{'':>11}"
+        print(f"{name:<44} {refs:14,d} {ratio}")
     return 0
 
 
