@@ -603,36 +603,6 @@ def test_a_path_tries_ids_are_the_whole_texts_ids_for_real_vocabularies(spec, sa
     assert (store is not None and store.exact) == segments_concatenate(tok)
 
 
-def test_tree_rows_are_build_rows():
-    """The vectorized tree of the per-question trie gives ``memory.build_rows``' rows, byte for
-    byte, under every cut (thresholds and token caps small enough to expand at many depths;
-    duplicates; a sequence that is a prefix of others)."""
-    import numpy as np
-
-    from refactx_index.tree.memory import build_rows
-    from refactx_index.prompting.paths import _common_prefixes, _memory_index, _tree_rows
-
-    rng = np.random.default_rng(24)
-    for trial in range(30):
-        n = int(rng.integers(1, 300))
-        seqs = [tuple(int(t) for t in rng.integers(0, 5 + trial, size=int(rng.integers(1, 9)))) for _ in range(n)]
-        seqs += seqs[: n // 7] + [s[:1] for s in seqs[: n // 5]]
-        distinct = sorted(set(seqs))
-        width = max(map(len, distinct))
-        mat = np.array([list(s) + [-1] * (width - len(s)) for s in distinct], dtype=np.int64)
-        lengths = np.array([len(s) for s in distinct], dtype=np.int64)
-        for threshold, max_tokens in [(1, 1), (2, 5), (3, 40), (16, 1000), (1024, 32768)]:
-            assert _tree_rows(mat, lengths, _common_prefixes(mat), threshold, max_tokens) == \
-                build_rows(seqs, threshold=threshold, max_subtree_tokens=max_tokens), (trial, threshold)
-        values = np.array([t for s in seqs for t in s], dtype=np.int64)
-        offsets = np.concatenate(([0], np.cumsum([len(s) for s in seqs])))
-        index = _memory_index(values, offsets, name="m", vocabulary="", vocabulary_sha256="", vocab_size=0)
-        from refactx_index.tree.memory import MemoryTreeIndex
-
-        reference = MemoryTreeIndex.from_sequences(seqs, name="m", index_kind="paths", dictionary=False)
-        assert index.rows == reference.rows and index.info == reference.info
-
-
 def test_a_label_with_spaces_at_its_edge_or_a_special_token_is_handled_as_whole_texts():
     """A label whose piece boundary is not certain (a space at its edge) makes the question's
     paths encode whole; a label holding a special token is what ``from_facts`` makes of it:

@@ -262,3 +262,40 @@ def test_the_dictionary_is_saved_with_the_file_and_old_files_still_read(graph, t
     (tmp_path / "bad.rfx").write_bytes(bytes(data))
     with pytest.raises(FormatError, match="checksum"):
         MemoryTreeIndex.load(tmp_path / "bad.rfx")
+
+
+def test_the_vectorized_plain_cut_gives_the_python_walk_s_rows():
+    """``build_rows``' plain cut (vectorized: ``plain_cut_rows``) gives the rows of its Python walk
+    (the packed cut's, with packing that never applies: no child is small enough to pack), byte
+    for byte, under every cut (thresholds and token caps small enough to expand at many depths;
+    duplicates; a sequence that is a prefix of others); ``from_id_arrays`` gives ``from_sequences``'
+    index."""
+    import numpy as np
+
+    from refactx_index.tree.memory import MemoryTreeIndex, build_rows
+
+    rng = np.random.default_rng(24)
+    for trial in range(30):
+        n = int(rng.integers(1, 300))
+        seqs = [tuple(int(t) for t in rng.integers(0, 5 + trial, size=int(rng.integers(1, 9)))) for _ in range(n)]
+        seqs += seqs[: n // 7] + [s[:1] for s in seqs[: n // 5]]
+        for threshold, max_tokens in [(1, 1), (2, 5), (3, 40), (16, 1000), (1024, 32768)]:
+            walked = build_rows(seqs, threshold=threshold, max_subtree_tokens=max_tokens,
+                                pack_facts=len(seqs) + 1, pack_child_facts=0)
+            assert build_rows(seqs, threshold=threshold, max_subtree_tokens=max_tokens) == walked, (trial, threshold)
+        values = np.array([t for s in seqs for t in s], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum([len(s) for s in seqs])))
+        index = MemoryTreeIndex.from_id_arrays(values, offsets, name="m", vocabulary="", vocabulary_sha256="",
+                                               vocab_size=0, index_kind="paths")
+        reference = MemoryTreeIndex.from_sequences(seqs, name="m", index_kind="paths", dictionary=False)
+        assert index.rows == reference.rows and index.info == reference.info
+
+
+def test_the_plain_cut_refuses_no_fact_and_an_empty_one():
+    from refactx_index.errors import InputRefused
+    from refactx_index.tree.memory import build_rows
+
+    with pytest.raises(InputRefused, match="at least one fact"):
+        build_rows([])
+    with pytest.raises(InputRefused, match="at least one token"):
+        build_rows([(1, 2), ()])

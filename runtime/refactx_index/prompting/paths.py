@@ -42,9 +42,8 @@ import numpy as np
 
 from ..errors import ConfigError, InputRefused
 from ..tree.explore import enumerate_facts
-from ..tree.format import FORMAT_VERSION, encode_children, encode_prefix, encode_subtree_runs
-from ..tree.index import IndexInfo, TreeIndex, vocabulary_size
-from ..tree.memory import DEFAULT_MAX_SUBTREE_TOKENS, DEFAULT_SUBTREE_THRESHOLD, MemoryTreeIndex, deepest_row
+from ..tree.index import TreeIndex, vocabulary_size
+from ..tree.memory import MemoryTreeIndex
 from ..tree.provenance import Provenance
 from ..vocab import (
     PROBE_LABELS,
@@ -259,8 +258,8 @@ class PathGraph:
             texts = [text + end for text in found.paths]
             return MemoryTreeIndex.from_facts(texts, tokenizer, name=name, index_kind="paths",
                                               dictionary=False), found
-        index = _memory_index(*encoded, name=name, vocabulary=vocab_name, vocabulary_sha256=digest,
-                              vocab_size=vocab_size)
+        index = MemoryTreeIndex.from_id_arrays(*encoded, name=name, vocabulary=vocab_name, vocabulary_sha256=digest,
+                                               vocab_size=vocab_size, index_kind="paths")
         return index, found
 
     def prepare(self, tokenizer: VocabularyLike, *, separator: str = SEPARATOR, end: str = END) -> int:
@@ -442,80 +441,6 @@ class _SegmentIds:
                 raise InputRefused(f"{len(rows_bad)} facts cannot be stored (special tokens, or fused with the "
                                  f"trigger), e.g. {separator.join(_interleave(nodes, relations)) + end!r}")
         return flat_ids.astype(np.int64), offsets
-
-
-# ---------------------------------------------------------------- the tree, vectorized
-def _memory_index(values: np.ndarray, offsets: np.ndarray, *, name: str, vocabulary: str, vocabulary_sha256: str,
-                  vocab_size: int) -> MemoryTreeIndex:
-    """``MemoryTreeIndex.from_sequences`` of the sequences ``values[offsets[i]:offsets[i+1]]``
-    with its defaults but no preset dictionary: the same rows (``_tree_rows``) and description,
-    without a Python tuple per sequence. A per-question trie lives for one question: making a
-    dictionary (and inflating every row against it, about 3 µs more per row) would save memory
-    that nobody keeps."""
-    lengths = np.diff(offsets)
-    width = int(lengths.max())
-    mat = np.full((lengths.size, width), -1, dtype=np.int64)
-    mask = np.arange(width)[None, :] < lengths[:, None]
-    mat[mask] = values  # row-major: each sequence's ids in order
-    # lexicographic order (-1 padding puts a sequence before its extensions), duplicates out
-    order = np.lexsort(mat.T[::-1])
-    mat, lengths = mat[order], lengths[order]
-    lcp = _common_prefixes(mat)
-    if lengths.size > 1 and (lcp[1:] == width).any():
-        keep = np.concatenate(([True], lcp[1:] < width))
-        mat, lengths = mat[keep], lengths[keep]
-        lcp = _common_prefixes(mat)
-    rows = _tree_rows(mat, lengths, lcp, DEFAULT_SUBTREE_THRESHOLD, DEFAULT_MAX_SUBTREE_TOKENS)
-    info = IndexInfo(name=name, vocabulary=vocabulary, vocabulary_sha256=vocabulary_sha256, vocab_size=vocab_size,
-                     depth=deepest_row(rows), subtree_threshold=DEFAULT_SUBTREE_THRESHOLD,
-                     format_version=FORMAT_VERSION, fact_prefix=" ", fact_suffix="", facts=int(lengths.size),
-                     rows=len(rows), index_kind="paths")
-    return MemoryTreeIndex(rows, info)
-
-
-def _common_prefixes(mat: np.ndarray) -> np.ndarray:
-    """``lcp[i]``: the common prefix length of rows i - 1 and i of a padded matrix (0 for i = 0)."""
-    if mat.shape[0] < 2:
-        return np.zeros(mat.shape[0], dtype=np.int64)
-    differs = mat[1:] != mat[:-1]
-    first = np.where(differs.any(axis=1), differs.argmax(axis=1), mat.shape[1])
-    return np.concatenate(([0], first)).astype(np.int64)
-
-
-def _tree_rows(mat: np.ndarray, lengths: np.ndarray, lcp: np.ndarray, threshold: int,
-               max_subtree_tokens: int) -> dict[bytes, bytes]:
-    """``memory.build_rows`` of the sorted, distinct, -1-padded sequences ``mat``: the same
-    cut rule and the same bytes (tests/pipeline/test_paths.py compares them), with each expanded
-    row's children found by numpy over its range and every whole-subtree row encoded in one
-    ``encode_subtree_runs`` call (the pipeline's prefix rows job's encoder), so there is no
-    Python work per sequence, only per row."""
-    total = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=total[1:])
-    rows: dict[bytes, bytes] = {}
-    leaf_lo: list[int] = []
-    leaf_hi: list[int] = []
-    leaf_depth: list[int] = []
-    stack = [(0, int(lengths.size), 0)]
-    while stack:
-        lo, hi, d = stack.pop()
-        if hi - lo <= threshold and int(total[hi] - total[lo]) - d * (hi - lo) <= max_subtree_tokens:
-            leaf_lo.append(lo)
-            leaf_hi.append(hi)
-            leaf_depth.append(d)
-            continue
-        ends = bool(lengths[lo] == d)  # sorted: the prefix itself comes first
-        first = lo + 1 if ends else lo
-        # rows of [first, hi) share d tokens; a child starts where a row differs at column d
-        starts = np.concatenate(([first], first + 1 + np.flatnonzero(lcp[first + 1:hi] <= d)))
-        stops = np.append(starts[1:], hi)
-        rows[encode_prefix(mat[lo, :d].tolist())] = encode_children(
-            mat[starts, d].tolist(), (stops - starts).tolist(), ends)
-        stack.extend((a, b, d + 1) for a, b in zip(starts.tolist(), stops.tolist()))
-    if leaf_lo:
-        encoded = encode_subtree_runs(mat, lengths, lcp, leaf_lo, leaf_hi, leaf_depth)
-        for lo, d, row in zip(leaf_lo, leaf_depth, encoded):
-            rows[encode_prefix(mat[lo, :d].tolist())] = row
-    return rows
 
 
 def _fact_and_kind(line: str) -> tuple[str, str | None]:

@@ -31,6 +31,8 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from ..errors import FormatError, InputRefused
 from ..vocab import ENCODED_OK, VocabularyLike, as_vocabulary, encode_facts
 from .cache import ByteLRUCache
@@ -42,6 +44,7 @@ from .format import (
     encode_packed,
     encode_prefix,
     encode_subtree,
+    encode_subtree_runs,
     make_dictionary,
     with_dictionary,
 )
@@ -102,12 +105,20 @@ def build_rows(
     tokens) is *packed*: its children of at most ``pack_child_facts`` facts (and
     ``max_subtree_tokens`` tokens) are stored whole in its row, the others are external
     (``pack_facts=0``: none is packed). Duplicate sequences collapse. This is the reference
-    the Spark job must agree with, row for row.
+    the Spark job must agree with, row for row. The plain cut runs vectorized
+    (:func:`plain_cut_rows`); a packed cut walks the sorted sequences in Python.
     """
     if threshold < 1:
         raise InputRefused("threshold must be >= 1")
     if max_subtree_tokens < 1:
         raise InputRefused("max_subtree_tokens must be >= 1")
+    if pack_facts <= 0:
+        ids = [tuple(map(int, s)) for s in sequences]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.fromiter((t for s in ids for t in s), dtype=np.int64, count=int(offsets[-1]))
+        return plain_cut_rows(*sorted_distinct(values, offsets), threshold, max_subtree_tokens)
     seqs = sorted({tuple(map(int, s)) for s in sequences})
     if not seqs:
         raise InputRefused("an index needs at least one fact")
@@ -150,6 +161,73 @@ def build_rows(
             rows[key] = encode_packed(inline, toks, counts)
         else:
             rows[key] = encode_children(toks, counts, ends)
+    return rows
+
+
+def sorted_distinct(values: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct sequences ``values[offsets[i]:offsets[i+1]]`` in lexicographic order, as a
+    -1-padded matrix (a sequence sorts before its extensions), their lengths, and each one's
+    common prefix length with the one before (:func:`common_prefixes`). Refuses no sequence and
+    an empty one, as :func:`build_rows` does."""
+    lengths = np.diff(offsets)
+    if lengths.size == 0:
+        raise InputRefused("an index needs at least one fact")
+    if int(lengths.min()) == 0:
+        raise InputRefused("a fact must have at least one token")
+    width = int(lengths.max())
+    mat = np.full((lengths.size, width), -1, dtype=np.int64)
+    mat[np.arange(width)[None, :] < lengths[:, None]] = values  # row-major: each sequence's ids in order
+    order = np.lexsort(mat.T[::-1])
+    mat, lengths = mat[order], lengths[order]
+    lcp = common_prefixes(mat)
+    if lengths.size > 1 and (lcp[1:] == width).any():  # duplicates out
+        keep = np.concatenate(([True], lcp[1:] < width))
+        mat, lengths = mat[keep], lengths[keep]
+        lcp = common_prefixes(mat)
+    return mat, lengths, lcp
+
+
+def common_prefixes(mat: np.ndarray) -> np.ndarray:
+    """``lcp[i]``: the common prefix length of rows i - 1 and i of a padded matrix (0 for i = 0)."""
+    if mat.shape[0] < 2:
+        return np.zeros(mat.shape[0], dtype=np.int64)
+    differs = mat[1:] != mat[:-1]
+    first = np.where(differs.any(axis=1), differs.argmax(axis=1), mat.shape[1])
+    return np.concatenate(([0], first)).astype(np.int64)
+
+
+def plain_cut_rows(mat: np.ndarray, lengths: np.ndarray, lcp: np.ndarray, threshold: int,
+                   max_subtree_tokens: int) -> dict[bytes, bytes]:
+    """The plain cut's rows of the sorted, distinct, -1-padded sequences ``mat``
+    (:func:`sorted_distinct`), with each expanded row's children found by numpy over its range
+    and every whole-subtree row encoded in one ``encode_subtree_runs`` call (the pipeline's
+    prefix rows job's encoder): no Python work per sequence, only per row."""
+    total = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=total[1:])
+    rows: dict[bytes, bytes] = {}
+    leaf_lo: list[int] = []
+    leaf_hi: list[int] = []
+    leaf_depth: list[int] = []
+    stack = [(0, int(lengths.size), 0)]
+    while stack:
+        lo, hi, d = stack.pop()
+        if hi - lo <= threshold and int(total[hi] - total[lo]) - d * (hi - lo) <= max_subtree_tokens:
+            leaf_lo.append(lo)
+            leaf_hi.append(hi)
+            leaf_depth.append(d)
+            continue
+        ends = bool(lengths[lo] == d)  # sorted: the prefix itself comes first
+        first = lo + 1 if ends else lo
+        # rows of [first, hi) share d tokens; a child starts where a row differs at column d
+        starts = np.concatenate(([first], first + 1 + np.flatnonzero(lcp[first + 1:hi] <= d)))
+        stops = np.append(starts[1:], hi)
+        rows[encode_prefix(mat[lo, :d].tolist())] = encode_children(
+            mat[starts, d].tolist(), (stops - starts).tolist(), ends)
+        stack.extend((a, b, d + 1) for a, b in zip(starts.tolist(), stops.tolist()))
+    if leaf_lo:
+        encoded = encode_subtree_runs(mat, lengths, lcp, leaf_lo, leaf_hi, leaf_depth)
+        for lo, d, row in zip(leaf_lo, leaf_depth, encoded):
+            rows[encode_prefix(mat[lo, :d].tolist())] = row
     return rows
 
 
@@ -240,6 +318,21 @@ class MemoryTreeIndex(RowTreeIndex):
             index_kind=index_kind,
         )
         return cls(rows, info, cache_bytes=cache_bytes)
+
+    @classmethod
+    def from_id_arrays(cls, values: np.ndarray, offsets: np.ndarray, *, name: str, vocabulary: str,
+                       vocabulary_sha256: str, vocab_size: int, index_kind: str = "facts") -> "MemoryTreeIndex":
+        """:meth:`from_sequences` of the sequences ``values[offsets[i]:offsets[i+1]]`` with its
+        defaults and no preset dictionary: the same rows and description, without a Python tuple
+        per sequence (a per-question path index lives for one question: a dictionary, and
+        inflating every row against it, would save memory nobody keeps)."""
+        mat, lengths, lcp = sorted_distinct(values, offsets)
+        rows = plain_cut_rows(mat, lengths, lcp, DEFAULT_SUBTREE_THRESHOLD, DEFAULT_MAX_SUBTREE_TOKENS)
+        info = IndexInfo(name=name, vocabulary=vocabulary, vocabulary_sha256=vocabulary_sha256, vocab_size=vocab_size,
+                         depth=deepest_row(rows), subtree_threshold=DEFAULT_SUBTREE_THRESHOLD,
+                         format_version=FORMAT_VERSION, fact_prefix=" ", fact_suffix="", facts=int(lengths.size),
+                         rows=len(rows), index_kind=index_kind)
+        return cls(rows, info)
 
     @classmethod
     def from_facts(
