@@ -24,3 +24,21 @@ def fresh_database(server_dsn: str, prefix: str = "refactx_test") -> Iterator[st
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def pipeline_tree_loader():
+    """``load_tree`` of tests/pgtree.py, which writes a build with the pipeline's catalog: for the
+    few runtime tests that serve a PostgreSQL build. Skips the test where the pipeline is not
+    installed (the runtime wheel alone: tests/integration/test_runtime_wheel.py)."""
+    needs_pipeline()
+    from .pgtree import load_tree
+
+    return load_tree
+
+
+def needs_pipeline() -> None:
+    """Skip the calling test where the pipeline wheel is not installed (the runtime wheel alone)."""
+    import pytest
+
+    pytest.importorskip("refactx_pipeline", reason="the pipeline wheel builds this test's index; "
+                                                   "the runtime wheel alone does not have it")

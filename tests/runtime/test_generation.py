@@ -334,7 +334,9 @@ def test_prefix_fact_is_produced_when_the_model_ends_there(model, tokenizer):
 def test_generation_against_postgres_index(pg_dsn, model, tokenizer, stored):
     from refactx_index import open_index
 
-    from ..pgtree import load_tree
+    from ..pgdb import pipeline_tree_loader
+
+    load_tree = pipeline_tree_loader()
 
     load_tree(pg_dsn, "corp", stored, threshold=2, vocab_size=50257)
     with open_index(pg_dsn, "corp") as pg_index:

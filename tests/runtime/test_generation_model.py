@@ -105,7 +105,9 @@ def test_the_postgresql_index_gives_the_same_facts(pg_dsn, index, loaded, stored
     from refactx_index.tree.pg import open_index
     from refactx_index.prompting.prompt import fitted_prompt
 
-    from ..pgtree import load_tree
+    from ..pgdb import pipeline_tree_loader
+
+    load_tree = pipeline_tree_loader()
 
     question = QUESTIONS[1]
     prompt = fitted_prompt(index, loaded.tokenizer)  # one prompt: each index would draw its own examples

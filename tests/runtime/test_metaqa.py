@@ -92,6 +92,9 @@ def _slice(topics: set[str], out: Path) -> Path:
 def test_eval_of_metaqa_questions_end_to_end_with_the_real_model(tmp_path):
     from refactx_index.cli import main
     from refactx_index.qa.models import model_directory
+    from ..pgdb import needs_pipeline
+
+    needs_pipeline()
     from refactx_pipeline.config import Config, VocabularyConfig
     from refactx_pipeline.graph.index import build_graph_index
 
@@ -333,6 +336,9 @@ def test_a_two_hop_question_is_answered_from_a_chain_of_two_facts_with_the_real_
     from refactx_index.qa.ask import ask
     from refactx_index.qa.evaluation import fact_parts, read_question_file
     from refactx_index.qa.models import load_model, model_directory
+    from ..pgdb import needs_pipeline
+
+    needs_pipeline()
     from refactx_pipeline.config import Config, VocabularyConfig
     from refactx_pipeline.graph.index import build_graph_index
 

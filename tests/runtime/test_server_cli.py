@@ -205,7 +205,9 @@ def test_ready_and_requests_follow_the_database(pg_dsn):
     from refactx_index.server.backend_transformers import TransformersEngine
     from refactx_index.vocab import encode_facts, open_tokenizer
 
-    from ..pgtree import load_tree
+    from ..pgdb import pipeline_tree_loader
+
+    load_tree = pipeline_tree_loader()
 
     loaded = load_model("smollm2")
     facts = ["<Germany> <capital> <Berlin> .", "<France> <capital> <Paris> ."]
