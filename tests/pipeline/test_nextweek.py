@@ -141,9 +141,10 @@ def _verbalize(spark, cfg, folder, manifest, week: str):
     # no sitelinks stage: every item is labelled from its terms, so each label edit shows
     cfg = cfg.updated({"paths.dump_date": week, "input.dumps": [str(folder / manifest["truthy"])]})
     assert not cfg.input.sitelinks_source()
-    for stage in (parse, labels, verbalize):
+    parsed = parse.run(StageContext(cfg, spark=spark))
+    for stage in (labels, verbalize):
         stage.run(StageContext(cfg, spark=spark))
-    return cfg
+    return cfg, parsed
 
 
 @pytest.mark.spark
@@ -155,8 +156,13 @@ def test_the_diff_of_the_two_weeks_is_what_nextweek_changed(spark, cfg, weeks):
     from refactx_pipeline.stages.contract import StageContext
 
     root, first, second = weeks
-    old_cfg = _verbalize(spark, cfg, root / "week1", first, "week1")
-    new_cfg = _verbalize(spark, cfg, root / "week2", second, "week2")
+    old_cfg, old_parsed = _verbalize(spark, cfg, root / "week1", first, "week1")
+    new_cfg, new_parsed = _verbalize(spark, cfg, root / "week2", second, "week2")
+    # the parse stage reads every line of the next week; its hostile lines are the first week's
+    # but for those of the items deleted (an item created copies none)
+    assert new_parsed["lines_in"] == second["lines"]
+    rejected_old, rejected_new = Counter(old_parsed["rejected_by_reason"]), Counter(new_parsed["rejected_by_reason"])
+    assert rejected_new <= rejected_old and sum(rejected_new.values()) > 0
     counts = diff.run(StageContext(new_cfg, spark=spark), old_cfg.build_dir())
     assert json.loads((new_cfg.stage_dir("diff") / "counts.json").read_text()) == counts
     for what in diff.CHANGE_KINDS:

@@ -19,7 +19,8 @@ statements, then any hostile line naming it), and each item is copied as it is o
 Only well-formed lines are edited or used as values (never a hostile line, an unknown value,
 a property entity or a core item of ``shape.CORE_ITEMS``); every other line is copied byte for
 byte. Values come from per-property rings of the last values seen, so an edit never needs the
-whole dump in memory: memory is one item's lines, the rings and one compressed chunk.
+whole dump in memory: memory is one item's lines, the rings and one chunk of
+lines (``chunk_lines``), compressed as one bz2 stream.
 
 Written into ``out``: the truthy dump (same file name, one bz2 stream per ``chunk_lines``
 lines), the enwiki SQL dumps copied (a week of Wikidata edits, Wikipedia's titles unchanged),
