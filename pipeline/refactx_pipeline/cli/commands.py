@@ -212,19 +212,43 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if validate:
             print(f"validation: {summary(validate)}")
         if not args.no_question:
+            from refactx_index.qa.policies import BEST_POLICIES, policy_names
+
             ask_name = cfg.index_name(ASK_VOCABULARY)
-            print(f"\nasking SmolLM2-135M-Instruct, constrained to index {ask_name!r} after 'Fact:' "
-                  f"({args.beams} beams; refactx ask --help):")
+            print(f"\nasking SmolLM2-135M-Instruct, constrained to index {ask_name!r} after 'Fact:', with the "
+                  f"best answer policies ({policy_names(BEST_POLICIES)}; {args.beams} beams; refactx ask --help):")
             sys.stdout.flush()
             with open_index(dsn, ask_name, schema=cfg.pg.schema,
                             statement_timeout_ms=cfg.pg.statement_timeout_ms) as index:
-                for answer in _answer(index, [args.question], args.beams, 128):
+                for answer in _answer(index, [args.question], args.beams, 128, BEST_POLICIES):
                     print(format_answer(answer), end="")
+                    print(format_provenance(answer), end="")
     return 0
 
 
-def _answer(index, questions: list[str], beams: int, max_new_tokens: int) -> list:
-    """Load the demo's model, check it writes the index's ids, answer ``questions`` in one batch."""
+def format_provenance(answer) -> str:
+    """Where each fact the reply wrote comes from: the fact, then one line a source (its kind,
+    the Wikidata ids of its subject, property and object, or its literal value)."""
+    lines = ["where the facts come from:"]
+    for fact in answer.facts:
+        lines.append(f"  {fact.text}")
+        if not fact.stored:
+            lines.append("    (not a stored fact)")
+        elif fact.provenance is None:
+            lines.append("    (no provenance in this build)")
+        else:
+            for source in fact.provenance.sources:
+                what = source.object if source.object is not None else json.dumps(source.value, ensure_ascii=False)
+                lines.append(f"    {source.kind}: {source.subject} {source.property or '-'} {what}"
+                             f"   (fact id {fact.provenance.fact_id})")
+    if not answer.facts:
+        lines.append("  (no fact written)")
+    return "\n".join(lines) + "\n"
+
+
+def _answer(index, questions: list[str], beams: int, max_new_tokens: int, policies=None) -> list:
+    """Load the demo's model, check it writes the index's ids, answer ``questions`` in one batch
+    with ``policies`` (None: ask's default, the best measured)."""
     from refactx_index.qa.ask import ask
     from refactx_index.tree.index import check_vocabulary
     from refactx_index.qa.models import load_model
@@ -234,7 +258,7 @@ def _answer(index, questions: list[str], beams: int, max_new_tokens: int) -> lis
     load_s = time.perf_counter() - started
     # before any generation: the model must write the ids the index stores
     check_vocabulary(index, loaded.vocabulary)
-    answers = ask(questions, index, loaded, num_beams=beams, max_new_tokens=max_new_tokens)
+    answers = ask(questions, index, loaded, num_beams=beams, max_new_tokens=max_new_tokens, policies=policies)
     for answer in answers:
         answer.timings["load_s"] = round(load_s, 3)
     return answers

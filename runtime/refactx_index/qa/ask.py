@@ -29,7 +29,7 @@ from ..constraint.matcher import FACT, FactMatcher
 from ..engines.core import index_prompt, index_trigger
 from ..errors import InputRefused
 from ..prompting.prompt import Prompt, TRIGGER, final_answer, fitted_prompt
-from ..tree.explore import _frontier
+from ..tree.explore import _frontier, entities
 from ..tree.index import ServedBuild, TreeIndex
 from ..tree.provenance import Provenance
 from ..vocab import ENCODED_OK, Vocabulary, VocabularyLike, as_vocabulary, encode_facts
@@ -178,10 +178,18 @@ def is_stored(index: TreeIndex, vocabulary: VocabularyLike, text: str, build: Se
     return bool(index.next_tokens_batch([tuple(encoded.ids(0))], build=build)[0].ends)
 
 
+# a span names at most this many subjects labelled ``span (description)`` (Georgia the country
+# and the state): the model chooses among them
+DESCRIBED_SUBJECTS = 5
+
+
 def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str, max_words: int = 10) -> list[str]:
-    """The labels the question names that are subjects of ``index`` (the exact text of a span
-    of whole words, ``<span> <`` starting a stored fact), longest first from left to right,
-    not overlapping; spans of stopwords only are not looked up."""
+    """The labels the question names that are subjects of ``index``, longest first from left
+    to right, not overlapping: the exact text of a span of whole words (``<span> <`` starts a
+    stored fact), else the labels that are the span and a description in parentheses (``<span
+    (...)> <``, as the labels stage writes an item without a Wikipedia title: "Northern Ireland
+    (region in north-west Europe, part of the United Kingdom)"), at most DESCRIBED_SUBJECTS of
+    them; spans of stopwords only are not looked up."""
 
     words = [(m.start(), m.end()) for m in re.finditer(r"[^\s]+", question)]
     prefix = index.info.fact_prefix
@@ -189,6 +197,7 @@ def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str
              for i in range(len(words)) for n in range(1, min(max_words, len(words) - i) + 1)}
     looked_up = [s for s in dict.fromkeys(spans.values()) if s and not all(w.lower() in _STOPWORDS for w in s.split())]
     off_tree = _spans_off_tree(index, as_vocabulary(tokenizer), looked_up)
+    undescribed = _spans_off_tree(index, as_vocabulary(tokenizer), looked_up, " (")
     wanted = set(looked_up)
     found: list[str] = []
     i = 0
@@ -196,27 +205,34 @@ def question_entities(index: TreeIndex, tokenizer: VocabularyLike, question: str
         taken = 0
         for n in range(min(max_words, len(words) - i), 0, -1):
             span = spans[(i, n)]
-            if span not in wanted or span in off_tree:
+            if span not in wanted:
                 continue
-            if next(_frontier(index, tokenizer, f"{prefix}<{span}> <"), None) is not None:
+            if span not in off_tree and next(_frontier(index, tokenizer, f"{prefix}<{span}> <"), None) is not None:
                 found.append(span)
-                taken = n
-                break
+            elif span not in undescribed and (described := [
+                    label.label for label in entities(index, tokenizer, f"{span} (", limit=DESCRIBED_SUBJECTS)]):
+                found += described
+            else:
+                continue
+            taken = n
+            break
         i += max(taken, 1)
     return list(dict.fromkeys(found))
 
 
-def _spans_off_tree(index: TreeIndex, vocabulary: Vocabulary, spans: list[str]) -> set[str]:
+def _spans_off_tree(index: TreeIndex, vocabulary: Vocabulary, spans: list[str], after: str = ">") -> set[str]:
     """The spans no stored fact can start with as its subject, found in one batch lookup.
 
     Where facts are encoded by their pieces (cut before each " <"), a fact whose subject is
     ``span`` starts with exactly the ids of ``fact_prefix <span>``: a span whose ids leave
     the tree is no subject, and the text walk of :func:`_frontier` (which, for a span off
     the tree, decodes every child of the longest prefix it shares with the tree) is spared.
-    Elsewhere nothing is ruled out here."""
+    ``after``: what follows the span, ``>`` (a subject's end) or `` (`` (a described
+    subject's description). Elsewhere nothing is ruled out here."""
     if not spans or not vocabulary.encodes_by_pieces:
         return set()
-    encoded = encode_facts(vocabulary.tokenizer(), [f"<{span}>" for span in spans], (), index.info.fact_prefix, "")
+    encoded = encode_facts(vocabulary.tokenizer(), [f"<{span}{after}" for span in spans], (), index.info.fact_prefix,
+                           "")
     answers = index.next_tokens_batch([encoded.ids(k) for k in range(len(spans))])
     return {span for k, (span, answer) in enumerate(zip(spans, answers))
             if answer.empty and encoded.status[k] == ENCODED_OK}
