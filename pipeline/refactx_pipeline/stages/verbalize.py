@@ -313,6 +313,11 @@ def provenance_candidates(candidates: DataFrame, graph_ids: bool = False) -> Dat
     ``graph_ids``: the statements came from the graph stage, whose entity ids carry
     ENTITY_PREFIX; provenance gives the ids as the graph's input rows wrote them.
     """
+    return _source_columns(candidates, graph_ids).dropDuplicates()
+
+
+def _source_columns(candidates: DataFrame, graph_ids: bool) -> DataFrame:
+    """Each candidate's PROVENANCE columns and ``text`` (:func:`provenance_candidates`)."""
     ids = [F.col("subject"), F.col("object")]
     if graph_ids:
         ids = [F.when(c.startswith(ENTITY_PREFIX), F.substring(c, len(ENTITY_PREFIX) + 1, 1 << 30)).otherwise(c)
@@ -325,7 +330,20 @@ def provenance_candidates(candidates: DataFrame, graph_ids: bool = False) -> Dat
         ids[1].alias("object"),
         "value",
         "text",
-    ).dropDuplicates()
+    )
+
+
+def block_candidates(candidates: DataFrame, bits: int, graph_ids: bool = False) -> DataFrame:
+    """The rows of :func:`provenance_candidates` for a build in which no two texts share a
+    fact id, as the packing reads them: the text replaced by its :func:`value_codes` columns,
+    with each row's ``block`` key, and hashed by that key, so that the shuffle that makes the
+    rows distinct also puts every block whole in one partition (the packing then shuffles
+    nothing), and neither that shuffle nor a cached copy carries the texts.
+
+    One row per distinct (fact id, source) is one per distinct (text, source) only when
+    every id names one text: with a collision, use :func:`provenance_candidates`."""
+    rows = value_codes(_source_columns(candidates, graph_ids))
+    return rows.select(_block_key(bits).alias("block"), "*").repartition("block").dropDuplicates()
 
 
 def kept_sources(provenance: DataFrame, kept_facts: DataFrame) -> DataFrame:
@@ -415,10 +433,10 @@ def fact_candidates(
 PROVENANCE_BLOCKS = "block long, facts int, sources int, data binary"
 
 
-def _id_columns(name: str) -> list[Column]:
-    """An id as a block stores it (refactx_index.tree.provenance.split_id): code, number, text."""
+def _id_columns(name: str, wikidata: Column) -> list[Column]:
+    """An id as a block stores it (refactx_index.tree.provenance.split_id): code, number, text;
+    ``wikidata``: whether it matches prov.WIKIDATA_ID_PATTERN."""
     value = F.col(name)
-    wikidata = value.rlike(prov.WIKIDATA_ID_PATTERN)
     return [
         F.when(value.isNull(), F.lit(prov.CODE_NULL)).when(wikidata, F.ascii(value) - 64)
         .otherwise(F.lit(prov.CODE_STRING)).alias(f"{name}_code"),
@@ -427,25 +445,52 @@ def _id_columns(name: str) -> list[Column]:
     ]
 
 
-def block_sources(sources: DataFrame, bits: int) -> DataFrame:
-    """The provenance candidates (PROVENANCE columns and the fact's ``text``) as the integer
-    columns of a block, with each row's block key: a value that the fact's text ends with
-    (``> <value> .``: a description, a plain string literal) is not kept (or its length
-    alone, when it holds a ``> <`` itself)."""
+def _block_key(bits: int) -> Column:
+    """The key of the block that holds a source: the top ``bits`` bits of its fact id."""
+    return F.shiftright(F.col("fact_id"), 64 - bits) if bits else F.lit(0).cast("long")
+
+
+def value_codes(sources: DataFrame) -> DataFrame:
+    """``sources`` (with the fact's ``text``) without the text, with how a block stores each
+    value (``value_code``, and ``value_length`` for a value the text holds): a value that the
+    fact's text ends with (``> <value> .``: a description, a plain string literal) is not
+    kept (or its length alone, when it holds a ``> <`` itself).
+
+    The two tests against the text are columns of a projection of their own: the codes read
+    each of them up to three times, and Spark evaluates an expression where it is written."""
     value, text = F.col("value"), F.col("text")
     last = (value.isNotNull() & ~value.contains(prov.SEPARATOR)
             & text.endswith(F.concat(F.lit(prov.SEPARATOR), value, F.lit(prov.END))))
     sized = value.isNotNull() & text.endswith(F.concat(F.lit("<"), value, F.lit(prov.END)))
-    value_code = (F.when(value.isNull(), F.lit(prov.VALUE_NULL)).when(last, F.lit(prov.VALUE_IN_TEXT))
-                  .when(sized, F.lit(prov.VALUE_IN_TEXT_SIZED)).otherwise(F.lit(prov.VALUE_STRING)))
+    flagged = sources.select("*", last.alias("_last"), sized.alias("_sized"))
+    last, sized = F.col("_last"), F.col("_sized")
+    code = (F.when(value.isNull(), F.lit(prov.VALUE_NULL)).when(last, F.lit(prov.VALUE_IN_TEXT))
+            .when(sized, F.lit(prov.VALUE_IN_TEXT_SIZED)).otherwise(F.lit(prov.VALUE_STRING)))
+    return flagged.select(*(c for c in sources.columns if c != "text"), code.alias("value_code"),
+                          F.when(sized, F.length(value)).otherwise(F.lit(0)).alias("value_length"))
+
+
+def block_sources(sources: DataFrame, bits: int) -> DataFrame:
+    """The provenance candidates (PROVENANCE columns and the fact's ``text``, or instead of the
+    text the :func:`value_codes` columns) as the integer columns of a block, with each row's
+    block key (kept when ``sources`` has a ``block`` column)."""
+    if "value_code" not in sources.columns:
+        sources = value_codes(sources)
+    if "block" not in sources.columns:
+        sources = sources.select(_block_key(bits).alias("block"), "*")
+    # each id's Wikidata test once, in a projection of its own (each of its three columns reads it)
+    ids = ("subject", "property", "object")
+    tested = sources.select("*", *(F.col(n).rlike(prov.WIKIDATA_ID_PATTERN).alias(f"_{n}_wikidata") for n in ids))
     kind = F.array_position(F.array(*[F.lit(k) for k in prov.KINDS]), F.col("kind")) - 1
-    block = F.shiftright(F.col("fact_id"), 64 - bits) if bits else F.lit(0).cast("long")
-    return sources.select(
-        block.alias("block"), "fact_id", kind.alias("kind_code"),
-        *(c for name in ("subject", "property", "object") for c in _id_columns(name)),
-        value_code.alias("value_code"),
-        F.when(sized, F.length(value)).otherwise(F.lit(0)).alias("value_length"),
-        F.when(~sized, value).alias("value_text"),
+    code = F.col("value_code")
+    # the values a block stores as strings: neither in the text as its last part nor sized
+    in_text = code.isin(prov.VALUE_IN_TEXT, prov.VALUE_IN_TEXT_SIZED)
+    return tested.select(
+        "block", "fact_id", kind.alias("kind_code"),
+        *(c for name in ids for c in _id_columns(name, F.col(f"_{name}_wikidata"))),
+        code.alias("value_code"),
+        "value_length",
+        F.when(~in_text, F.col("value")).alias("value_text"),
     )
 
 
@@ -496,14 +541,17 @@ def pack_blocks(bits: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
         yield pack_table(bits, carry)
 
 
-def provenance_blocks(sources: DataFrame, bits: int) -> DataFrame:
+def provenance_blocks(sources: DataFrame, bits: int, by_block: bool = False) -> DataFrame:
     """One PROVENANCE_BLOCKS row per block that holds a source of ``sources`` (PROVENANCE
-    columns and the fact's ``text``): its key, facts, sources and bytes
-    (refactx_index.tree.provenance.encode_block), packed on the executors."""
+    columns and the fact's ``text``, or :func:`block_candidates`): its key, facts, sources and
+    bytes (refactx_index.tree.provenance.encode_block), packed on the executors. ``by_block``:
+    ``sources`` are :func:`block_candidates`, already partitioned by block (no shuffle here)."""
     sources = block_sources(sources, bits)
     # hashed by block (no sampling job, as a range partitioning would run): a block is whole in
     # one partition, which the sort streams to pack_blocks block by block
-    ordered = sources.repartition("block").sortWithinPartitions("block", "fact_id")
+    if not by_block:
+        sources = sources.repartition("block")
+    ordered = sources.sortWithinPartitions("block", "fact_id")
     return ordered.mapInArrow(functools.partial(pack_blocks, bits), PROVENANCE_BLOCKS)
 
 
@@ -520,15 +568,19 @@ def _count_map(rows: Sequence[Any]) -> dict[str, int]:
     return {str(key): int(n) for key, n in sorted(rows, key=lambda r: str(r[0])) if key is not None}
 
 
-def write_provenance_blocks(sources: DataFrame, out: Path, bits: int) -> dict[str, int]:
-    """Pack the provenance candidates of the kept facts (with their ``text``) into blocks keyed
-    by the top ``bits`` bits of the fact id; their counts (``bits``, ``blocks``, ``facts``,
-    ``sources``, ``bytes``)."""
-    spark = sources.sparkSession
-    provenance_blocks(sources, bits).write.mode("overwrite").parquet(str(out))
-    row = spark.read.parquet(str(out)).agg(
-        F.count("*").alias("blocks"), F.sum("facts").alias("facts"), F.sum("sources").alias("sources"),
-        F.sum(F.length("data")).alias("bytes")).first()
+def write_provenance_blocks(sources: DataFrame, out: Path, bits: int, by_block: bool = False) -> dict[str, int]:
+    """Pack the provenance candidates of the kept facts (with their ``text``, or
+    :func:`block_candidates` with ``by_block``) into blocks keyed by the top ``bits`` bits of
+    the fact id; their counts (``bits``, ``blocks``, ``facts``, ``sources``, ``bytes``), observed
+    as the blocks are written (no job reads them back)."""
+    from pyspark.sql import Observation
+
+    observation = Observation()
+    provenance_blocks(sources, bits, by_block).observe(
+        observation, F.count(F.lit(1)).alias("blocks"), F.sum("facts").alias("facts"),
+        F.sum("sources").alias("sources"), F.sum(F.length("data")).alias("bytes"),
+    ).write.mode("overwrite").parquet(str(out))
+    row = observation.get
     return {"bits": bits, **{k: int(row[k] or 0) for k in ("blocks", "facts", "sources", "bytes")}}
 
 
@@ -577,17 +629,18 @@ def run(ctx: StageContext) -> StageCounts:
             # texts are the facts as they are, and every source is kept
             remove_tree(spark, out)
             move_tree(spark, staged, out)
-            # the sources with their texts: written as the provenance, then packed (the texts
-            # say which values need not be stored) from the same cached rows
-            with_text = provenance_candidates(candidates, graph_ids).persist(StorageLevel.MEMORY_AND_DISK)
+            # the sources, made distinct by block and without their texts (their value codes
+            # instead): written as the provenance, then packed from the same cached rows
+            bits = prov.block_bits(distinct_texts)
+            by_block = block_candidates(candidates, bits, graph_ids).persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 provenance, provenance_counted = observe_outcomes(
-                    with_text.select(*PROVENANCE.fieldNames()), {"statement": is_statement})
+                    by_block.select(*PROVENANCE.fieldNames()), {"statement": is_statement})
                 provenance.write.mode("overwrite").parquet(str(provenance_out))
                 sources = provenance_counted()
-                blocks = write_provenance_blocks(with_text, blocks_out, prov.block_bits(distinct_texts))
+                blocks = write_provenance_blocks(by_block, blocks_out, bits, by_block=True)
             finally:
-                with_text.unpersist()
+                by_block.unpersist()
             provenance_rows = sources.rows
             # one text, one id: the distinct ids of the statements' sources are their texts
             merged = {"sources": sources.by_outcome["statement"], "texts": distinct.by_outcome["statement"]}
