@@ -232,3 +232,35 @@ def test_a_long_prompt_under_the_byte_bound_is_refused_by_its_head_s_tokens(url)
     the text is tokenized before the 413."""
     error = refused(post(url, chat("word " * 80_000)), 413, "prompt_too_long", "the limit is 2048")
     assert "has over" in error["message"]
+
+
+# ---------------------------------------------------------------------- fair batches
+def test_a_long_prompt_runs_alone_and_short_requests_are_answered_beside_it(url, engine):
+    """A prompt over long_prompt_tokens goes to the long lane, alone; held there (before its
+    prefill), it holds no short request: one is answered meanwhile, then the long one is."""
+    long_started, release = threading.Event(), threading.Event()
+    generate, sizes = engine._generate, []
+
+    def held(jobs, constraint):
+        if any(len(j.prompt_ids) > engine.long_prompt_tokens for j in jobs):
+            sizes.append(len(jobs))
+            long_started.set()
+            assert release.wait(300)
+        return generate(jobs, constraint)
+
+    engine._generate = held
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            big = pool.submit(post, url, chat("Germany " * 1500, max_tokens=2))
+            assert long_started.wait(300)
+            short = post(url, chat())
+            assert short.status_code == 200 and short.json()["choices"][0]["message"]["content"]
+            assert not big.done()
+            release.set()
+            reply = big.result()
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["usage"]["prompt_tokens"] > engine.long_prompt_tokens
+        assert sizes == [1]  # alone
+    finally:
+        release.set()
+        del engine._generate

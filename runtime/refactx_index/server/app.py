@@ -518,6 +518,9 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
                     return f"not checked: {exc}"
                 except RefactxError as exc:
                     return str(exc)
+                except Exception as exc:  # noqa: BLE001 - a cause for every waiter, never an unretrieved task
+                    log.warning("database check of index %r failed", name, exc_info=exc)
+                    return f"the check failed ({type(exc).__name__})"
 
             held = (now, asyncio.ensure_future(check()))
             pings[name] = held

@@ -8,6 +8,11 @@ and a row stops at its own end of sequence, its own token limit, its deadline, o
 client went away. Requests that arrive while a batch runs wait for the next one (no
 continuous batching: transformers' ``generate`` takes its rows at the start).
 
+A long prompt (over ``long_prompt_tokens``) would pad every row of its batch to its width and
+hold the batch through its prefill: it runs alone instead, one at a time, on a second worker
+thread with its own fact constraint, so short requests keep their batches beside it (the two
+share the machine's cores, a bounded share: one long prompt at a time).
+
 Decoding is per row: ``generate`` runs greedy, and a row whose request asked for a
 temperature draws its token itself (its own seeded generator, its own ``top_p``) after the
 fact mask and leaves only that token, so a batch never changes one request's decoding.
@@ -44,10 +49,11 @@ class _Rows:
     deadline or cancellation. The logits processor masks the next step's logits and draws the
     token of each sampled row (module doc)."""
 
-    def __init__(self, engine: "TransformersEngine", jobs: list[Job], width: int) -> None:
+    def __init__(self, engine: "TransformersEngine", jobs: list[Job], width: int, constraint: FactConstraint) -> None:
         import torch
 
-        self.engine, self.jobs, self.width = engine, jobs, width
+        self.engine, self.jobs, self.width, self.constraint = engine, jobs, width, constraint
+        self.seconds = 0.0  # this batch's constraint time (the engine's total counts every batch)
         self.rows = np.arange(len(jobs))
         self.done = np.zeros(len(jobs), dtype=bool)
         self.generators: dict[int, "torch.Generator"] = {}
@@ -74,18 +80,22 @@ class _Rows:
 
     def __call__(self, input_ids, scores):  # the logits processor
         started = time.perf_counter()
-        self.engine.constraint.apply(scores, self.rows)
+        self.constraint.apply(scores, self.rows)
         for r, grounded in self.grounded.items():
             if not self.done[r]:
                 grounded.mask_row(input_ids[r, self.width:].tolist(), scores[r])
         if self.plain is not None:
             for r in np.flatnonzero(~self.done):
                 self.plain.mask_row(input_ids[r, self.width:].tolist(), scores[r])
-        self.engine.constraint_seconds += time.perf_counter() - started
+        self._spent(time.perf_counter() - started)
         for r, gen in self.generators.items():
             if not self.done[r]:
                 self._sample(scores, r, gen)
         return scores
+
+    def _spent(self, seconds: float) -> None:
+        self.seconds += seconds
+        self.engine.constraint_seconds += seconds
 
     def _sample(self, scores, r: int, gen) -> None:
         """Draw row ``r``'s token at its own temperature and top-p; leave it the only choice
@@ -114,8 +124,8 @@ class _Rows:
             live = np.flatnonzero(~self.done)
             self._deliver(new)
             started = time.perf_counter()
-            self.engine.constraint.step(live, new[live])
-            self.engine.constraint_seconds += time.perf_counter() - started
+            self.constraint.step(live, new[live])
+            self._spent(time.perf_counter() - started)
         now = time.monotonic()
         for r, job in enumerate(self.jobs):
             if self.done[r]:
@@ -151,7 +161,8 @@ class TransformersEngine:
 
     grounded_answers = True  # honours Job.grounded
 
-    def __init__(self, loaded: LoadedModel, indexes: dict[str, TreeIndex], *, max_batch: int = 16) -> None:
+    def __init__(self, loaded: LoadedModel, indexes: dict[str, TreeIndex], *, max_batch: int = 16,
+                 long_prompt_tokens: int | None = 1024) -> None:
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         self.vocabulary = loaded.vocabulary
@@ -160,22 +171,31 @@ class TransformersEngine:
         # the longest prompt + answer the model takes (the server's prompt limit derives from it)
         self.context_length: int | None = getattr(loaded.model.config, "max_position_embeddings", None)
         self.eos = frozenset(self.vocabulary.eos_ids)
+        self.long_prompt_tokens = long_prompt_tokens
         self.constraint = FactConstraint.for_vocabulary(self.indexes, self.vocabulary)
         self.constraint_seconds = 0.0
         self.batches = 0
         self._pending: list[Job] = []
+        self._long: list[Job] = []  # long prompts, each generated alone (module doc)
         self._cond = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="refactx-engine", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, args=(self._pending, max_batch, self.constraint),
+                                          name="refactx-engine", daemon=True)]
+        if long_prompt_tokens is not None:
+            self._threads.append(threading.Thread(
+                target=self._loop, args=(self._long, 1, FactConstraint.for_vocabulary(self.indexes, self.vocabulary)),
+                name="refactx-engine-long", daemon=True))
+        for thread in self._threads:
+            thread.start()
 
     # ------------------------------------------------------------------ requests
     def submit(self, job: Job) -> None:
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the engine is shutting down")
-            self._pending.append(job)
-            self._cond.notify()
+            long = self.long_prompt_tokens is not None and len(job.prompt_ids) > self.long_prompt_tokens
+            (self._long if long else self._pending).append(job)
+            self._cond.notify_all()
 
     async def run(self, job: Job) -> Job:
         """Submit ``job`` and wait for it without blocking the event loop."""
@@ -203,7 +223,8 @@ class TransformersEngine:
     def close(self) -> None:
         """Stop (:meth:`begin_shutdown`) and wait for the worker thread."""
         self.begin_shutdown()
-        self._thread.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
 
     def begin_shutdown(self) -> None:
         """Refuse new requests; the batch running ends at its next step and the waiting
@@ -211,7 +232,9 @@ class TransformersEngine:
         from a signal handler's thread: it takes no lock the worker holds for long."""
         with self._cond:
             self._stopping = True
-            waiting, self._pending = self._pending, []
+            waiting = self._pending + self._long
+            self._pending.clear()
+            self._long.clear()
             self._cond.notify_all()
         for job in waiting:
             job.cancelled = True
@@ -220,14 +243,17 @@ class TransformersEngine:
                 job.on_done(job)
 
     # ------------------------------------------------------------------ the worker
-    def _loop(self) -> None:
+    def _loop(self, pending: list[Job], max_batch: int, constraint: FactConstraint) -> None:
+        """One worker: batches of up to ``max_batch`` jobs from ``pending``, constrained by
+        ``constraint`` (each worker has its own: its rows are its slots)."""
         while True:
             with self._cond:
-                while not self._pending and not self._stopping:
+                while not pending and not self._stopping:
                     self._cond.wait()
                 if self._stopping:
                     return
-                jobs, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+                jobs = pending[:max_batch]
+                del pending[:max_batch]
             for job in jobs:
                 if job.cancelled and job.on_done is not None:  # its client left while it waited
                     job.finish_reason = "cancelled"
@@ -236,18 +262,18 @@ class TransformersEngine:
             if not jobs:
                 continue
             try:
-                self._generate(jobs)
+                self._generate(jobs, constraint)
             except BaseException as exc:  # noqa: BLE001 - every job must hear of it
                 log.exception("generation failed for %d requests", len(jobs))
                 for job in jobs:
                     job.error = exc
             finally:
-                self.constraint.remove(range(len(jobs)))
+                constraint.remove(range(len(jobs)))
                 for job in jobs:
                     if job.on_done is not None:
                         job.on_done(job)
 
-    def _generate(self, jobs: list[Job]) -> None:
+    def _generate(self, jobs: list[Job], constraint: FactConstraint) -> None:
         import torch
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
@@ -263,29 +289,27 @@ class TransformersEngine:
             ids[r, width - n:] = torch.tensor(job.prompt_ids)
             mask[r, width - n:] = 1
             if job.index is not None:
-                self.constraint.add(r, job.index, job.prompt_ids)
-        rows = _Rows(self, jobs, width)
+                constraint.add(r, job.index, job.prompt_ids)
+        rows = _Rows(self, jobs, width, constraint)
         # greedy for the whole batch: a sampled row draws its own token (_Rows._sample)
         kwargs: dict[str, Any] = dict(do_sample=False, num_beams=1, pad_token_id=pad,
                                       eos_token_id=sorted(self.eos),
                                       max_new_tokens=max(j.max_new_tokens for j in jobs))
-        before = self.constraint_seconds
         with torch.inference_mode():
             self.loaded.model.generate(input_ids=ids, attention_mask=mask,
                                        logits_processor=LogitsProcessorList([rows]),
                                        stopping_criteria=StoppingCriteriaList([rows.stop]), **kwargs)
-        spent = self.constraint_seconds - before
         for slot, job in enumerate(jobs):
-            job.constraint_seconds = spent
+            job.constraint_seconds = rows.seconds
             if job.index is not None:
-                self._read_facts(slot, job)
+                self._read_facts(slot, job, constraint)
 
-    def _read_facts(self, slot: int, job: Job) -> None:
+    def _read_facts(self, slot: int, job: Job, constraint: FactConstraint) -> None:
         index = self.indexes[job.index]  # type: ignore[index]
         row = list(job.prompt_ids) + list(job.output_ids)
         # the facts are read and checked on the build the generation read (pinned when the
         # request entered), whatever was activated since
-        build = self.constraint.build_of(slot)
-        matcher = self.constraint.matchers[job.index].matcher  # type: ignore[index]
+        build = constraint.build_of(slot)
+        matcher = constraint.matchers[job.index].matcher  # type: ignore[index]
         job.facts = read_facts(matcher, self.vocabulary, index, row, len(job.prompt_ids), build=build)
         job.build_id = (build.info if build is not None else index.info).build_id
