@@ -530,7 +530,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=13_500_000, help="dump lines to generate (13.5M: just over 5M facts)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--preset", default="realistic", choices=["realistic", "dense", "wikidata"],
+    parser.add_argument("--preset", default="realistic", choices=["realistic", "dense", "wikidata", "wikidata-stressed"],
                         help="the dump generator's preset (docs/scale.md, 'The realistic preset', 'The "
                              "wikidata preset')")
     parser.add_argument("--skew", type=int, default=1_000_000,

@@ -1,5 +1,10 @@
 """The bytes of a whole build, preset beside preset: tree, provenance, rows, build time, walk.
 
+By default on the ``wikidata-stressed`` preset (its plain cut shaped like an unseen Wikidata
+dump's: many subjects of a few facts below shared first words) and the ``wikidata`` preset,
+each also with the plain cut; every row says the shape it was measured on: rows per fact, the
+median stored row body and the share of rows with at most 10 facts of their own.
+
 Runs ``bench/bench_e2e.py`` once per ``--presets`` preset (each its own generated dump of
 ``--lines`` lines, its own build in ``local[--cores]``, its own walk), and once more with the
 plain cut (``tree.pack_facts=0``) on the same dump for each ``--plain`` preset (the
@@ -10,8 +15,7 @@ stage, and the walk (mean / p50 / p99 per step, round trips per step; the compil
 ``prefetch_leaves`` 0). ``--json`` gets every figure with the date, machine, commit and command;
 ``--md`` the table.
 
-    .venv/bin/python bench/bench_size.py --presets realistic,wikidata --lines 3000000,2500000 \\
-        --json docs/figures/size-presets.json --md docs/figures/size-presets.md
+    .venv/bin/python bench/bench_size.py --json docs/figures/size-presets.json --md docs/figures/size-presets.md
 """
 
 from __future__ import annotations
@@ -53,8 +57,47 @@ def zstd_floor_of(preset_work: Path, vocab: str = "qwen2.5") -> dict:
     return zstd_floor_of_tokens(found[0])
 
 
-def row_of(preset: str, result: dict, floor: dict, plain: bool = False, cut: str | None = None) -> dict:
-    """One table row: ``result`` of one build, ``floor`` the zstd floor of its preset's facts."""
+# a row of at most this many facts of its own is a small row (the shape's third number)
+SMALL_ROW_FACTS = 10
+
+
+def row_bodies(preset_work: Path, vocab: str = "qwen2.5") -> dict:
+    """The stored row bodies (``node``, bytes as the table holds them) of the build bench_e2e
+    just made in ``preset_work`` (read before the next build of the preset replaces them):
+    median, mean and p90 bytes."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    found = sorted(preset_work.glob(f"build-local*/*/*/prefix_rows/{vocab}/rows"))
+    if not found:
+        raise SystemExit(f"no prefix_rows output of {vocab} under {preset_work}")
+    sizes = np.concatenate([pc.binary_length(batch.column("node")).to_numpy(zero_copy_only=False)
+                            for batch in ds.dataset(str(found[0]), format="parquet").to_batches(columns=["node"])])
+    return {"median": float(np.median(sizes)), "mean": round(float(sizes.mean()), 1),
+            "p90": float(np.percentile(sizes, 90))}
+
+
+def small_row_share(facts_per_row: dict[str, int]) -> float:
+    """The share of rows that store at most SMALL_ROW_FACTS facts of their own, from bench_e2e's
+    histogram (its bins end at 1, 2, 5, 10, ...; "0": rows that store none)."""
+    def upper(label: str) -> float:
+        return 0 if label == "0" else float("inf") if label.endswith("+") else int(label.split("-")[1])
+    total = sum(facts_per_row.values())
+    return sum(n for label, n in facts_per_row.items() if upper(label) <= SMALL_ROW_FACTS) / total if total else 0.0
+
+
+def shape_line(preset: str, cut: str, row: dict) -> str:
+    """The three numbers that say which shape a figure was measured on."""
+    return (f"shape of {preset}, {cut}: {row['rows_per_fact']} rows/fact, median row body "
+            f"{row['row_body_bytes']['median']:.0f} B, {row['small_row_share']:.1%} of rows with "
+            f"<= {SMALL_ROW_FACTS} facts")
+
+
+def row_of(preset: str, result: dict, floor: dict, plain: bool = False, cut: str | None = None,
+           bodies: dict | None = None) -> dict:
+    """One table row: ``result`` of one build, ``floor`` the zstd floor of its preset's facts,
+    ``bodies`` its row bodies (:func:`row_bodies`)."""
     run = result["runs"][-1]
     idx = run["index"]
     walk = next((w for w in run.get("walk", {}).get("cursor", []) if w.get("decoder") == "compiled"),
@@ -69,6 +112,8 @@ def row_of(preset: str, result: dict, floor: dict, plain: bool = False, cut: str
         "total_bytes_per_fact": round(idx["total_bytes_per_fact"], 2),
         "rows_per_fact": round(idx["rows_per_fact"], 4),
         "facts_per_row": idx["facts_per_row"],
+        "small_row_share": round(small_row_share(idx["facts_per_row"]), 3),
+        "row_body_bytes": bodies,
         "pack_facts": idx.get("pack_facts"),
         "pack_child_facts": idx.get("pack_child_facts"),
         "zstd_floor_bytes_per_fact": round(floor["bytes_per_fact"], 2),
@@ -89,6 +134,10 @@ def table(rows: list[dict]) -> str:
                      f"**{r['total_bytes_per_fact']}** | {r['rows_per_fact']} | {r['zstd_floor_bytes_per_fact']} | "
                      f"{r['whole_build_s_per_1m_facts']} | {w.get('mean_us', 0):.1f} / {w.get('p50_us', 0):.1f} / "
                      f"{w.get('p99_us', 0):.0f} | {w.get('round_trips_per_step', 0):.3f} |")
+    lines += ["", "The shape each was measured on:", ""]
+    for r in rows:
+        if r.get("row_body_bytes"):
+            lines.append(f"- {shape_line(r['preset'], r['cut'], r)}")
     lines += ["", "Facts stored per row (rows):", ""]
     for r in rows:
         lines.append(f"- {r['preset']}, {r['cut']}: {r['facts_per_row']}")
@@ -107,9 +156,12 @@ def format_version_of(python: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", default="realistic,wikidata")
-    parser.add_argument("--lines", default="3000000,2500000", help="dump lines per preset (one value: all)")
-    parser.add_argument("--plain", default="wikidata",
+    parser.add_argument("--presets", default="wikidata-stressed,wikidata",
+                        help="dumpgen presets (default: wikidata-stressed, whose plain cut is shaped like an "
+                             "unseen Wikidata dump's, then wikidata)")
+    parser.add_argument("--lines", default="5500000,5000000",
+                        help="dump lines per preset (one value: all; the defaults give over 2M facts each)")
+    parser.add_argument("--plain", default="wikidata-stressed,wikidata",
                         help="presets also built with the plain cut (tree.pack_facts=0, the same dump): "
                              "the baseline, in the same run (empty: none)")
     parser.add_argument("--baseline-python", default=None,
@@ -143,13 +195,17 @@ def main() -> None:
         result = run_preset(p, n, args.cores, args.walks, work, args.dsn, baselines=not args.no_baselines)
         # the facts' floor, the same for every build of this dump; --no-baselines: from the tokenize output
         floor = result.get("zstd_floor") or zstd_floor_of(work / p)
-        rows.append(row_of(p, result, floor))
+        rows.append(row_of(p, result, floor, bodies=row_bodies(work / p)))
         if p in plain:
-            rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn, plain=True), floor,
-                               plain=True))
+            plain_result = run_preset(p, n, args.cores, args.walks, work, args.dsn, plain=True)
+            rows.append(row_of(p, plain_result, floor, plain=True, bodies=row_bodies(work / p)))
         if args.baseline_python:
-            rows.append(row_of(p, run_preset(p, n, args.cores, args.walks, work, args.dsn, python=args.baseline_python),
-                               floor, cut=f"packed rows, {args.baseline_label}"))
+            baseline = run_preset(p, n, args.cores, args.walks, work, args.dsn, python=args.baseline_python)
+            rows.append(row_of(p, baseline, floor, cut=f"packed rows, {args.baseline_label}",
+                               bodies=row_bodies(work / p)))
+        for r in rows:
+            if r["preset"] == p:
+                print(shape_line(p, r["cut"], r), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     measured = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",

@@ -161,6 +161,43 @@ def test_the_wikidata_preset_has_real_wikidata_subjects(tmp_path):
     assert first.most_common(1)[0][1] > 0.02 * sum(labels.values())  # a first word many labels share
 
 
+def test_the_wikidata_stressed_preset_is_seeded_and_its_labels_fan_out_below_shared_first_words(tmp_path):
+    """The wikidata preset's items (and its statements, within a few), other labels, the same bytes again from the
+    same seed whatever the workers; most labels share their first word with many others, and
+    below a shared first word the second words are nearly all different (the plain cut's many
+    small rows: bench/bench_size.py measures them)."""
+    import collections
+
+    assert "wikidata-stressed" in dumpgen.PRESETS
+    args = dict(lines=20_000, seed=2, chunk_lines=10_000)
+    stressed = dumpgen.generate(tmp_path / "stressed", workers=2, preset="wikidata-stressed", **args)
+    again = dumpgen.generate(tmp_path / "again", workers=1, preset="wikidata-stressed", **args)
+    wikidata = dumpgen.generate(tmp_path / "wikidata", workers=2, preset="wikidata", **args)
+    assert stressed["preset"] == "wikidata-stressed" and again == stressed
+    assert (tmp_path / "again" / dumpgen.TRUTHY_FILE).read_bytes() == (tmp_path / "stressed" / dumpgen.TRUTHY_FILE).read_bytes()
+    # the same plan; a few statements follow the labels (1531 items, 8746 statements against 8739)
+    assert stressed["items"] == wikidata["items"]
+    assert abs(stressed["statements"] - wikidata["statements"]) < 0.01 * wikidata["statements"]
+    assert (tmp_path / "wikidata" / dumpgen.TRUTHY_FILE).read_bytes() != (tmp_path / "stressed" / dumpgen.TRUTHY_FILE).read_bytes()
+
+    def fan_out(out):
+        """(share of two-word labels whose first word 20 or more labels share, distinct second
+        words per label below those first words)"""
+        labels = [t.split(" ") for t in _english_labels(out) if " " in t]
+        by_first = collections.defaultdict(list)
+        for words in labels:
+            by_first[words[0]].append(words[1])
+        shared = [seconds for seconds in by_first.values() if len(seconds) >= 20]
+        return (sum(map(len, shared)) / len(labels),
+                sum(len(set(s)) for s in shared) / max(1, sum(map(len, shared))))
+
+    shared_share, distinct_seconds = fan_out(tmp_path / "stressed")
+    assert shared_share > 0.6, shared_share
+    assert distinct_seconds > 0.7, distinct_seconds
+    wikidata_share, _ = fan_out(tmp_path / "wikidata")
+    assert shared_share > 2 * wikidata_share, (shared_share, wikidata_share)
+
+
 def test_compression_floor_and_whole_subjects():
     from refactx_testing.dumpgen.floor import compression_floor, split_fact, whole_subjects
 

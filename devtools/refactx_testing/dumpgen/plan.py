@@ -30,6 +30,7 @@ from refactx_testing.dumpgen.shape import (
     SKEW_FACTS_PER_ITEM,
     WIKIDATA_BODY_SCALE,
     WIKIDATA_BODY_SIGMA,
+    WIKIDATA_PRESETS,
     tail_properties,
 )
 from refactx_testing.dumpgen.basics import Plan, _line_mix, _preset, _weighted
@@ -42,7 +43,7 @@ def _draw_items(rng: np.random.Generator, n: int, cls: np.ndarray, line_mix: str
     meta, other_mean, other_desc = _line_mix(line_mix)
     median = np.array([c.body_median for c in ALL_CLASSES])[cls]
     sigma = np.array([c.body_sigma for c in ALL_CLASSES])[cls]
-    if preset == "wikidata":  # the same draws, a smaller median and a wider spread
+    if preset in WIKIDATA_PRESETS:  # the same draws, a smaller median and a wider spread
         median, sigma = median * WIKIDATA_BODY_SCALE, sigma + WIKIDATA_BODY_SIGMA
     cap = np.array([c.body_cap for c in ALL_CLASSES])[cls]
     body = np.minimum(np.floor(median * np.exp(sigma * rng.standard_normal(n))), cap).astype(np.int32)

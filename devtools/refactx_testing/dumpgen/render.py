@@ -55,9 +55,15 @@ from refactx_testing.dumpgen.shape import (
     UNKNOWN_VALUE_SHARE,
     WIKIBASE,
     XSD,
+    LEXICON_PRESETS,
+    STRESSED_CLASSES,
+    STRESSED_FIRST_WORD_ZIPF,
+    STRESSED_KEEPS_TITLE,
+    STRESSED_SUBJECTS_PER_FIRST_WORD,
     WIKIDATA_COMMON_FAMILY_SHARE,
     WIKIDATA_GIVEN_HEAD,
     WIKIDATA_HOMONYM_SHARE,
+    WIKIDATA_PRESETS,
     tail_properties,
 )
 from refactx_testing.dumpgen.lexicon import lexicon
@@ -238,7 +244,7 @@ class ChunkRenderer:
         self.st = Statements()
         # the word lists the texts are drawn from (shape.PRESETS); drawn after every dense
         # draw above, and the dense preset draws nothing more, so its bytes do not change
-        if plan.preset in ("realistic", "wikidata"):
+        if plan.preset in LEXICON_PRESETS:
             lex = lexicon()
             self.given, self.family, self.science_objects = lex.given, lex.family, lex.science
             self.science = lex.science
@@ -416,7 +422,7 @@ class ChunkRenderer:
                 labels, descs = getattr(self, "_text_" + c.name)(at, len(at))
                 self.label[at] = labels
                 self.desc[at] = descs
-        if self.plan.preset == "wikidata":
+        if self.plan.preset in WIKIDATA_PRESETS:
             self._wikidata_labels()
 
     def _wikidata_labels(self) -> None:
@@ -426,14 +432,21 @@ class ChunkRenderer:
         a share of each class's items take another item's label (homonyms, told apart by the
         labels stage)."""
         rng = self.rng
+        stressed = self.plan.preset == "wikidata-stressed"
         humans = np.flatnonzero(self.cls == CLASS_INDEX["human"])
         if len(humans):
-            head = min(WIKIDATA_GIVEN_HEAD, len(self.given))
-            g = _pick_cdf(rng, _zipf_cdf(head, 1.1), len(humans)).tolist()
+            if stressed:  # the same draws: a first word per STRESSED_SUBJECTS_PER_FIRST_WORD humans
+                given_cdf = self._stressed_first_words(["human"], len(self.given))
+            else:
+                given_cdf = _zipf_cdf(min(WIKIDATA_GIVEN_HEAD, len(self.given)), 1.1)
+            g = _pick_cdf(rng, given_cdf, len(humans)).tolist()
             common = _pick_cdf(rng, _zipf_cdf(len(FAMILY), 1.0), len(humans))
             rare = rng.integers(0, len(self.family), len(humans))
-            f = np.where(rng.random(len(humans)) < WIKIDATA_COMMON_FAMILY_SHARE, common, rare).tolist()
+            common_share = 0.0 if stressed else WIKIDATA_COMMON_FAMILY_SHARE
+            f = np.where(rng.random(len(humans)) < common_share, common, rare).tolist()
             self.label[humans] = [f"{self.given[a]} {self.family[b]}" for a, b in zip(g, f)]
+        if stressed:
+            self._stressed_labels()
         for code in range(len(ALL_CLASSES)):
             at = np.flatnonzero(self.cls == code)
             if len(at) < 2:
@@ -441,6 +454,34 @@ class ChunkRenderer:
             takes = at[rng.random(len(at)) < WIKIDATA_HOMONYM_SHARE]
             if len(takes):
                 self.label[takes] = self.label[at[_pick_cdf(rng, self.v.zipf(len(at)), len(takes))]]
+
+    def _stressed_first_words(self, classes: list[str], words: int) -> np.ndarray:
+        """The Zipf CDF of the first words of ``classes``' labels in the wikidata-stressed preset:
+        one word per STRESSED_SUBJECTS_PER_FIRST_WORD of their items in the whole plan (not
+        this chunk's), at most ``words``."""
+        subjects = int(np.isin(self.plan.cls, [CLASS_INDEX[c] for c in classes]).sum())
+        return _zipf_cdf(max(1, min(words, round(subjects / STRESSED_SUBJECTS_PER_FIRST_WORD))),
+                         STRESSED_FIRST_WORD_ZIPF)
+
+    def _stressed_labels(self) -> None:
+        """The wikidata-stressed preset's labels of STRESSED_CLASSES (drawn after the humans',
+        before the homonyms): a title word (:meth:`_stressed_first_words`), then a family name or
+        a title word drawn evenly, then (STRESSED_KEEPS_TITLE) the title's own words."""
+        rng = self.rng
+        cdf = self._stressed_first_words(list(STRESSED_CLASSES), len(self.science))
+        first = np.char.capitalize(self.science[:len(cdf)].astype(str)).astype(object)
+        # the second word: a family name or a title word (6,489 distinct first Qwen2.5 tokens
+        # between them, against 2,658 of the family names alone: fewer subjects share one)
+        second = np.concatenate([self.family, self.science])
+        for name in STRESSED_CLASSES:
+            at = np.flatnonzero(self.cls == CLASS_INDEX[name])
+            if not len(at):
+                continue
+            a = _pick_cdf(rng, cdf, len(at)).tolist()
+            b = rng.integers(0, len(second), len(at)).tolist()
+            keep = name in STRESSED_KEEPS_TITLE
+            self.label[at] = [f"{first[x]} {second[y]}" + (f" {old[:1].lower()}{old[1:]}" if keep else "")
+                              for x, y, old in zip(a, b, self.label[at].tolist())]
 
     def _date_words(self, at: np.ndarray) -> list[str]:
         return [f"{d} {MONTHS[m - 1]} {y}" for y, m, d in

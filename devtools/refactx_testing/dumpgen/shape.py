@@ -101,7 +101,13 @@ PRESETS = {
     "realistic": "80,000 title words and 66,000 names behind the same lists; shorter titles",
     "wikidata": "realistic's words; most items with few statements, labels sharing their first "
                 "word, homonyms told apart by description",
+    "wikidata-stressed": "wikidata's items; every class's labels a shared first word, then a word "
+                         "drawn evenly from tens of thousands: many small rows under the plain cut",
 }
+# the presets whose items have few statements (WIKIDATA_BODY_SCALE) and wikidata's labels
+WIKIDATA_PRESETS = ("wikidata", "wikidata-stressed")
+# the presets that draw their texts from the lexicon's large word lists (lexicon.py)
+LEXICON_PRESETS = ("realistic", *WIKIDATA_PRESETS)
 
 # The "wikidata" preset: the subjects and labels of real Wikidata, whose tree is the hard one
 # to store (many rare subjects below each shared first word, each a few facts). Measured on
@@ -120,6 +126,25 @@ WIKIDATA_COMMON_FAMILY_SHARE = 0.5
 # homonyms: this share of the labelled items of a class take the label of another item of
 # their class (Zipf by popularity): the labels stage tells them apart by description, or by id
 WIKIDATA_HOMONYM_SHARE = 0.2
+
+# The "wikidata-stressed" preset: the wikidata preset's items, labelled as real Wikidata's are
+# under its shared first words. Real labels' first words are shared by hundreds to thousands
+# of subjects (100M items) and their second words spread over a vocabulary, so below an
+# expanded first word most children are one subject of a few facts: an unseen Wikidata-shaped
+# dump of 2.67M facts cut (plain) into 0.075 rows a fact, 75% of them of at most 10 facts,
+# median row body 186 bytes (issue 54). The wikidata preset shares first words among humans
+# only (a tenth of the items), and half its family names are Zipf over a few common ones, so
+# its rows hold tens of facts. Here humans are labelled a first word, then a family name drawn
+# evenly from the 60,000 (2,658 distinct first Qwen2.5 tokens); the classes below a first word,
+# then a word drawn evenly from the family names and the title words (6,489 distinct first
+# tokens), then (STRESSED_KEEPS_TITLE) the rest of their title. The first words: given names for humans,
+# title words for the others, Zipf over as many as make STRESSED_SUBJECTS_PER_FIRST_WORD
+# subjects each on average in the whole dump, so that the shape holds at any dump size
+# (a fixed list would be shared by few subjects in a small dump and by too many in a large one).
+STRESSED_SUBJECTS_PER_FIRST_WORD = 400
+STRESSED_FIRST_WORD_ZIPF = 0.5
+STRESSED_CLASSES = ("article", "misc", "place", "work")
+STRESSED_KEEPS_TITLE = ("article", "work")
 
 # ====================================================================== vocabulary
 DATATYPES_KEPT = ("WikibaseItem", "String", "Quantity", "Time", "GlobeCoordinate", "Monolingualtext")
