@@ -201,7 +201,7 @@ def test_imports_cross_the_border_in_one_direction_only():
 # ``engines.core``) are not part of it: the pipeline reaches none of them.
 RUNTIME_PUBLIC_MODULES = {
     "errors", "connection", "tree.format", "tree.index", "tree.memory", "tree.pg", "tree.cache", "vocab", "tree.explore", "display", "qa.ask",
-    "prompting.prompt", "qa.models", "prompting.paths", "tree.provenance", "qa.evaluation", "engines.transformers",
+    "prompting.prompt", "qa.models", "prompting.paths", "tree.provenance", "qa.evaluation", "qa.policies", "engines.transformers",
 }
 
 

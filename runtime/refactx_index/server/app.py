@@ -279,7 +279,8 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings()):
 
     app = FastAPI(title="refactx", description=__doc__)
     app.add_middleware(_Guard, settings=settings, refuse=error)
-    mount_page(app, settings)  # the page at / (page.py): in front of the guard, so added after it
+    # the page at / (page.py): in front of the guard, so added after it, with the guard's Host check
+    mount_page(app, _Guard(None, settings, None)._host_allowed)
     app.state.pools = pools
     app.router.on_shutdown.append(lambda: [pool.close() for pool in pools.values()])
 

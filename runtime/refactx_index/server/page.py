@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from importlib.resources import files
-from typing import Any
+from typing import Any, Callable
 
 # path -> (file in static/, media type)
 PAGE_FILES = {
@@ -73,10 +73,8 @@ class PageFiles:
         await send({"type": "http.response.body", "body": body if status == 200 and scope["method"] == "GET" else b""})
 
 
-def mount_page(app: Any, settings: Any) -> None:
+def mount_page(app: Any, host_allowed: Callable[[str], bool]) -> None:
     """Serve the page at ``/`` (and its script and style under ``/static/``) in front of the
-    API's guard; call it after the guard is added (the middleware added last runs first)."""
-    from .app import _Guard
-
-    guard = _Guard(None, settings, None)  # its Host check, the one the API applies
-    app.add_middleware(PageFiles, host_allowed=guard._host_allowed)
+    API's guard; call it after the guard is added (the middleware added last runs first).
+    ``host_allowed``: the guard's Host check, the one the API applies."""
+    app.add_middleware(PageFiles, host_allowed=host_allowed)
