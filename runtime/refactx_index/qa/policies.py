@@ -47,6 +47,14 @@ from ..vocab import VocabularyLike, as_vocabulary, encode_facts
 PREFER, ONLY, END = "prefer", "only", "end"
 
 
+class TextDecoder(Protocol):
+    """What the rules read of the model's tokenizer: token ids back to text."""
+
+    def decode(self, ids: Sequence[int], **kwargs: Any) -> str: ...
+
+    def batch_decode(self, sequences: Sequence[Sequence[int]], **kwargs: Any) -> list[str]: ...
+
+
 @dataclass(frozen=True)
 class Allowed:
     """The ids a rule lets a row write next (sorted, distinct) and how (module doc)."""
@@ -65,7 +73,7 @@ class AnswerContext:
     written after the trigger is stored (constrained, every complete one is); ``prefill``:
     the text the prompt ends with, the reply's opening."""
 
-    tokenizer: Any
+    tokenizer: TextDecoder
     index: TreeIndex
     vocabulary: VocabularyLike
     questions: Sequence[str]
@@ -250,7 +258,7 @@ class EntitiesFirstRule:
     ``Sugar``) would lead to another subject of the tree. A question without entities has
     no preference."""
 
-    def __init__(self, tokenizer: Any, entities: Sequence[Sequence[str]], trigger: str, fact_prefix: str):
+    def __init__(self, tokenizer: TextDecoder, entities: Sequence[Sequence[str]], trigger: str, fact_prefix: str):
         self.tokenizer, self.trigger, self.fact_prefix = tokenizer, trigger, fact_prefix
         self.entities = [list(row) for row in entities]
         self._paths: dict[str, tuple[tuple[int, ...], list[str]]] = {}
@@ -310,7 +318,7 @@ class RelationsFirstRule:
     cover any word of the question, are let through first. Where nothing of that applies,
     there is no preference; all are PREFER."""
 
-    def __init__(self, tokenizer: Any, index: TreeIndex, vocabulary: VocabularyLike, questions: Sequence[str],
+    def __init__(self, tokenizer: TextDecoder, index: TreeIndex, vocabulary: VocabularyLike, questions: Sequence[str],
                  entities: Sequence[Sequence[str]], trigger: str, max_facts: int = 4):
         self.tokenizer, self.index, self.vocabulary, self.trigger = tokenizer, index, vocabulary, trigger
         self.fact_prefix = index.info.fact_prefix
@@ -413,7 +421,7 @@ class GroundedRule:
     chain from a question entity counts; ``words`` (per question, :func:`relation_words`):
     only facts whose relation covers a word of the question."""
 
-    def __init__(self, tokenizer: Any, trigger: str, eos: Sequence[int], stored: Callable[[str], bool],
+    def __init__(self, tokenizer: TextDecoder, trigger: str, eos: Sequence[int], stored: Callable[[str], bool],
                  entities: Sequence[Sequence[str]] | None = None, words: Sequence[frozenset[str]] | None = None):
         self.tokenizer, self.trigger = tokenizer, trigger
         self.eos = list(eos)
@@ -546,7 +554,7 @@ def continuations(pieces: TokenPieces, target: str, beyond: bool = True) -> list
 _PIECES: "weakref.WeakKeyDictionary[Any, TokenPieces]" = weakref.WeakKeyDictionary()
 
 
-def token_pieces(tokenizer: Any) -> TokenPieces:
+def token_pieces(tokenizer: TextDecoder) -> TokenPieces:
     """Each token's text as ``tokenizer.batch_decode`` decodes it alone, indexed (once per tokenizer)."""
     found = _PIECES.get(tokenizer)
     if found is None:
