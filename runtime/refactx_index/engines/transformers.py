@@ -23,7 +23,6 @@ each row continues.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from typing import TYPE_CHECKING, Sequence
@@ -33,7 +32,7 @@ import numpy as np
 from ..constraint.batch import BatchMatcher
 from ..constraint.matcher import DEAD, FACT, FREE, FactMatcher, RowState
 from ..errors import ConfigError, InputRefused
-from ..prompting.prompt import ANSWER, PLAIN_QUESTION
+from ..prompting.prompt import plain_reply_finished
 from ..tree.index import ServedBuild, TreeIndex
 from ..vocab import CONTEXT, VocabularyLike
 from .core import FactConstraint, trigger_variants
@@ -197,9 +196,6 @@ def _parents(prev: np.ndarray, heads: np.ndarray) -> np.ndarray | None:
     return parents
 
 
-_PLAIN_END = re.compile(rf"(?:^|\n)[ \t]*(?:{re.escape(ANSWER)}[^\n]*\n|{re.escape(PLAIN_QUESTION)})")
-
-
 class EndOfPlainReply(_Base):  # type: ignore[misc,valid-type]
     """A logits processor for a model prompted as plain text (no chat template, a base model:
     :func:`refactx_index.prompting.prompt.render_plain`), which has no end of turn to write
@@ -216,7 +212,7 @@ class EndOfPlainReply(_Base):  # type: ignore[misc,valid-type]
 
     def finished(self, text: str) -> bool:
         """Whether the reply text ``text`` is over: a finished Answer line or a new question."""
-        return _PLAIN_END.search(text) is not None
+        return plain_reply_finished(text)
 
     def __call__(self, input_ids: "torch.LongTensor", scores: "torch.Tensor") -> "torch.Tensor":
         if input_ids.shape[1] <= self.width:
