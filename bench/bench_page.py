@@ -26,11 +26,9 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -39,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_server import free_port, start_serve  # noqa: E402
 from bench.bench_walk import realistic_facts  # noqa: E402
 
 
@@ -47,42 +46,26 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def build_index(n: int, seed: int, out: Path) -> tuple[Path, list[str]]:
-    """The index file of ``realistic_facts(n, seed)`` (built once) and its subjects' labels."""
+def build_index(n: int, seed: int, out: Path) -> tuple[Path, dict[str, int], list[str]]:
+    """The index file of ``realistic_facts(n, seed)`` (built once), its facts and rows, and its
+    subjects' labels."""
     from refactx_index.qa.models import model_directory
     from refactx_index.tree.memory import MemoryTreeIndex
 
     facts = realistic_facts(n, seed)
     path = out / f"page-{n}-{seed}.rfx"
-    if not path.exists():
+    if path.exists():
+        info = MemoryTreeIndex.load(path).info
+    else:
         started = time.perf_counter()
         index = MemoryTreeIndex.from_facts(facts, str(model_directory("smollm2") / "tokenizer.json"),
                                            name="big")
         index.save(path)
-        print(f"built {path.name}: {index.info.facts:,} facts, {index.info.rows:,} rows, "
+        info = index.info
+        print(f"built {path.name}: {info.facts:,} facts, {info.rows:,} rows, "
               f"{path.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     subjects = sorted({f[1:f.index("> <")] for f in facts})
-    return path, subjects
-
-
-def serve(index: Path, port: int) -> subprocess.Popen:
-    refactx = str(Path(sys.executable).parent / "refactx")
-    server = subprocess.Popen([refactx, "serve", "--index-file", f"big={index}", "--port", str(port)],
-                              stderr=subprocess.PIPE, text=True)
-    ready = threading.Event()
-    lines: list[str] = []
-
-    def watch() -> None:
-        for line in server.stderr:  # type: ignore[union-attr]
-            lines.append(line)
-            if "refactx: serving" in line:
-                ready.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    if not ready.wait(600):
-        server.terminate()
-        raise SystemExit("refactx serve did not start:\n" + "".join(lines)[-3000:])
-    return server
+    return path, {"facts": info.facts, "rows": info.rows}, subjects
 
 
 def browser():
@@ -127,16 +110,14 @@ def main() -> int:
 
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
-    index, subjects = build_index(args.facts, args.seed, out)
+    index, info, subjects = build_index(args.facts, args.seed, out)
     rng = np.random.default_rng(args.seed)
     prefixes = [subjects[int(i)][:int(k)] for i, k in
                 zip(rng.integers(0, len(subjects), args.queries), rng.integers(1, 7, args.queries))]
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    url = f"http://127.0.0.1:{port}/"
-    server = serve(index, port)
+    port = free_port()
+    url, stop = start_serve([str(Path(sys.executable).parent / "refactx"), "serve", "--index-file", f"big={index}",
+                             "--port", str(port)], port)
+    url += "/"
     driver = browser()
     try:
         load_ms, shown_ms = page_loads(driver, url, args.loads)
@@ -165,13 +146,8 @@ def main() -> int:
                 r.raise_for_status()
     finally:
         driver.quit()
-        server.terminate()
-        server.wait(60)
+        stop()
 
-    info = json.loads(subprocess.run([sys.executable, "-c", (
-        "import json, sys; from refactx_index.tree.memory import MemoryTreeIndex; "
-        f"i = MemoryTreeIndex.load({str(index)!r}).info; print(json.dumps({{'facts': i.facts, 'rows': i.rows}}))")],
-        capture_output=True, text=True, check=True).stdout)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     result = {

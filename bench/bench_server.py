@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -162,18 +163,30 @@ def _vllm_server(index, model_dir: Path, max_tokens: int):
     """``refactx serve --engine vllm`` in the vLLM environment on a free port: its URL and a stop."""
     work = Path(tempfile.mkdtemp(prefix="bench-server-vllm-"))
     index.save(work / "sample.rfx")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2")
-    proc = subprocess.Popen(
+    return start_serve(
         [str(ROOT / ".venv-vllm" / "bin" / "python"), "-m", "refactx_index.cli", "serve", "--engine", "vllm",
          "--model", str(model_dir), "--model-name", "smollm2", "--index-file", f"sample={work / 'sample.rfx'}",
          "--port", str(port), "--max-new-tokens", str(max_tokens), "--max-concurrent", "64",
          "--gpu-memory-utilization", "0.25", "--max-model-len", "2048", "--enforce-eager"],
-        cwd=work, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-        start_new_session=True)  # its own process group: vLLM's engine processes go with it
+        port, cwd=work, env=env, wait_s=900)
+
+
+def free_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def start_serve(cmd: list[str], port: int, *, cwd: Path | None = None, env: dict[str, str] | None = None,
+                wait_s: float = 600) -> tuple[str, Callable[[], None]]:
+    """Start a ``refactx serve`` command line and wait for its ``refactx: serving`` line: its URL
+    and a stop (its own process group, so an engine's child processes go with it)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
     ready = threading.Event()
     lines: list[str] = []
 
@@ -185,8 +198,8 @@ def _vllm_server(index, model_dir: Path, max_tokens: int):
         ready.set()
 
     threading.Thread(target=watch, daemon=True).start()
-    if not ready.wait(900) or proc.poll() is not None:
-        raise SystemExit("the vLLM server did not start:\n" + "".join(lines)[-4000:])
+    if not ready.wait(wait_s) or proc.poll() is not None:
+        raise SystemExit(f"{' '.join(cmd[:4])} ... did not start:\n" + "".join(lines)[-4000:])
 
     def stop() -> None:
         proc.terminate()
@@ -195,7 +208,6 @@ def _vllm_server(index, model_dir: Path, max_tokens: int):
             os.killpg(proc.pid, signal.SIGKILL)
 
     return f"http://127.0.0.1:{port}", stop
-
 
 if __name__ == "__main__":
     main()
