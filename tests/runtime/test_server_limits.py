@@ -6,7 +6,6 @@ refusal is checked for its status and body shape, and the next good request must
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
 import threading
@@ -22,41 +21,14 @@ pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
+from ..live_server import sample_engine, serving  # noqa: E402
+
 QUESTION = "What is the capital of Germany?"
-
-
-@contextlib.contextmanager
-def serving(engine, settings):
-    """``create_app(engine, settings)`` on a free loopback port; yields its URL."""
-    from refactx_index.server.app import create_app
-
-    app = create_app(engine, settings)
-    started = threading.Event()
-    app.router.on_startup.append(started.set)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    assert started.wait(60), "the server did not start"
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        srv.should_exit = True
-        thread.join(30)
 
 
 @pytest.fixture(scope="module")
 def engine(sample_fact_texts):
-    from refactx_index.tree.memory import MemoryTreeIndex
-    from refactx_index.qa.models import load_model
-    from refactx_index.server.backend_transformers import TransformersEngine
-
-    loaded = load_model("smollm2")
-    index = MemoryTreeIndex.from_facts(sample_fact_texts, str(loaded.tokenizer_file))
-    engine = TransformersEngine(loaded, {"sample": index}, max_batch=16)
-    yield engine
-    engine.close()
+    yield from sample_engine(sample_fact_texts)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +37,7 @@ def url(engine):
 
     settings = ServerSettings(default_index="sample", max_new_tokens=64, max_prompt_tokens=2048,
                               max_concurrent=20)
-    with serving(engine, settings) as url:
+    with serving(engine, settings) as (url, _app):
         yield url
 
 
@@ -292,7 +264,7 @@ def test_fuzzed_requests_never_get_a_500_and_the_next_good_request_succeeds(engi
 
     from refactx_index.server.app import ServerSettings
 
-    with serving(engine, ServerSettings(default_index="sample", max_new_tokens=3)) as fuzz_url, \
+    with serving(engine, ServerSettings(default_index="sample", max_new_tokens=3)) as (fuzz_url, _app), \
             httpx.Client(timeout=300) as http:
         @settings(max_examples=60, deadline=None, derandomize=True,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -357,7 +329,7 @@ def test_exploration_is_bounded_by_offset_limit_and_time(url, engine):
     refused(httpx.get(url + "/v1/indexes/sample/facts", params={"offset": 10 ** 9, "limit": 1000}), 422,
             says="offset must be 0..10000")
     refused(httpx.get(url + "/v1/indexes/sample/entities", params={"limit": 5000}), 422, says="limit")
-    with serving(engine, ServerSettings(default_index="sample", explore_timeout_s=0)) as hurried:
+    with serving(engine, ServerSettings(default_index="sample", explore_timeout_s=0)) as (hurried, _app):
         refused(httpx.get(hurried + "/v1/indexes/sample/entities", params={"q": ""}), 504, "timeout")
     page = httpx.get(url + "/v1/indexes/sample/facts", params={"limit": 3}).json()
     assert len(page["data"]) == 3
@@ -377,7 +349,7 @@ def test_explorations_count_in_the_in_flight_limit(engine, monkeypatch):
 
     monkeypatch.setattr(explore, "facts_page", held_page)
     try:
-        with serving(engine, ServerSettings(default_index="sample", max_concurrent=1)) as one:
+        with serving(engine, ServerSettings(default_index="sample", max_concurrent=1)) as (one, _app):
             with ThreadPoolExecutor(1) as pool:
                 walk = pool.submit(httpx.get, one + "/v1/indexes/sample/facts", params={"limit": 1}, timeout=60)
                 assert held.wait(60)
@@ -424,7 +396,7 @@ def test_an_api_key_a_json_body_and_an_allowed_host_are_required(engine):
 
     settings = ServerSettings(default_index="sample", max_new_tokens=8, api_key="s3cret", allowed_hosts=LOOPBACK_HOSTS)
     key = {"authorization": "Bearer s3cret"}
-    with serving(engine, settings) as locked:
+    with serving(engine, settings) as (locked, _app):
         r = refused(post(locked, "/v1/chat/completions", chat(max_tokens=2)), 401, "unauthorized")
         assert "s3cret" not in json.dumps(r)
         refused(post(locked, "/v1/chat/completions", chat(max_tokens=2), headers={"authorization": "Bearer no"}), 401)

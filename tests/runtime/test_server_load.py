@@ -6,7 +6,6 @@ prompt are checked before any decoding or tokenizing; idle and slow connections 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import threading
@@ -20,42 +19,14 @@ pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
+from ..live_server import sample_engine, serving  # noqa: E402
+
 QUESTION = "What is the capital of Germany?"
-
-
-@contextlib.contextmanager
-def serving(engine, settings, **connection):
-    """``create_app(engine, settings)`` on a free loopback port; yields (URL, app)."""
-    from refactx_index.server.app import create_app
-    from refactx_index.server.connections import uvicorn_config
-
-    app = create_app(engine, settings)
-    started = threading.Event()
-    app.router.on_startup.append(started.set)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    srv = uvicorn.Server(uvicorn_config(app, log_level="warning", lifespan="on", **connection))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    assert started.wait(60), "the server did not start"
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", app
-    finally:
-        srv.should_exit = True
-        thread.join(30)
 
 
 @pytest.fixture(scope="module")
 def engine(sample_fact_texts):
-    from refactx_index.tree.memory import MemoryTreeIndex
-    from refactx_index.qa.models import load_model
-    from refactx_index.server.backend_transformers import TransformersEngine
-
-    loaded = load_model("smollm2")
-    index = MemoryTreeIndex.from_facts(sample_fact_texts, str(loaded.tokenizer_file))
-    engine = TransformersEngine(loaded, {"sample": index}, max_batch=16)
-    yield engine
-    engine.close()
+    yield from sample_engine(sample_fact_texts)
 
 
 @pytest.fixture(scope="module")
